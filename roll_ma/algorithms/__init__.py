@@ -1,0 +1,1 @@
+"""Advantages and losses: small pure functions over tensors, no framework imports."""

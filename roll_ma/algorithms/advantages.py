@@ -1,0 +1,137 @@
+"""Turn returns and advantages for multi-agent episodes.
+
+Every row is one turn of one agent. Rewards arrive per turn (``scores``); an agent's return
+at a turn is its reward there plus the discounted returns of its own later turns in the same
+episode (MARS's turn-level credit). Advantages are then normalised per agent: within
+(group, agent) for GRPO, over the agent's rows for REINFORCE++, so an agent with large
+rewards never swamps another agent's signal.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def discounted_turn_returns(
+    rewards: Sequence[float], episode_ids: Sequence[Any], players: Sequence[int], turns: Sequence[int],
+    gamma: float = 1.0,
+) -> np.ndarray:
+    """(B,) G_t = r_t + gamma * G_next over each (episode, player)'s own turns, latest turn first."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    returns = np.zeros_like(rewards)
+    chains: dict[tuple[Any, int], list[int]] = defaultdict(list)
+    for i, (ep, pl) in enumerate(zip(episode_ids, players)):
+        chains[(ep, int(pl))].append(i)
+    for rows in chains.values():
+        running = 0.0
+        for i in sorted(rows, key=lambda r: turns[r], reverse=True):
+            running = rewards[i] + gamma * running
+            returns[i] = running
+    return returns
+
+
+def _normalise(values: np.ndarray, norm_std: bool, eps: float) -> np.ndarray:
+    """Subtract the mean; divide by the std when asked. One value (or all equal) -> zeros, never NaN."""
+    if len(values) <= 1:
+        return np.zeros_like(values)
+    centred = values - values.mean()
+    if not norm_std:
+        return centred
+    std = values.std(ddof=0)  # population std: a 2-sample group still has a defined scale
+    return centred / (std + eps) if std > 0 else np.zeros_like(values)
+
+
+def grpo_advantages(
+    returns: Sequence[float], group_ids: Sequence[Any], agent_ids: Sequence[int], norm_std: bool = True,
+    eps: float = 1e-6,
+) -> np.ndarray:
+    """(B,) returns normalised within each (group, agent): GRPO's group baseline, one per agent."""
+    returns = np.asarray(returns, dtype=np.float64)
+    adv = np.zeros_like(returns)
+    buckets: dict[tuple[Any, int], list[int]] = defaultdict(list)
+    for i, (g, a) in enumerate(zip(group_ids, agent_ids)):
+        buckets[(g, int(a))].append(i)
+    for rows in buckets.values():
+        adv[rows] = _normalise(returns[rows], norm_std, eps)
+    return adv
+
+
+def reinforce_pp_advantages(
+    returns: Sequence[float], agent_ids: Sequence[int], norm_std: bool = True, eps: float = 1e-6,
+) -> np.ndarray:
+    """(B,) REINFORCE++: the agent's batch mean as baseline, normalised over that agent's rows."""
+    returns = np.asarray(returns, dtype=np.float64)
+    adv = np.zeros_like(returns)
+    per_agent: dict[int, list[int]] = defaultdict(list)
+    for i, a in enumerate(agent_ids):
+        per_agent[int(a)].append(i)
+    for rows in per_agent.values():
+        adv[rows] = _normalise(returns[rows], norm_std, eps)
+    return adv
+
+
+def broadcast_to_tokens(values: np.ndarray | torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) per-turn values -> (B, R) on the response tokens (0 on padding)."""
+    v = torch.as_tensor(np.asarray(values), dtype=torch.float32, device=response_mask.device)
+    return v.unsqueeze(-1) * response_mask.float()
+
+
+def place_on_last_token(values: np.ndarray | torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) turn rewards -> (B, R) token rewards, the reward sitting on the last response token."""
+    mask = response_mask.float()
+    out = torch.zeros_like(mask)
+    lengths = mask.sum(-1).long()
+    rows = torch.nonzero(lengths > 0).squeeze(-1)
+    v = torch.as_tensor(np.asarray(values), dtype=torch.float32, device=mask.device)
+    # last real token = index of the last 1 in the mask (responses are right-padded)
+    last = mask.shape[1] - 1 - torch.flip(mask, dims=[1]).argmax(dim=1)
+    out[rows, last[rows]] = v[rows]
+    return out
+
+
+def reverse_cumsum(token_values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(B, R) sum of the values at this token and after it (undiscounted return-to-go), masked."""
+    masked = token_values * response_mask
+    return torch.flip(torch.cumsum(torch.flip(masked, dims=[1]), dim=1), dims=[1]) * response_mask
+
+
+def kl_reward_penalty(kl: torch.Tensor, response_mask: torch.Tensor, kl_coef: float) -> torch.Tensor:
+    """(B, R) token rewards -kl_coef * KL(pi_old || pi_ref) per token (KL as a reward penalty)."""
+    return -kl_coef * kl * response_mask
+
+
+def add_advantages(data: Any, algo: Any) -> Any:
+    """Turn rewards -> per-agent advantages on a DataProto of turns (adds advantages, returns, token_rewards).
+
+    Needs batch ``scores`` and ``response_mask`` and non_tensor episode_id, player, turn, agent_id,
+    group_id. With ``algo.kl_mode == "reward"`` it also needs ``old_log_probs`` and
+    ``ref_log_probs``: the per-token KL penalty is added to the rewards and its return-to-go to
+    the advantages.
+    """
+    from roll_ma.algorithms.losses import kl_estimate
+    from roll_ma.protocol import DataProto
+
+    nt, mask = data.non_tensor, data.batch["response_mask"]
+    returns = discounted_turn_returns(data.batch["scores"].tolist(), nt["episode_id"], nt["player"], nt["turn"],
+                                      algo.gamma)
+    if algo.advantage == "grpo":
+        adv = grpo_advantages(returns, nt["group_id"], nt["agent_id"], algo.norm_std)
+    elif algo.advantage == "reinforce_pp":
+        adv = reinforce_pp_advantages(returns, nt["agent_id"], algo.norm_std)
+    else:
+        raise ValueError(f"unknown advantage estimator {algo.advantage!r}; use grpo or reinforce_pp")
+    token_rewards = place_on_last_token(data.batch["scores"].numpy(), mask)  # (B, R)
+    advantages = broadcast_to_tokens(adv, mask)  # (B, R)
+    if algo.kl_coef > 0 and algo.kl_mode == "reward":
+        kl = kl_estimate(data.batch["old_log_probs"], data.batch["ref_log_probs"], algo.kl_estimator)
+        penalty = kl_reward_penalty(kl, mask, algo.kl_coef)  # (B, R)
+        token_rewards = token_rewards + penalty
+        advantages = advantages + reverse_cumsum(penalty, mask)
+    return data.union(DataProto.from_dict({
+        "advantages": advantages, "returns": broadcast_to_tokens(returns, mask), "token_rewards": token_rewards,
+    }))

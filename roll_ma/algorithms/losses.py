@@ -1,0 +1,72 @@
+"""Policy-gradient losses as small pure functions returning (loss, detached stats).
+
+All tensors are (B, R) over response tokens with a (B, R) ``mask`` (1 = counts). The
+aggregation is token-level by default: every real token of the batch weighs the same
+(``token_mean``, as in DAPO / verl's default), or ``seq_mean``: average per sequence first.
+``denominator`` lets a caller that splits a mini-batch into micro-batches normalise every
+micro-batch by the mini-batch's token (or sequence) count, so the summed gradients equal
+the gradient of the whole mini-batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean",
+              denominator: float | None = None) -> torch.Tensor:
+    """Masked mean of (B, R) ``values``: over all tokens, or per sequence then over sequences."""
+    mask = mask.to(values.dtype)
+    if mode == "token_mean":
+        denom = denominator if denominator is not None else mask.sum().clamp(min=1.0)
+        return (values * mask).sum() / denom
+    if mode == "seq_mean":
+        per_seq = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        denom = denominator if denominator is not None else max(values.shape[0], 1)
+        return per_seq.sum() / denom
+    raise ValueError(f"unknown loss aggregation {mode!r}; use token_mean or seq_mean")
+
+
+def ppo_clip_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    agg: str = "token_mean",
+    denominator: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO clipped surrogate (Schulman et al. 2017, eq. 7), negated for minimisation.
+
+    L = -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A), r = exp(log pi - log pi_old).
+    """
+    log_ratio = (log_probs - old_log_probs).clamp(-20.0, 20.0)  # exp() of a stale row must not overflow
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    per_token = torch.maximum(unclipped, clipped)
+    loss = aggregate(per_token, mask, agg, denominator)
+    with torch.no_grad():
+        m = mask.to(per_token.dtype)
+        n = m.sum().clamp(min=1.0)
+        stats = {
+            "clip_frac": float(((clipped > unclipped).to(m.dtype) * m).sum() / n),
+            "approx_kl": float((0.5 * log_ratio.pow(2) * m).sum() / n),
+            "ratio_mean": float((ratio * m).sum() / n),
+        }
+    return loss, stats
+
+
+def kl_estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from samples of pi (Schulman, "Approximating KL").
+
+    k1 = log pi - log pi_ref (unbiased, can be negative);
+    k3 = exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1 (unbiased, always >= 0).
+    """
+    if estimator == "k1":
+        return log_probs - ref_log_probs
+    if estimator == "k3":
+        delta = (ref_log_probs - log_probs).clamp(-20.0, 20.0)
+        return torch.exp(delta) - delta - 1.0
+    raise ValueError(f"unknown KL estimator {estimator!r}; use k1 or k3")

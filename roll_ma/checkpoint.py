@@ -1,0 +1,110 @@
+"""Checkpoints written atomically: a half-written checkpoint is never taken as the latest.
+
+Layout: ``<output_dir>/checkpoints/step_000012/`` holding ``trainer/`` (every agent's PEFT
+adapter, optimizer and scheduler states, written by the train workers), ``state.json``
+(step, data cursor, adapter versions) and ``rng.pt`` (driver RNG states), and last a
+``COMPLETE`` marker. Everything is written into a temporary sibling directory first and
+renamed into place after the marker, so a crash at any moment leaves either the previous
+complete checkpoint or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+MARKER = "COMPLETE"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def checkpoints_dir(output_dir: str | Path) -> Path:
+    return Path(output_dir) / "checkpoints"
+
+
+def complete_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint, oldest first."""
+    root = checkpoints_dir(output_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and (p / MARKER).exists():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def latest_checkpoint(output_dir: str | Path) -> tuple[int, Path] | None:
+    done = complete_checkpoints(output_dir)
+    return done[-1] if done else None
+
+
+def begin_checkpoint(output_dir: str | Path, step: int) -> Path:
+    """A fresh temporary directory to write the checkpoint of ``step`` into."""
+    root = checkpoints_dir(output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp_step_{step:06d}_{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    return tmp
+
+
+def _fsync_tree(path: Path) -> None:
+    for p in sorted(path.rglob("*"), reverse=True):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def finish_checkpoint(tmp: Path, step: int, state: dict[str, Any], keep_last: int) -> Path:
+    """Write the driver state and marker, then rename into place and prune old checkpoints."""
+    (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2, default=str))
+    torch.save(rng_state(), tmp / "rng.pt")
+    (tmp / MARKER).write_text(str(step))
+    _fsync_tree(tmp)
+    final = tmp.parent / f"step_{step:06d}"
+    if final.exists():  # a re-run of the same step after resume replaces the old copy
+        shutil.rmtree(final)
+    os.rename(tmp, final)  # atomic on POSIX: readers see the old set or the new one
+    prune(tmp.parent.parent, keep_last)
+    return final
+
+
+def prune(output_dir: str | Path, keep_last: int) -> None:
+    """Keep the newest ``keep_last`` complete checkpoints; remove temporaries of crashed writes."""
+    done = complete_checkpoints(output_dir)
+    for _, path in done[: max(0, len(done) - keep_last)]:
+        shutil.rmtree(path, ignore_errors=True)
+    for p in checkpoints_dir(output_dir).glob(".tmp_step_*"):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def load_state(path: str | Path) -> dict[str, Any]:
+    state = json.loads((Path(path) / "state.json").read_text())
+    rng = Path(path) / "rng.pt"
+    if rng.exists():
+        set_rng_state(torch.load(rng, weights_only=False))
+    return state
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])

@@ -1,0 +1,131 @@
+"""Find a config by name, compose it with Hydra, apply overrides, type it and validate it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from roll_ma.config.schema import RunConfig
+from roll_ma.config.typed import ConfigError, ConfigProblem, suggest, to_dataclass
+from roll_ma.config.validate import validate
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def config_dirs(config_path: str | None) -> list[Path]:
+    """Where configs are looked up: --config_path if given, else ./examples and the repo's examples."""
+    if config_path:
+        return [Path(config_path).expanduser().resolve()]
+    roots = [Path.cwd() / "examples", REPO_ROOT / "examples"]
+    seen, dirs = set(), []
+    for root in roots:
+        if root.is_dir() and root.resolve() not in seen:
+            seen.add(root.resolve())
+            dirs.extend(sorted({p.parent for p in root.rglob("*.yaml")}))
+    return dirs
+
+
+def available_configs(config_path: str | None = None) -> dict[str, Path]:
+    """Config name -> yaml file, over all config directories."""
+    found: dict[str, Path] = {}
+    for d in config_dirs(config_path):
+        for p in sorted(d.glob("*.yaml")):
+            found.setdefault(p.stem, p)
+    return found
+
+
+def find_config(name: str, config_path: str | None = None) -> Path:
+    name = name.removesuffix(".yaml")
+    if config_path and not Path(config_path).expanduser().is_dir():
+        raise ConfigError([ConfigProblem("--config_path", f"{config_path} is not a directory")])
+    configs = available_configs(config_path)
+    if name not in configs:
+        listing = ", ".join(sorted(configs)) or "none"
+        raise ConfigError([ConfigProblem("--config_name", f"no config named {name!r}{suggest(name, configs)}; "
+                                         f"available: {listing}")])
+    return configs[name]
+
+
+def mars_flags_to_overrides(num_agents: int | None, lora_rank: int | None, lora_alpha: float | None) -> list[str]:
+    """MARS-style launcher flags as ordinary overrides (num_agents is applied after composition)."""
+    out = []
+    if lora_rank is not None:
+        out.append(f"lora.rank={lora_rank}")
+    if lora_alpha is not None:
+        out.append(f"lora.alpha={lora_alpha}")
+    return out
+
+
+def compose_raw(name: str, config_path: str | None, overrides: list[str]) -> dict[str, Any]:
+    """Hydra-compose the yaml with overrides into a plain dict (interpolations resolved)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    path = find_config(name, config_path)
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise ConfigError([ConfigProblem(o, "override must look like key=value") for o in bad])
+    try:
+        with initialize_config_dir(config_dir=str(path.parent), version_base=None):
+            base = compose(config_name=path.stem)
+            # a key the yaml lacks is added ('+key') so that validation can name it with a did-you-mean,
+            # together with every other problem, instead of Hydra stopping at the first one
+            overrides = [_addable(o, base) for o in overrides]
+            cfg = compose(config_name=path.stem, overrides=list(overrides))
+        raw = OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as err:
+        msg = str(err).splitlines()[0]
+        raise ConfigError([ConfigProblem("overrides", f"{msg} (append-only keys need '+key=value')")]) from None
+    assert isinstance(raw, dict)
+    raw.pop("hydra", None)
+    raw.setdefault("name", path.stem)
+    return raw
+
+
+def _addable(override: str, base: Any) -> str:
+    from omegaconf import OmegaConf
+
+    key = override.split("=", 1)[0]
+    if key.startswith(("+", "~")):
+        return override
+    try:
+        exists = OmegaConf.select(base, key, throw_on_missing=False, default="__missing__") != "__missing__"
+    except Exception:  # a key path that does not even parse is left to Hydra's own error
+        return override
+    return override if exists else "+" + override
+
+
+def apply_num_agents(raw: dict[str, Any], num_agents: int) -> None:
+    """--num_agents N: N agents agent_0..agent_{N-1}, each with its own adapter, settings of the first."""
+    if num_agents < 1:
+        raise ConfigError([ConfigProblem("--num_agents", f"must be >= 1, got {num_agents}")])
+    agents = raw.get("agents") or [{}]
+    if len(agents) == num_agents:
+        return
+    template = {k: v for k, v in dict(agents[0]).items() if k not in ("name", "adapter", "kind")}
+    raw["agents"] = [{**template, "name": f"agent_{i}"} for i in range(num_agents)]
+    raw.setdefault("env", {})["seats"] = None
+
+
+def load_config(
+    name: str,
+    config_path: str | None = None,
+    overrides: list[str] | None = None,
+    num_agents: int | None = None,
+    check_env: bool = True,
+) -> RunConfig:
+    """Compose, type and validate; raises ConfigError listing every problem."""
+    raw = compose_raw(name, config_path, list(overrides or []))
+    if num_agents is not None:
+        apply_num_agents(raw, num_agents)
+    cfg, problems = to_dataclass(RunConfig, raw)
+    try:
+        problems += validate(cfg, check_env=check_env)
+    except (TypeError, ValueError, AttributeError, KeyError):
+        if not problems:  # a type problem already explains why the semantic checks could not run
+            raise
+    if problems:
+        raise ConfigError(problems)
+    return cfg

@@ -1,0 +1,239 @@
+"""Typed config of a roll_ma run.
+
+Every field is documented with ``help`` in its metadata; ``min``/``max`` give the allowed
+range. ``roll_ma.config.loading`` turns a Hydra-composed yaml into these dataclasses and
+``roll_ma.config.validate`` checks them before any Ray actor starts. Workers receive only
+the pieces they need (``ModelConfig``, ``TrainConfig``, ...), never the whole tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+def _f(default: Any = None, help: str = "", factory: Any = None, **limits: Any) -> Any:
+    meta = {"help": help, **limits}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class ModelConfig:
+    """The shared base model every agent's adapter sits on."""
+
+    path: str = _f("builtin:tiny", "local directory or hub name (e.g. Qwen/Qwen2.5-1.5B-Instruct); "
+                   "'builtin:tiny' is the model shipped with roll_ma")
+    tokenizer_path: str | None = _f(None, "tokenizer location if it differs from path")
+    dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "weights and compute dtype")
+    trust_remote_code: bool = _f(False, "passed to transformers' from_pretrained")
+    max_prompt_tokens: int = _f(512, "prompts longer than this are cut from the left (system message kept)", min=8)
+    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass to save memory")
+    attn_implementation: str | None = _f(None, "transformers attention implementation (sdpa, eager, ...)")
+
+
+@dataclass
+class LoraConfig:
+    """LoRA settings; the top-level block is the default, an agent may override each field."""
+
+    rank: int = _f(8, "LoRA rank r", min=1, max=1024)
+    alpha: float = _f(16.0, "LoRA scaling alpha (scale = alpha / rank)", min=0)
+    dropout: float = _f(0.0, "dropout on the LoRA input", min=0.0, max=1.0)
+    target_modules: list[str] = _f(help="module names that get an adapter", factory=lambda: list(ALL_LINEAR))
+
+
+@dataclass
+class AgentLoraOverride:
+    rank: int | None = _f(None, "this agent's LoRA rank (default: lora.rank)", min=1, max=1024)
+    alpha: float | None = _f(None, "this agent's LoRA alpha (default: lora.alpha)", min=0)
+    dropout: float | None = _f(None, "this agent's LoRA dropout (default: lora.dropout)", min=0.0, max=1.0)
+    target_modules: list[str] | None = _f(None, "this agent's target modules (default: lora.target_modules)")
+
+
+@dataclass
+class AgentConfig:
+    """One agent: a name, the adapter it trains, and how it trains."""
+
+    name: str = _f("agent", "unique agent name, used in metrics (agent/<name>/...) and in env.seats")
+    adapter: str | None = _f(None, "adapter this agent uses; agents naming the same adapter share it "
+                             "(default: the agent's name)")
+    lora: AgentLoraOverride = _f(help="per-agent LoRA overrides", factory=AgentLoraOverride)
+    frozen: bool = _f(False, "never update this agent (a fixed opponent or critic)")
+    update_every: int = _f(1, "update this agent only every k steps", min=1)
+    lr: float | None = _f(None, "this agent's learning rate (default: train.lr)", min=0.0)
+    system_prompt: str | None = _f(None, "system prompt of this agent (default: the env's prompt for its role)")
+    kind: str | None = _f(None, "role kind in role-based envs (math: solver, critic, refiner); default: the name")
+    init_adapter: str | None = _f(None, "directory of a PEFT adapter to start this agent from")
+
+    @property
+    def adapter_name(self) -> str:
+        return self.adapter or self.name
+
+
+@dataclass
+class DataConfig:
+    """Where math problems come from."""
+
+    source: str = _f("synthetic", "'synthetic' (built-in arithmetic) or a local .parquet/.jsonl/.json file")
+    preset: Literal["auto", "deepscaler", "gsm8k", "math500", "custom"] = _f(
+        "auto", "column mapping preset for files")
+    problem_key: str | None = _f(None, "problem column (preset custom)")
+    answer_key: str | None = _f(None, "answer column (preset custom)")
+    difficulty: int = _f(2, "synthetic difficulty level", min=1, max=5)
+    num_problems: int = _f(20000, "synthetic training problems", min=1)
+    eval_source: str | None = _f(None, "eval file (default: a held-out synthetic split)")
+    num_eval_problems: int = _f(200, "evaluation problems", min=1)
+
+
+@dataclass
+class EnvConfig:
+    """The environment: which env, who sits where, how many episodes per step."""
+
+    name: str = _f("math_selfplay", "registered env name or import path 'pkg.module:Class'")
+    kwargs: dict[str, Any] = _f(help="env-specific settings, passed to the env constructor", factory=dict)
+    seats: list[str] | None = _f(None, "agent name per seat / role (games: 'random' or 'scripted' for a "
+                                 "built-in opponent); default: agents in order, or one agent in every seat")
+    num_workers: int = _f(1, "env worker actors", min=1)
+    groups_per_step: int = _f(8, "episode groups per step (problems / seeds)", min=1)
+    group_size: int = _f(4, "episodes per group (GRPO samples per problem / seed)", min=1)
+    max_turns: int = _f(64, "safety cap on turns per episode", min=1)
+    data: DataConfig = _f(help="math problems", factory=DataConfig)
+    eval_episodes: int = _f(64, "episodes per evaluation (games) ", min=1)
+    eval_opponent: str = _f("random", "built-in opponent for game evaluation: random or scripted")
+
+
+@dataclass
+class RolloutConfig:
+    """Generation: backend, sampling, engine settings."""
+
+    backend: Literal["hf", "vllm"] = _f("hf", "hf (transformers + PEFT) or vllm (one engine, all adapters)")
+    num_workers: int = _f(1, "rollout worker actors; requests are spread across them", min=1)
+    temperature: float = _f(1.0, "sampling temperature", min=0.0)
+    top_p: float = _f(1.0, "nucleus sampling", min=0.0, max=1.0)
+    max_new_tokens: int = _f(32, "cap on generated tokens per turn", min=1)
+    stop: list[str] = _f(help="stop strings", factory=list)
+    micro_batch_size: int = _f(64, "hf: rows per generate call", min=1)
+    gpu_memory_utilization: float = _f(0.4, "vllm: fraction of GPU memory for weights + KV cache",
+                                       min=0.01, max=1.0)
+    enforce_eager: bool = _f(False, "vllm: skip CUDA graphs (faster start, slower decode)")
+    sleep_level: int = _f(1, "vllm: sleep level while training when colocated (0 = never sleep)", min=0, max=1)
+    max_num_seqs: int = _f(256, "vllm: max concurrent sequences", min=1)
+    engine_kwargs: dict[str, Any] = _f(help="extra keyword arguments for vllm.LLM", factory=dict)
+
+
+@dataclass
+class TrainConfig:
+    """Policy update: strategy, optimizer, batch shapes."""
+
+    strategy: Literal["multi_agent_deepspeed", "deepspeed_train"] = _f(
+        "multi_agent_deepspeed", "multi_agent_deepspeed (one adapter per agent) or deepspeed_train (one policy)")
+    num_workers: int = _f(1, "data-parallel train ranks", min=1)
+    zero_stage: int = _f(0, "DeepSpeed ZeRO stage (0, 1, 2)", min=0, max=3)
+    lr: float = _f(5e-4, "learning rate", min=0.0)
+    weight_decay: float = _f(0.0, "AdamW weight decay", min=0.0)
+    betas: list[float] = _f(help="AdamW betas", factory=lambda: [0.9, 0.999])
+    eps: float = _f(1e-8, "AdamW eps", min=0.0)
+    lr_schedule: Literal["constant", "linear", "cosine"] = _f("constant", "learning-rate schedule after warmup")
+    warmup_steps: int = _f(0, "optimizer steps of linear warmup", min=0)
+    micro_batch_size: int = _f(16, "rows per forward/backward", min=1)
+    mini_batch_size: int | None = _f(None, "rows per optimizer step per agent (default: all its rows)", min=1)
+    ppo_epochs: int = _f(1, "passes over each step's rows", min=1)
+    grad_clip: float = _f(1.0, "max gradient norm (0 disables)", min=0.0)
+    full_finetune: bool = _f(False, "deepspeed_train only: train all base weights instead of one adapter")
+
+
+@dataclass
+class ReferenceConfig:
+    """Where reference log-probs (the KL anchor) come from."""
+
+    mode: Literal["train_worker", "worker", "none"] = _f(
+        "train_worker", "train_worker: adapters disabled on the train worker (no second copy); "
+        "worker: a reference worker holding the base; none: no reference (kl_coef must be 0)")
+    num_workers: int = _f(1, "reference worker actors (mode worker)", min=1)
+
+
+@dataclass
+class AlgorithmConfig:
+    """Advantages and losses."""
+
+    advantage: Literal["grpo", "reinforce_pp"] = _f("grpo", "grpo: normalise within (group, agent); "
+                                                     "reinforce_pp: baseline per agent, normalised per agent")
+    gamma: float = _f(1.0, "discount of turn rewards back through an agent's earlier turns", min=0.0, max=1.0)
+    norm_std: bool = _f(True, "divide advantages by the std (GRPO) / per-agent std (REINFORCE++)")
+    clip_ratio_low: float = _f(0.2, "PPO clip epsilon below 1", min=0.0)
+    clip_ratio_high: float = _f(0.2, "PPO clip epsilon above 1", min=0.0)
+    kl_coef: float = _f(0.0, "weight of the KL to the reference", min=0.0)
+    kl_estimator: Literal["k1", "k3"] = _f("k3", "KL estimator")
+    kl_mode: Literal["loss", "reward"] = _f("loss", "KL as a loss term or as a reward penalty")
+    entropy_coef: float = _f(0.0, "entropy bonus weight", min=0.0)
+    loss_agg: Literal["token_mean", "seq_mean"] = _f("token_mean", "how token losses are averaged")
+
+
+@dataclass
+class TrainerConfig:
+    """The loop: steps, output, checkpoints, evaluation, resume."""
+
+    max_steps: int = _f(100, "training steps", min=0)
+    output_dir: str = _f("outputs/run", "metrics.jsonl, checkpoints, logs and plots go here")
+    save_every: int = _f(0, "checkpoint every k steps (0: only at the end)", min=0)
+    keep_last: int = _f(2, "checkpoints kept", min=1)
+    eval_every: int = _f(0, "evaluate every k steps (0: never; the first and last evaluation always run "
+                         "when > 0)", min=0)
+    resume: Literal["auto", "never"] = _f("auto", "auto: continue from the newest complete checkpoint")
+    log_every: int = _f(1, "console summary every k steps", min=1)
+    progress_bars: bool = _f(True, "tqdm progress bars")
+
+
+@dataclass
+class TrackingConfig:
+    """Metric sinks (metrics.jsonl is always written)."""
+
+    tensorboard: bool = _f(False, "write tensorboard event files under output_dir/tensorboard")
+    wandb: bool = _f(False, "log to Weights & Biases (offline unless WANDB_API_KEY is set)")
+    project: str = _f("roll_ma", "wandb project")
+    run_name: str | None = _f(None, "wandb run name (default: config name)")
+
+
+@dataclass
+class ResourcesConfig:
+    """Where roles run: GPUs per role (indices into the cluster's GPUs), Ray address."""
+
+    num_gpus: int = _f(0, "GPUs the run uses (0: CPU only)", min=0)
+    ray_address: str | None = _f(None, "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
+    device_mapping: dict[str, list[int]] = _f(
+        help="GPU indices per role: rollout, train, reference (roles sharing a GPU are colocated)", factory=dict)
+    num_cpus_per_worker: float = _f(0.1, "CPUs Ray reserves per actor", min=0.0)
+
+
+@dataclass
+class RunConfig:
+    """A whole roll_ma run."""
+
+    name: str = _f("run", "experiment name")
+    seed: int = _f(0, "seed of everything (envs, sampling, init, data order)")
+    model: ModelConfig = _f(help="base model", factory=ModelConfig)
+    lora: LoraConfig = _f(help="default LoRA settings", factory=LoraConfig)
+    agents: list[AgentConfig] = _f(help="the agents, each with its adapter",
+                                   factory=lambda: [AgentConfig(name="agent")])
+    env: EnvConfig = _f(help="environment", factory=EnvConfig)
+    rollout: RolloutConfig = _f(help="generation", factory=RolloutConfig)
+    train: TrainConfig = _f(help="policy update", factory=TrainConfig)
+    reference: ReferenceConfig = _f(help="reference log-probs", factory=ReferenceConfig)
+    algorithm: AlgorithmConfig = _f(help="advantages and losses", factory=AlgorithmConfig)
+    trainer: TrainerConfig = _f(help="loop, checkpoints, evaluation", factory=TrainerConfig)
+    tracking: TrackingConfig = _f(help="metric sinks", factory=TrackingConfig)
+    resources: ResourcesConfig = _f(help="GPUs and Ray", factory=ResourcesConfig)
+
+    def agent_lora(self, agent: AgentConfig) -> LoraConfig:
+        """The LoRA settings of one agent: its overrides on top of the default block."""
+        o = agent.lora
+        return LoraConfig(
+            rank=o.rank if o.rank is not None else self.lora.rank,
+            alpha=o.alpha if o.alpha is not None else self.lora.alpha,
+            dropout=o.dropout if o.dropout is not None else self.lora.dropout,
+            target_modules=list(o.target_modules if o.target_modules is not None else self.lora.target_modules),
+        )

@@ -1,0 +1,45 @@
+"""Start a local Ray (sized to the machine, no dashboard) or join a cluster."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+# Variables every actor process needs; set before any library reads them.
+WORKER_ENV = {
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_AUTH_MODE": "disabled",
+    "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+    "PYTHONUNBUFFERED": "1",
+    # per-load progress bars and info logs of every actor would bury the step summaries
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+}
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None, env_vars: dict[str, str] | None = None) -> dict:
+    """Join ``address`` (or ``RAY_ADDRESS``) if given, else start a local Ray; returns the cluster resources."""
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    env = {**WORKER_ENV, **(env_vars or {})}
+    address = address or os.environ.get("RAY_ADDRESS")
+    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "logging_level": logging.WARNING,
+                              "log_to_driver": True}
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        # Actors ask for fractions of a CPU, so a 2-core laptop still fits every role.
+        ray.init(num_cpus=num_cpus or max(2, os.cpu_count() or 2), include_dashboard=False, **kwargs)
+    return ray.cluster_resources()
+
+
+def shutdown_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()

@@ -1,0 +1,201 @@
+"""Shared episode mechanics of every OpenSpiel game env.
+
+A subclass names the game and renders it as text (rules, observation, action labels) and
+gives a scripted policy; this class does the rest: chance nodes (sampled with the episode
+rng), seats -> agents, parsing with the format penalty and fallback, turn-level rewards
+(each step's reward is the change of each player's `state.returns()`), and metrics.
+"""
+
+from __future__ import annotations
+
+import random
+
+from roll_ma.envs.base import MultiAgentEnv, StepResult, Turn, check_seat_agents
+from roll_ma.envs.parsing import ActionParser, check_fallback, fallback_rng
+
+
+class OpenSpielEnv(MultiAgentEnv):
+    """Base class of the OpenSpiel game envs (turn-based, sequential games only).
+
+    Args:
+        seat_agents: Agent name per seat ("random" / "scripted" for built-in opponents).
+        system_prompts: Optional system prompt per agent name, replacing the rules prompt.
+        fallback: "random" (apply a random legal action, reproducible from the episode seed
+            and turn) or "end" (end the episode) when an output does not parse. Either way
+            `info["fallback"]` is True and `info["format_error_kind"]` says "no_answer" or
+            "illegal_action".
+        format_penalty: Added to the offender's reward on a format error.
+        answer_tags, answer_pattern, answer_template: Answer format, see `ActionParser`.
+    """
+
+    game_name: str = ""
+
+    def __init__(
+        self,
+        *,
+        seat_agents: list[str] | None = None,
+        system_prompts: dict[str, str] | None = None,
+        fallback: str = "random",
+        format_penalty: float = -1.0,
+        answer_tags: tuple[str, str] | list[str] = ("<answer>", "</answer>"),
+        answer_pattern: str | None = None,
+        answer_template: str | None = None,
+    ):
+        import pyspiel  # why: imported here so `roll_ma.envs` loads without OpenSpiel
+
+        self.game = pyspiel.load_game(self.game_name, self.game_params())
+        if self.game.get_type().dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
+            raise ValueError(f"{self.game_name} is not a turn-based game")
+        self.num_players = self.game.num_players()
+        self.seat_agents = check_seat_agents(seat_agents, self.num_players, self.game_name)
+        self.system_prompts = dict(system_prompts or {})
+        self.fallback = check_fallback(fallback)
+        self.format_penalty = float(format_penalty)
+        self.parser = ActionParser(answer_tags, answer_pattern, answer_template)
+        self.min_utility = self.game.min_utility()
+        self.max_utility = self.game.max_utility()
+        self._state = None
+        self._rules_text: str | None = None
+
+    # ---- hooks for subclasses -------------------------------------------------------
+    def game_params(self) -> dict:
+        """Parameters passed to `pyspiel.load_game`."""
+        return {}
+
+    def rules_prompt(self) -> str:
+        """Default system prompt: a short rules summary and the answer format."""
+        return f"You play {self.game_name}. Answer with {self.parser.wrap('ACTION')}."
+
+    def render_observation(self, state, player: int) -> str:
+        """What `player` sees, as text."""
+        return state.observation_string(player)
+
+    def action_label(self, state, player: int, action: int) -> str:
+        """The string shown to (and expected from) the model for `action`."""
+        return state.action_to_string(player, action)
+
+    def scripted_action(self, state, player: int, rng: random.Random) -> int:
+        """The action id a simple heuristic picks; default: uniformly random."""
+        return rng.choice(state.legal_actions())
+
+    def extra_metrics(self, state) -> dict[str, float]:
+        """Game-specific episode metrics."""
+        return {}
+
+    # ---- the protocol ---------------------------------------------------------------
+    def reset(self, seed: int) -> Turn:
+        self._seed = int(seed)
+        self._rng = random.Random(self._seed)
+        self._state = self.game.new_initial_state()
+        self._turn_index = 0
+        self._returns = [0.0] * self.num_players
+        self._format_errors = [0] * self.num_players
+        self._fallbacks = 0
+        self._ended_by_format_error = False
+        self._done = False
+        self.history: list[tuple[int, str]] = []  # (player, applied action label)
+        self._resolve_chance()
+        return self._make_turn()
+
+    def step(self, action_text: str) -> StepResult:
+        if self._state is None or self._done:
+            raise RuntimeError("step() called on a finished episode; call reset(seed) first")
+        state = self._state
+        player = state.current_player()
+        labels = list(self._legal)
+        parsed = self.parser.parse(action_text, labels)
+        format_error = parsed.error is not None
+        action, used_fallback = parsed.action, False
+        if format_error:
+            self._format_errors[player] += 1
+            used_fallback = True
+            self._fallbacks += 1
+            if self.fallback == "random":
+                action = fallback_rng(self._seed, self._turn_index).choice(labels)
+        before = state.returns()
+        if action is not None:
+            state.apply_action(self._legal[action])
+            self.history.append((player, action))
+            self._resolve_chance()
+        after = state.returns()
+        rewards = [float(a - b) for a, b in zip(after, before, strict=True)]
+        if format_error:
+            rewards[player] += self.format_penalty
+        for i, r in enumerate(rewards):
+            self._returns[i] += r
+        self._turn_index += 1
+        self._ended_by_format_error = format_error and action is None
+        self._done = state.is_terminal() or self._ended_by_format_error
+        info = {
+            "format_error": format_error,
+            "format_error_kind": parsed.error,
+            "action": action,
+            "fallback": used_fallback,
+            "answer_text": parsed.answer_text,
+            "player": player,
+        }
+        return StepResult(rewards, self._done, info, None if self._done else self._make_turn())
+
+    def episode_returns(self) -> list[float]:
+        return list(self._returns)
+
+    def episode_metrics(self) -> dict[str, float]:
+        game_returns = self._state.returns()
+        metrics = {
+            "turns": float(self._turn_index),
+            "format_errors": float(sum(self._format_errors)),
+            "fallbacks": float(self._fallbacks),
+            "ended_by_format_error": float(self._ended_by_format_error),
+            "finished": float(self._state.is_terminal()),
+        }
+        for i in range(self.num_players):
+            metrics[f"game_return_p{i}"] = float(game_returns[i])
+            metrics[f"format_errors_p{i}"] = float(self._format_errors[i])
+        metrics.update(self.extra_metrics(self._state))
+        return metrics
+
+    def builtin_action(self, policy: str, rng: random.Random) -> str:
+        state = self._state
+        player = state.current_player()
+        if policy == "random":
+            label = rng.choice(list(self._legal))
+        elif policy == "scripted":
+            label = self.action_label(state, player, self.scripted_action(state, player, rng))
+        else:
+            raise ValueError(f"Unknown built-in policy {policy!r}; use 'random' or 'scripted'")
+        return self.parser.wrap(label)
+
+    # ---- helpers ----------------------------------------------------------------------
+    @property
+    def state(self):
+        """The current OpenSpiel state (read it, do not change it)."""
+        return self._state
+
+    @property
+    def current_action_ids(self) -> dict[str, int]:
+        """Legal action label -> OpenSpiel action id for the current turn."""
+        return dict(self._legal)
+
+    def _resolve_chance(self) -> None:
+        state = self._state
+        while state.is_chance_node():
+            outcomes = state.chance_outcomes()
+            ids = [a for a, _ in outcomes]
+            probs = [p for _, p in outcomes]
+            state.apply_action(self._rng.choices(ids, probs)[0])
+
+    def _make_turn(self) -> Turn:
+        state = self._state
+        player = state.current_player()
+        self._legal = {self.action_label(state, player, a): a for a in state.legal_actions()}
+        assert len(self._legal) == len(state.legal_actions()), "action labels must be unique"
+        agent = self.seat_agents[player]
+        system = self.system_prompts.get(agent)
+        if system is None:
+            if self._rules_text is None:  # why: fixed per env; built once
+                self._rules_text = self.rules_prompt()
+            system = self._rules_text
+        legal = list(self._legal)
+        user = self.render_observation(state, player) + "\nLegal actions: " + ", ".join(legal)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return Turn(player=player, agent=agent, messages=messages, legal_actions=legal)

@@ -1,0 +1,1 @@
+"""Base model and tokenizer loading, tiny models, per-agent LoRA adapters."""

@@ -1,0 +1,51 @@
+"""Load the base model and tokenizer from a local path, a hub name, or the built-in tiny model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from roll_ma.config.schema import ModelConfig
+
+BUILTIN_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny_model"
+
+
+def resolve_model_path(path: str) -> str:
+    """'builtin:tiny' -> the shipped model directory; anything else as given (a dir or a hub name)."""
+    if path == "builtin:tiny":
+        if not (BUILTIN_DIR / "config.json").exists():
+            raise FileNotFoundError(
+                f"the built-in tiny model is missing at {BUILTIN_DIR}; rebuild it with "
+                "`python scripts/build_tiny_model.py`")
+        return str(BUILTIN_DIR)
+    return str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def load_tokenizer(cfg: ModelConfig):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(cfg.tokenizer_path or cfg.path),
+                                        trust_remote_code=cfg.trust_remote_code)
+    if tok.pad_token_id is None:  # Qwen tokenizers have one; others often do not
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_base_model(cfg: ModelConfig, device: str = "cpu"):
+    """The base causal LM in cfg.dtype on ``device``, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"dtype": torch_dtype(cfg.dtype), "trust_remote_code": cfg.trust_remote_code}
+    if cfg.attn_implementation:
+        kwargs["attn_implementation"] = cfg.attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(cfg.path), **kwargs)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    return model.to(device).eval()

@@ -1,0 +1,51 @@
+"""Per-token log-probs of the response part of (prompt + response) sequences.
+
+Shared by the train worker (old and reference log-probs, the loss) and the hf rollout
+backend (scoring), so that both compute the same numbers the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from roll_ma.packing import position_ids_from_mask
+
+
+def token_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[target] without materialising the full (B, R, V) log-softmax twice."""
+    logits = logits.float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    logits = logits.float()
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def response_log_probs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_len: int,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    **forward_kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, R) log pi(response token | prefix) and optionally (B, R) entropy.
+
+    input_ids: (B, T) prompt left-padded + response right-padded; the response is the last
+    ``response_len`` columns. Logits at t predict token t+1, hence the shift by one.
+    """
+    position_ids = position_ids_from_mask(attention_mask)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                use_cache=False, **forward_kwargs)
+    logits = out.logits[:, -response_len - 1 : -1, :]  # (B, R, V) predicts the response tokens
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = input_ids[:, -response_len:]  # (B, R)
+    log_probs = token_log_probs(logits, targets)
+    entropy = entropy_from_logits(logits) if with_entropy else None
+    return log_probs, entropy

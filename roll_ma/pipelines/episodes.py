@@ -1,0 +1,99 @@
+"""Which episodes each step plays: GRPO groups of seeds (games) or problems (math), and eval sets.
+
+Everything is derived from (seed, step) or from the dataset cursor, so a resumed run plays
+exactly the episodes the uninterrupted run would have played.
+"""
+
+from __future__ import annotations
+
+import inspect
+import zlib
+from typing import Any
+
+from roll_ma.config.schema import EnvConfig
+from roll_ma.workers.env_worker import EpisodeSpec
+
+
+def _seed(*parts: Any) -> int:
+    return zlib.crc32("/".join(map(str, parts)).encode()) & 0x7FFFFFFF
+
+
+def env_uses_problems(env_name: str) -> bool:
+    from roll_ma.envs.registry import resolve_env_class
+
+    return "problem" in inspect.signature(resolve_env_class(env_name).reset).parameters
+
+
+class EpisodePlanner:
+    """Plans training groups per step and the fixed evaluation set."""
+
+    def __init__(self, env_cfg: EnvConfig, seed: int):
+        self.cfg, self.seed = env_cfg, seed
+        self.uses_problems = env_uses_problems(env_cfg.name)
+        self.train_data = self.eval_problems = None
+        if self.uses_problems:
+            self._load_data()
+
+    def _load_data(self) -> None:
+        from roll_ma.data import MathDataset, generate_arithmetic, load_math_records
+
+        data = self.cfg.data
+        n_eval = data.num_eval_problems
+        if data.eval_source:
+            self.eval_problems = load_math_records(data.eval_source, **self._file_kwargs())[:n_eval]
+        if data.source == "synthetic":
+            level = self.cfg.kwargs.get("synthetic_level", data.difficulty)
+            pool = generate_arithmetic(data.num_problems + n_eval * 4, level=level, seed=self.seed)
+            if self.eval_problems is None:
+                # held-out problems: never seen in training (the synthetic space is small enough to collide)
+                self.eval_problems = list({p["problem"]: p for p in pool[:n_eval * 4]}.values())[:n_eval]
+            held = {p["problem"] for p in self.eval_problems}
+            train = [p for p in pool if p["problem"] not in held][: data.num_problems]
+            self.train_data = MathDataset(train, seed=self.seed)
+        else:
+            records = load_math_records(data.source, **self._file_kwargs())
+            self.train_data = MathDataset(records, seed=self.seed)
+            if self.eval_problems is None:
+                self.eval_problems = records[:n_eval]
+
+    def _file_kwargs(self) -> dict[str, Any]:
+        data = self.cfg.data
+        kwargs: dict[str, Any] = {}
+        if data.preset not in ("auto", "custom"):
+            kwargs["preset"] = data.preset
+        if data.problem_key:
+            kwargs["problem_key"] = data.problem_key
+        if data.answer_key:
+            kwargs["answer_key"] = data.answer_key
+        return kwargs
+
+    def train_assignments(self, step: int, num_workers: int) -> list[list[EpisodeSpec]]:
+        """groups_per_step groups of group_size episodes, split evenly over the env workers."""
+        groups = []
+        problems = self.train_data.next_batch(self.cfg.groups_per_step) if self.uses_problems else None
+        for g in range(self.cfg.groups_per_step):
+            group_id = f"s{step}-g{g}"
+            env_seed = _seed(self.seed, "train", step, g)
+            groups.append([
+                EpisodeSpec(f"{group_id}-e{k}", group_id, env_seed, problems[g] if problems else None)
+                for k in range(self.cfg.group_size)
+            ])
+        per_worker = len(groups) // num_workers
+        return [sum(groups[w * per_worker:(w + 1) * per_worker], []) for w in range(num_workers)]
+
+    def eval_assignments(self, num_workers: int, tag: str = "eval") -> list[list[EpisodeSpec]]:
+        """The fixed evaluation episodes (one per problem, or eval_episodes seeds), round-robin over workers."""
+        if self.uses_problems:
+            specs = [EpisodeSpec(f"{tag}-{i}", f"{tag}-{i}", _seed(self.seed, "eval", i), p)
+                     for i, p in enumerate(self.eval_problems)]
+        else:
+            specs = [EpisodeSpec(f"{tag}-{i}", f"{tag}-{i}", _seed(self.seed, "eval", i))
+                     for i in range(self.cfg.eval_episodes)]
+        return [specs[w::num_workers] for w in range(num_workers)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"data": self.train_data.state_dict() if self.train_data is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.train_data is not None and state.get("data") is not None:
+            self.train_data.load_state_dict(state["data"])

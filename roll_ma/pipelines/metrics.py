@@ -1,0 +1,90 @@
+"""Per-step metrics from a batch of turns and its episode summaries."""
+
+from __future__ import annotations
+
+import resource
+import sys
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from roll_ma.protocol import DataProto
+
+
+def _masked_mean(values: Any, mask: Any) -> float:
+    denom = float(mask.sum())
+    return float((values * mask).sum()) / denom if denom > 0 else 0.0
+
+
+def rollout_metrics(batch: DataProto, episodes: list[dict], agent_names: list[str],
+                    expected_versions: dict[int, int]) -> dict[str, float]:
+    """agent/<name>/{reward, turns, response_len, format_error_rate, adapter_version, stale_rows}, rollout/..."""
+    out: dict[str, float] = {"rollout/episodes": float(len(episodes)), "rollout/turns": float(len(batch))}
+    if episodes:
+        out["rollout/episode_turns"] = float(np.mean([e["turns"] for e in episodes]))
+        out["rollout/truncated_episodes"] = float(sum(e["truncated"] for e in episodes))
+        returns = np.array([e["returns"] for e in episodes if len(e["returns"]) == len(episodes[0]["returns"])])
+        for seat, value in enumerate(returns.mean(axis=0) if len(returns) else []):
+            out[f"rollout/return_seat{seat}"] = float(value)
+    if len(batch) == 0:
+        return out
+    scores = batch.batch["scores"].numpy()
+    lengths = batch.batch["response_mask"].sum(-1).numpy()
+    agent_ids = batch.non_tensor["agent_id"].astype(int)
+    versions = batch.non_tensor["adapter_version"].astype(int)
+    errors = batch.non_tensor["format_error"].astype(bool)
+    stale_total = 0
+    for aid, name in enumerate(agent_names):
+        rows = agent_ids == aid
+        if not rows.any():
+            continue
+        p = f"agent/{name}/"
+        stale = int((versions[rows] != expected_versions.get(aid, -1)).sum())
+        stale_total += stale
+        out.update({
+            p + "reward": float(scores[rows].mean()), p + "turns": float(rows.sum()),
+            p + "response_len": float(lengths[rows].mean()), p + "format_error_rate": float(errors[rows].mean()),
+            p + "adapter_version": float(versions[rows].max()), p + "stale_rows": float(stale),
+        })
+    out["rollout/stale_rows"] = float(stale_total)
+    out["rollout/prompt_truncated"] = float(batch.non_tensor["prompt_truncated"].astype(bool).sum())
+    out["rollout/response_tokens"] = float(lengths.sum())
+    return out
+
+
+def logprob_gap_metrics(batch: DataProto, agent_names: list[str]) -> dict[str, float]:
+    """Trainer-vs-rollout log-prob gap per agent: ~0 when the rollout used the trainer's adapters."""
+    gap = (batch.batch["old_log_probs"] - batch.batch["rollout_log_probs"]).abs()
+    mask = batch.batch["response_mask"]
+    agent_ids = batch.non_tensor["agent_id"].astype(int)
+    out = {}
+    for aid, name in enumerate(agent_names):
+        rows = agent_ids == aid
+        if rows.any():
+            out[f"agent/{name}/logprob_gap"] = _masked_mean(gap[rows], mask[rows])
+            out[f"agent/{name}/logprob_gap_max"] = float((gap[rows] * mask[rows]).max())
+    return out
+
+
+def episode_env_metrics(episodes: list[dict], prefix: str) -> dict[str, float]:
+    """Means of the envs' own per-episode metrics (math correctness, game scores, ...)."""
+    sums: dict[str, list[float]] = defaultdict(list)
+    for e in episodes:
+        for k, v in e["metrics"].items():
+            if isinstance(v, (int, float)):
+                sums[k].append(float(v))
+    return {f"{prefix}/{k}": float(np.mean(v)) for k, v in sums.items()}
+
+
+def system_metrics() -> dict[str, float]:
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = {"system/driver_max_rss_gb": rss_kb / (1024**2 if sys.platform != "darwin" else 1024**3)}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            out["system/driver_gpu_mem_gb"] = torch.cuda.max_memory_allocated() / 1024**3
+    except ImportError:
+        pass
+    return out

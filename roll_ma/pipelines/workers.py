@@ -1,0 +1,64 @@
+"""Build the Ray clusters of one run: rollout, train, reference (optional) and env workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from roll_ma.config.schema import RunConfig
+from roll_ma.distributed.cluster import Cluster
+from roll_ma.distributed.resources import ResourceManager
+
+
+@dataclass
+class RunWorkers:
+    rollout: Cluster
+    train: Cluster
+    reference: Cluster | None
+    env: Cluster
+    resources: ResourceManager
+
+    @property
+    def ref_source(self) -> Cluster | None:
+        """Who computes reference log-probs: the reference workers, or the train workers (adapters off)."""
+        return self.reference if self.reference is not None else self.train
+
+    def colocated(self) -> bool:
+        return self.resources.colocated("rollout", "train")
+
+    def shutdown(self) -> None:
+        for c in (self.env, self.rollout, self.reference, self.train):
+            if c is not None:
+                c.shutdown()
+
+
+def worker_env(cfg: RunConfig) -> dict[str, str]:
+    env = {"TOKENIZERS_PARALLELISM": "false"}
+    if cfg.resources.num_gpus == 0:
+        env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks gloo on CPU only when told it has no GPU
+    return env
+
+
+def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
+    """Create every actor (models are loaded by init_model calls, which the pipeline makes)."""
+    from roll_ma.workers.env_worker import EnvWorker
+    from roll_ma.workers.reference_worker import ReferenceWorker
+    from roll_ma.workers.rollout_worker import RolloutWorker
+    from roll_ma.workers.train_worker import TrainWorker
+
+    ref_workers = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
+    resources = ResourceManager.from_config(
+        cfg.resources, {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers})
+    env = worker_env(cfg)
+    common: dict[str, Any] = {"model_cfg": cfg.model, "seed": cfg.seed}
+    train = Cluster("train", TrainWorker, cfg.train.num_workers, resources, env_vars=env, init_kwargs={
+        **common, "lora_cfg": cfg.lora, "agents": cfg.agents, "train_cfg": cfg.train, "algo_cfg": cfg.algorithm})
+    rollout = Cluster("rollout", RolloutWorker, cfg.rollout.num_workers, resources, env_vars=env, init_kwargs={
+        **common, "lora_cfg": cfg.lora, "agents": cfg.agents, "rollout_cfg": cfg.rollout})
+    reference = None
+    if ref_workers:
+        reference = Cluster("reference", ReferenceWorker, ref_workers, resources, env_vars=env, init_kwargs=common)
+    envs = Cluster("env", EnvWorker, cfg.env.num_workers, ResourceManager.cpu_only(), env_vars=env, init_kwargs={
+        "env_cfg": cfg.env, "model_cfg": cfg.model, "agents": cfg.agents, "seats": seats,
+        "rollout_cfg": cfg.rollout, "seed": cfg.seed})
+    return RunWorkers(rollout, train, reference, envs, resources)

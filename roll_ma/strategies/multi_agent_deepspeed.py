@@ -1,0 +1,253 @@
+"""multi_agent_deepspeed: one LoRA adapter per agent on one shared base, updated agent after agent.
+
+How it works:
+
+1. ``initialize`` loads the base, injects EVERY adapter (PEFT) and only then builds one
+   DeepSpeed engine per trainable adapter on the shared PeftModel (``PolicyUpdater``);
+   each engine's optimizer holds only that adapter's parameters.
+2. ``train_step`` partitions the batch by ``agent_id`` -> adapter and updates the adapters
+   one after another in config order, each only from its own rows (agents sharing an
+   adapter update it together). Frozen agents and agents whose ``update_every`` does not
+   divide the step are skipped; their adapters and optimizer states stay untouched.
+3. Data parallel: every rank receives the full batch and trains on its share of each
+   mini-batch; metrics are all-reduced, so every rank returns the same numbers.
+
+``DeepSpeedTrainStrategy`` (deepspeed_train) is this class with a single policy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from roll_ma.config.schema import AlgorithmConfig, ModelConfig, TrainConfig
+from roll_ma.models.adapters import AdapterSpec, AgentSpec
+from roll_ma.protocol import DataProto
+from roll_ma.strategies.ds_utils import barrier, setup_deepspeed, training_device
+from roll_ma.strategies.policy_updater import TRAIN_KEYS, PolicyUpdater
+from roll_ma.strategies.policy_weights import FullWeights, LoraWeights
+from roll_ma.strategies.scoring import check_columns, score_rows
+
+
+@dataclass(frozen=True)
+class PolicyPlan:
+    """A trainable unit: an adapter (or all weights) and the trainable agents whose rows train it."""
+
+    name: str
+    agent_ids: tuple[int, ...]
+    lr: float
+
+
+class MultiAgentDeepSpeedStrategy:
+    """Per-agent LoRA training with DeepSpeed: one engine and optimizer per trainable adapter.
+
+    Args:
+        model_cfg: the shared base model.
+        agents: every agent (index = ``agent_id``), from ``plan_adapters``.
+        adapters: every adapter the agents use (first-use order), from ``plan_adapters``.
+        train_cfg: optimizer, ZeRO stage, batch shapes.
+        algo_cfg: loss settings (PPO clip, KL, entropy, aggregation).
+        seed: seed of adapter init and mini-batch shuffling.
+        rank, world_size: this process in the data-parallel group of train workers.
+    """
+
+    def __init__(self, model_cfg: ModelConfig, agents: Sequence[AgentSpec], adapters: Sequence[AdapterSpec],
+                 train_cfg: TrainConfig, algo_cfg: AlgorithmConfig, seed: int = 0, rank: int = 0,
+                 world_size: int = 1):
+        self.model_cfg, self.train_cfg, self.algo_cfg = model_cfg, train_cfg, algo_cfg
+        self.agents, self.adapters = list(agents), list(adapters)
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.weights = self._make_weights()
+        self._check_config()
+        self.device = training_device()
+        self.model: Any = None
+        self.updaters: dict[str, PolicyUpdater] = {}
+        self.plans = self._plan_policies()
+
+    # ------------------------------------------------------------------ setup
+    def _make_weights(self) -> LoraWeights | FullWeights:
+        """What the policies are: here one LoRA adapter each (deepspeed_train may pick all weights)."""
+        if self.train_cfg.full_finetune:
+            raise ValueError("train.full_finetune needs train.strategy=deepspeed_train (one policy)")
+        return LoraWeights(self.model_cfg, self.adapters, self.seed)
+
+    def _check_config(self) -> None:
+        if self.train_cfg.zero_stage not in (0, 1, 2):
+            raise ValueError(f"train.zero_stage={self.train_cfg.zero_stage}: use 0, 1 or 2")
+        for i, agent in enumerate(self.agents):
+            if agent.agent_id != i:
+                raise ValueError(f"agents must be listed by agent_id; position {i} holds {agent.agent_id}")
+        names = {a.name for a in self.adapters}
+        missing = [a.name for a in self.agents if a.adapter not in names]
+        if self.weights.has_adapters and missing:
+            raise ValueError(f"agents {missing} use adapters that are not among {sorted(names)}")
+
+    def _plan_policies(self) -> list[PolicyPlan]:
+        """One policy per distinct policy of the trainable agents, in config (first-use) order."""
+        by_policy: dict[str, list[AgentSpec]] = {}
+        for agent in self.agents:
+            if not agent.frozen:
+                by_policy.setdefault(self.weights.policy_of(agent), []).append(agent)
+        return [PolicyPlan(name, tuple(a.agent_id for a in agents), self._policy_lr(agents))
+                for name, agents in by_policy.items()]
+
+    def _policy_lr(self, agents: Sequence[AgentSpec]) -> float:
+        lrs = {a.lr if a.lr is not None else self.train_cfg.lr for a in agents}
+        if len(lrs) > 1:
+            raise ValueError(f"agents {[a.name for a in agents]} train one policy but set different learning "
+                             f"rates {sorted(lrs)}; give them the same lr")
+        return lrs.pop()
+
+    def initialize(self, total_steps: int | None = None) -> None:
+        """Load the model (adapters injected first) and build one DeepSpeed engine per policy.
+
+        Args:
+            total_steps: horizon of the linear/cosine lr decay, in optimizer steps of each policy
+                (default: no decay within any practical run).
+        """
+        setup_deepspeed(self.rank, self.world_size)
+        torch.manual_seed(self.seed)
+        self.model = self.weights.build(self.device)
+        for index, plan in enumerate(self.plans):
+            self.updaters[plan.name] = PolicyUpdater(
+                plan.name, index, self.model, self.weights.params(plan.name),
+                lambda n=plan.name: self.weights.activate(n), plan.lr, self.train_cfg, self.algo_cfg,
+                self.seed, self.rank, self.world_size, self.device, total_steps)
+        self.weights.activate(None)
+
+    def _require_model(self) -> None:
+        if self.model is None:
+            raise RuntimeError("call initialize() first")
+
+    # ------------------------------------------------------------------ rows -> agents
+    def _agent_ids(self, data: DataProto) -> np.ndarray:
+        if "agent_id" not in data.non_tensor:
+            raise ValueError("the batch has no non_tensor 'agent_id' column; every row must name its agent")
+        ids = np.asarray([int(a) for a in data.non_tensor["agent_id"]], dtype=np.int64)
+        bad = sorted({int(a) for a in ids if not 0 <= a < len(self.agents)})
+        if bad:
+            raise ValueError(f"agent_id values {bad} are not agents; agent ids are 0..{len(self.agents) - 1}")
+        return ids
+
+    def _scoring_groups(self, agent_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Row positions per policy that scores them (frozen agents' adapters included)."""
+        names = np.asarray([self.weights.policy_of(self.agents[a]) for a in agent_ids], dtype=object)
+        return {name: np.nonzero(names == name)[0] for name in dict.fromkeys(names.tolist())}
+
+    # ------------------------------------------------------------------ scoring
+    def compute_log_probs(self, data: DataProto, adapters_enabled: bool = True, temperature: float = 1.0,
+                          with_entropy: bool = False) -> DataProto:
+        """(B, R) float32 ``old_log_probs`` (each row with its agent's adapter) or, with adapters disabled,
+        ``ref_log_probs`` from the base weights; plus ``entropy`` when asked. Eval mode, no grad."""
+        self._require_model()
+        key = "old_log_probs" if adapters_enabled else "ref_log_probs"
+        check_columns(data, ("input_ids", "attention_mask", "responses"), f"compute {key}")
+        n, resp_len = data.batch["responses"].shape
+        log_probs = torch.zeros(n, resp_len, dtype=torch.float32)  # (B, R)
+        entropy = torch.zeros(n, resp_len, dtype=torch.float32) if with_entropy else None  # (B, R)
+        self.model.eval()
+        self.weights.activate(None)
+        mbs = self.train_cfg.micro_batch_size
+        if adapters_enabled:
+            groups = self._scoring_groups(self._agent_ids(data)) if n else {}
+        else:
+            groups = {None: np.arange(n)}  # None: every adapter off
+        for name, idx in groups.items():
+            rows = data.select_idxs(idx)
+            with self.weights.scoring(name):
+                lp, ent = score_rows(self.model, rows, mbs, self.device, temperature, with_entropy)
+            log_probs[torch.from_numpy(idx)] = lp
+            if entropy is not None:
+                entropy[torch.from_numpy(idx)] = ent
+        tensors = {key: log_probs, **({"entropy": entropy} if entropy is not None else {})}
+        return DataProto.from_dict(tensors, meta_info=data.meta_info)
+
+    # ------------------------------------------------------------------ training
+    def train_step(self, data: DataProto) -> dict[str, float]:
+        """Update every due policy from its agents' rows; returns ``agent/<name>/<metric>`` of every agent."""
+        self._require_model()
+        step = int(data.meta_info.get("step", 0))
+        temperature = float(data.meta_info.get("temperature", 1.0))
+        check_columns(data, TRAIN_KEYS, "train_step")
+        kl_in_loss = self.algo_cfg.kl_coef > 0 and self.algo_cfg.kl_mode == "loss"
+        if kl_in_loss and "ref_log_probs" not in data.batch.keys():
+            raise ValueError("algorithm.kl_coef > 0 with kl_mode=loss needs ref_log_probs in the batch; "
+                             "compute them with the reference (compute_ref_log_probs) before train_step")
+        agent_ids = self._agent_ids(data) if len(data) else np.zeros(0, dtype=np.int64)
+        row_tokens = data.batch["response_mask"].float().sum(-1).numpy() if len(data) else np.zeros(0)
+        metrics: dict[str, float] = {}
+        for agent in self.agents:
+            mine = agent_ids == agent.agent_id
+            prefix = f"agent/{agent.name}/"
+            metrics[prefix + "rows"] = float(mine.sum())
+            metrics[prefix + "tokens"] = float(row_tokens[mine].sum())
+            metrics[prefix + "updated"] = 0.0
+
+        for plan in self.plans:
+            due = [a for a in plan.agent_ids if step % self.agents[a].update_every == 0]
+            idx = np.nonzero(np.isin(agent_ids, due))[0]
+            if len(idx) == 0:
+                continue
+            updater = self.updaters[plan.name]
+            result = updater.update(data.select_idxs(idx), agent_ids[idx], due, step, temperature)
+            for agent_id, agent_metrics in result.agent_metrics.items():
+                if not (agent_ids[idx] == agent_id).any():
+                    continue
+                prefix = f"agent/{self.agents[agent_id].name}/"
+                metrics.update({prefix + k: v for k, v in agent_metrics.items()})
+                metrics.update({prefix + "grad_norm": result.grad_norm, prefix + "lr": result.lr,
+                                prefix + "updated": float(result.optimizer_steps > 0)})
+        self.weights.activate(None)
+        return metrics
+
+    # ------------------------------------------------------------------ weights out
+    def adapter_tensors(self, adapters: list[str] | None = None) -> dict[str, dict[str, torch.Tensor]]:
+        """PEFT-format CPU tensors of the named adapters (default: all of them), for the rollout engine."""
+        self._require_model()
+        return self.weights.adapter_tensors(adapters)
+
+    def optimizer_state(self, policy: str) -> dict[str, Any]:
+        """CPU copies of one policy's Adam moments and step counts (for checks and tests)."""
+        if policy not in self.updaters:
+            known = sorted(self.updaters)
+            raise KeyError(f"{policy!r} has no optimizer (frozen or unknown); policies with one: {known}")
+        return self.updaters[policy].optimizer_state()
+
+    # ------------------------------------------------------------------ checkpoint
+    def save_checkpoint(self, ckpt_dir: str | os.PathLike) -> None:
+        """``adapters/<name>/`` PEFT dirs (rank 0) and ``optim/<policy>/rank<r>.pt`` optimizer states.
+
+        At ZeRO-0 the optimizer state is replicated and only rank 0 writes it; at ZeRO 1/2 every
+        rank writes its own shard. The frozen base weights are never written.
+        """
+        self._require_model()
+        root = Path(ckpt_dir)
+        if self.rank == 0:
+            self.weights.save(root)
+        for name, updater in self.updaters.items():
+            if updater.zero_stage > 0 or self.rank == 0:
+                path = root / "optim" / name / f"rank{self.rank}.pt"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                torch.save(updater.state_dict(), path)
+        barrier()
+
+    def load_checkpoint(self, ckpt_dir: str | os.PathLike) -> None:
+        """Restore what ``save_checkpoint`` wrote (same ZeRO stage and number of ranks)."""
+        self._require_model()
+        root = Path(ckpt_dir)
+        self.weights.load(root)
+        for name, updater in self.updaters.items():
+            ranks = range(self.world_size) if updater.zero_stage > 0 else [0]
+            files = [root / "optim" / name / f"rank{r}.pt" for r in ranks]
+            missing = [str(f) for f in files if not f.exists()]
+            if missing:
+                raise FileNotFoundError(f"checkpoint {root} lacks optimizer states {missing}")
+            updater.load_state_dict([torch.load(f, map_location="cpu", weights_only=False) for f in files])
+        self.weights.activate(None)
+        barrier()

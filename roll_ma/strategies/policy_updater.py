@@ -1,0 +1,257 @@
+"""One policy's optimizer and PPO update: a DeepSpeed engine over exactly that policy's parameters.
+
+A policy is one LoRA adapter (shared by the agents that name it) or, in full fine-tuning,
+all base weights. Every policy gets its own engine on the one shared model, and each
+engine's optimizer holds only its policy's parameters: DeepSpeed's optimizer does not follow
+``requires_grad`` changes after ``initialize`` (STACK.md), so this is what keeps one agent's
+update from touching another agent's weights, Adam moments or step count at ZeRO 0-2.
+
+Gradient accumulation is driven here, not by DeepSpeed's counter: the config says
+``gradient_accumulation_steps=1``, every micro-batch sets the boundary flag itself
+(``set_gradient_accumulation_boundary(last)``), backward runs with ``scale_wrt_gas=False``,
+and the loss is already normalised by the mini-batch's global token count, so a
+mini-batch may have any number of micro-batches and takes exactly one optimizer step.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from roll_ma.algorithms.losses import aggregate, kl_estimate, ppo_clip_loss
+from roll_ma.config.schema import AlgorithmConfig, TrainConfig
+from roll_ma.models.logprobs import response_log_probs
+from roll_ma.protocol import DataProto
+from roll_ma.strategies.ds_utils import all_reduce_sum, deepspeed_config, setup_deepspeed
+from roll_ma.strategies.lr_schedule import make_lr_scheduler
+
+TRAIN_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages", "old_log_probs")
+# per-agent sums gathered over micro-batches, epochs and ranks
+_SUMS = ("policy_loss", "kl", "entropy", "clipped", "tokens", "units")
+
+
+@dataclass
+class PolicyUpdate:
+    """What one policy's update did: per-agent metrics (agent id -> name -> value) and optimizer facts."""
+
+    agent_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    optimizer_steps: int = 0
+    grad_norm: float = 0.0
+    lr: float = 0.0
+
+
+class PolicyUpdater:
+    """The DeepSpeed engine of one policy and the PPO loop over that policy's rows.
+
+    Args:
+        name: policy name (the adapter name, or "full" in full fine-tuning).
+        index: position of the policy in config order (seeds its mini-batch shuffling).
+        model: the shared model (a PeftModel holding every adapter, or the base model).
+        params: this policy's parameters; the optimizer holds these and nothing else.
+        activate: makes this policy the one that runs and trains (adapter + requires_grad).
+        lr: peak learning rate of this policy.
+    """
+
+    def __init__(self, name: str, index: int, model: Any, params: list[torch.nn.Parameter],
+                 activate: Callable[[], None], lr: float, train_cfg: TrainConfig, algo_cfg: AlgorithmConfig,
+                 seed: int, rank: int, world_size: int, device: torch.device, total_steps: int | None = None):
+        if not params:
+            raise ValueError(f"policy {name!r} has no parameters to train")
+        self.name, self.index, self.seed = name, index, seed
+        self.rank, self.world_size, self.device = rank, world_size, device
+        self.train_cfg, self.algo_cfg = train_cfg, algo_cfg
+        self.activate = activate
+        self.params = params
+        deepspeed = setup_deepspeed(rank, world_size)
+        activate()  # ZeRO keeps only the parameters that require grad when the engine is built
+        bf16 = any(p.dtype == torch.bfloat16 for p in params)  # LoRA weights stay fp32 on a bf16 base (PEFT)
+        config = deepspeed_config(train_cfg, lr=lr, bf16=bf16)
+        self.engine, *_ = deepspeed.initialize(
+            model=model, model_parameters=params, config=config,
+            lr_scheduler=lambda opt: make_lr_scheduler(opt, train_cfg.lr_schedule, train_cfg.warmup_steps,
+                                                       total_steps))
+        self.zero_stage = int(train_cfg.zero_stage)
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def current_lr(self) -> float:
+        return float(self.engine.get_lr()[0])
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """CPU copies of Adam's moments and step counts (per optimizer tensor), plus the engine's counters."""
+        opt = self.engine.basic_optimizer  # ZeRO: the torch AdamW over this rank's flat fp32 partition
+        state: dict[str, Any] = {"exp_avg": [], "exp_avg_sq": [], "step": []}
+        for group in opt.param_groups:
+            for p in group["params"]:
+                for key, value in opt.state.get(p, {}).items():
+                    if key in state:
+                        state[key].append(torch.as_tensor(value).detach().to("cpu").clone())
+        state["global_steps"] = int(self.engine.global_steps)
+        state["scheduler_steps"] = int(self.engine.lr_scheduler.last_epoch)
+        state["lr"] = self.current_lr
+        return state
+
+    # ------------------------------------------------------------------ the update
+    def update(self, rows: DataProto, agent_of_row: np.ndarray, agent_ids: list[int], step: int,
+               temperature: float = 1.0) -> PolicyUpdate:
+        """PPO epochs x mini-batches x micro-batches over this policy's rows (the FULL batch on every rank).
+
+        Each rank trains on its share of every mini-batch, padded with zero-mask rows so that
+        all ranks run the same number of micro-batches (ZeRO-2 reduces inside every backward).
+        """
+        cfg, algo = self.train_cfg, self.algo_cfg
+        n = len(rows)
+        keys = list(TRAIN_KEYS) + (["ref_log_probs"] if "ref_log_probs" in rows.batch.keys() else [])
+        cols = {k: rows.batch[k] for k in keys}
+        row_tokens = cols["response_mask"].float().sum(-1)  # (N,)
+        slot_of = {a: s for s, a in enumerate(agent_ids)}
+        row_slot = torch.tensor([slot_of[int(a)] for a in agent_of_row], dtype=torch.long)  # (N,)
+        sums = torch.zeros(len(agent_ids), len(_SUMS), dtype=torch.float64)
+        mini = min(cfg.mini_batch_size or n, n)
+        norms: list[float] = []
+        lr = self.current_lr
+
+        self.activate()
+        self.engine.train()
+        for epoch in range(cfg.ppo_epochs):
+            # shuffle only when mini-batches are a real subset; the same permutation on every rank
+            order = (np.arange(n) if mini >= n
+                     else np.random.default_rng([self.seed, step, epoch, self.index]).permutation(n))
+            for start in range(0, n, mini):
+                batch_idx = order[start:start + mini]
+                tokens = float(row_tokens[batch_idx].sum())
+                if tokens == 0:
+                    continue  # no signal; an Adam step on zero gradients would still move by momentum
+                denom = tokens if algo.loss_agg == "token_mean" else float(len(batch_idx))
+                # DeepSpeed averages gradients over ranks: each rank's sum / (global count / world size)
+                local_denom = denom / self.world_size
+                local, real = self._rank_share(batch_idx)
+                bounds = list(range(0, len(local), cfg.micro_batch_size))
+                for j, lo in enumerate(bounds):
+                    sl = slice(lo, lo + cfg.micro_batch_size)
+                    self.engine.set_gradient_accumulation_boundary(j == len(bounds) - 1)
+                    loss, micro_sums = self._micro_loss(
+                        cols, torch.from_numpy(local[sl]), torch.from_numpy(real[sl]), row_slot, local_denom,
+                        temperature, len(agent_ids))
+                    self.engine.backward(loss, scale_wrt_gas=False)
+                    sums += micro_sums
+                lr = self.current_lr  # the lr this step uses (the scheduler advances inside step())
+                norm = self._local_grad_norm()
+                self.engine.step()
+                if norm is None:
+                    ds_norm = self.engine.get_global_grad_norm()
+                    norm = float(ds_norm) if ds_norm is not None else 0.0
+                norms.append(norm)
+
+        sums = all_reduce_sum(sums, self.device)
+        mean_norm = float(np.mean(norms)) if norms else 0.0
+        result = PolicyUpdate(optimizer_steps=len(norms), grad_norm=mean_norm, lr=lr)
+        has_ref = "ref_log_probs" in cols
+        for s, agent_id in enumerate(agent_ids):
+            pl, kl, ent, clipped, toks, units = sums[s].tolist()
+            metrics = {
+                "policy_loss": pl / units if units > 0 else 0.0,
+                "entropy": ent / units if units > 0 else 0.0,
+                "clip_frac": clipped / toks if toks > 0 else 0.0,
+            }
+            if has_ref:
+                metrics["kl"] = kl / units if units > 0 else 0.0
+            result.agent_metrics[agent_id] = metrics
+        return result
+
+    def _rank_share(self, batch_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """This rank's rows of a mini-batch, padded to the largest share with copies flagged not real."""
+        parts = np.array_split(batch_idx, self.world_size)
+        per_rank = len(parts[0])  # array_split puts the larger parts first
+        mine = parts[self.rank]
+        pad = per_rank - len(mine)
+        local = np.concatenate([mine, np.full(pad, batch_idx[0], dtype=batch_idx.dtype)]).astype(np.int64)
+        real = np.concatenate([np.ones(len(mine)), np.zeros(pad)]).astype(np.float32)
+        return local, real
+
+    def _micro_loss(self, cols: dict[str, torch.Tensor], idx: torch.Tensor, real: torch.Tensor,
+                    row_slot: torch.Tensor, local_denom: float, temperature: float,
+                    num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Loss of one micro-batch (already divided by the mini-batch's count) and per-agent metric sums."""
+        algo, dev = self.algo_cfg, self.device
+        ids = cols["input_ids"][idx].to(dev)  # (b, T)
+        attn = cols["attention_mask"][idx].to(dev)  # (b, T)
+        mask = cols["response_mask"][idx].to(dev).float() * real.to(dev)[:, None]  # (b, R) pad rows count 0
+        old = cols["old_log_probs"][idx].to(dev).float()  # (b, R)
+        adv = cols["advantages"][idx].to(dev).float()  # (b, R)
+        log_probs, entropy = response_log_probs(self.engine, ids, attn, mask.shape[1],
+                                                temperature=temperature, with_entropy=True)  # (b, R) each
+        loss, _ = ppo_clip_loss(log_probs, old, adv, mask, algo.clip_ratio_low, algo.clip_ratio_high,
+                                algo.loss_agg, local_denom)
+        kl = None
+        if "ref_log_probs" in cols:
+            ref = cols["ref_log_probs"][idx].to(dev).float()  # (b, R)
+            kl = kl_estimate(log_probs, ref, algo.kl_estimator)  # (b, R)
+            if algo.kl_coef > 0 and algo.kl_mode == "loss":
+                loss = loss + algo.kl_coef * aggregate(kl, mask, algo.loss_agg, local_denom)
+        if algo.entropy_coef > 0:
+            loss = loss - algo.entropy_coef * aggregate(entropy, mask, algo.loss_agg, local_denom)
+
+        sums = torch.zeros(num_slots, len(_SUMS), dtype=torch.float64)
+        with torch.no_grad():
+            slots = row_slot[idx]
+            lp, ent = log_probs.detach(), entropy.detach()
+            for s in torch.unique(slots[real > 0]).tolist():
+                agent_mask = mask * (slots == s).to(dev, mask.dtype)[:, None]  # (b, R) this agent's tokens
+                # denominator 1: sums, divided by the agent's total count after all micro-batches and ranks
+                pl, stats = ppo_clip_loss(lp, old, adv, agent_mask, algo.clip_ratio_low, algo.clip_ratio_high,
+                                          algo.loss_agg, 1.0)
+                toks = float(agent_mask.sum())
+                units = toks if algo.loss_agg == "token_mean" else float(((slots == s) & (real > 0)).sum())
+                kl_sum = 0.0 if kl is None else float(aggregate(kl.detach(), agent_mask, algo.loss_agg, 1.0))
+                ent_sum = float(aggregate(ent, agent_mask, algo.loss_agg, 1.0))
+                sums[s] = torch.tensor([float(pl), kl_sum, ent_sum, stats["clip_frac"] * toks, toks, units],
+                                       dtype=torch.float64)
+        return loss, sums
+
+    def _local_grad_norm(self) -> float | None:
+        """ZeRO-0 leaves the (rank-averaged) gradients on the parameters and reports no norm: compute it."""
+        if self.zero_stage != 0:
+            return None
+        grads = [p.grad.detach().float() for p in self.params if p.grad is not None]
+        if not grads:
+            return 0.0
+        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's optimizer state (its ZeRO shard at stage 1/2), lr schedule and engine counters."""
+        e = self.engine
+        return {"optimizer": e.optimizer.state_dict(), "lr_scheduler": e.lr_scheduler.state_dict(),
+                "global_steps": e.global_steps, "global_samples": e.global_samples,
+                "skipped_steps": e.skipped_steps, "zero_stage": self.zero_stage,
+                "world_size": self.world_size}
+
+    def load_state_dict(self, shards: list[dict[str, Any]]) -> None:
+        """Restore from the shards of every rank (ZeRO 1/2) or the one replicated state (ZeRO-0)."""
+        first = shards[0]
+        if first["zero_stage"] != self.zero_stage:
+            saved = first["zero_stage"]
+            raise ValueError(f"policy {self.name!r}: the checkpoint was written at ZeRO-{saved} but "
+                             f"train.zero_stage={self.zero_stage}; resume with the same stage")
+        if self.zero_stage > 0 and len(shards) != self.world_size:
+            raise ValueError(f"policy {self.name!r}: the checkpoint holds {len(shards)} ZeRO shards but "
+                             f"train.num_workers={self.world_size}; resume with the same number of workers")
+        mine = shards[self.rank] if self.zero_stage > 0 else first
+        opt = self.engine.optimizer
+        params = inspect.signature(opt.load_state_dict).parameters
+        kwargs = {k: True for k in ("load_optimizer_states", "load_from_fp32_weights") if k in params}
+        if "state_dict_list" in params:  # DeepSpeed's ZeRO / bf16 optimizers read the shard of their dp rank
+            replicated = shards if self.zero_stage > 0 else [first] * self.world_size
+            opt.load_state_dict([s["optimizer"] for s in replicated], **kwargs)
+        else:
+            opt.load_state_dict(mine["optimizer"], **kwargs)
+        self.engine.lr_scheduler.load_state_dict(mine["lr_scheduler"])
+        self.engine.global_steps = mine["global_steps"]
+        self.engine.global_samples = mine["global_samples"]
+        self.engine.skipped_steps = mine["skipped_steps"]

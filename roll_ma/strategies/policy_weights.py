@@ -1,0 +1,142 @@
+"""What a train strategy's policies are made of: LoRA adapters on a shared base, or all base weights.
+
+Both kinds answer the same few questions (which policy an agent trains, its parameters,
+how to make it the active one, how to score with it, how to save and load it), so the
+train strategies are written once against this small protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from roll_ma.config.schema import ModelConfig
+from roll_ma.models.adapters import (
+    AdapterSpec,
+    AgentSpec,
+    adapter_parameters,
+    adapter_state_dict,
+    inject_adapters,
+    load_adapter_dir,
+    save_adapter,
+    set_trainable,
+)
+from roll_ma.models.loading import load_base_model
+
+FULL_POLICY = "full"  # name of the one policy of full fine-tuning
+
+
+class LoraWeights:
+    """Every adapter injected into one base model (PeftModel); a policy is an adapter."""
+
+    has_adapters = True
+
+    def __init__(self, model_cfg: ModelConfig, adapters: Sequence[AdapterSpec], seed: int):
+        self.model_cfg, self.adapters, self.seed = model_cfg, list(adapters), seed
+        self.model: Any = None
+        self._lora_params: dict[str, list[torch.nn.Parameter]] | None = None
+
+    def build(self, device: torch.device) -> Any:
+        # adapters are injected before any DeepSpeed engine wraps the model
+        self.model = inject_adapters(load_base_model(self.model_cfg, str(device)), self.adapters, self.seed)
+        return self.model
+
+    def policy_of(self, agent: AgentSpec) -> str:
+        return agent.adapter
+
+    def params(self, policy: str) -> list[torch.nn.Parameter]:
+        return list(adapter_parameters(self.model, policy).values())
+
+    def activate(self, policy: str | None) -> None:
+        """Run adapter ``policy`` and train only it (None: nothing trainable)."""
+        if policy is not None:
+            self.model.set_adapter(policy)  # PEFT also marks it trainable; requires_grad is decided below
+        if self._lora_params is None:  # one scan of the parameter names, then flips only
+            set_trainable(self.model, None)
+            self._lora_params = {a.name: self.params(a.name) for a in self.adapters}
+        for name, params in self._lora_params.items():
+            for p in params:
+                p.requires_grad_(name == policy)
+
+    def scoring(self, policy: str | None) -> contextlib.AbstractContextManager:
+        """Score with adapter ``policy``, or with every adapter off (None: the base, i.e. the reference)."""
+        if policy is None:
+            return self.model.disable_adapter()
+        self.model.set_adapter(policy)
+        self.activate(None)  # scoring trains nothing
+        return contextlib.nullcontext()
+
+    def adapter_tensors(self, names: Sequence[str] | None) -> dict[str, dict[str, torch.Tensor]]:
+        known = [a.name for a in self.adapters]
+        names = list(names) if names is not None else known
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"unknown adapters {unknown}; adapters are {known}")
+        return {name: adapter_state_dict(self.model, name) for name in names}
+
+    def save(self, root: Path) -> None:
+        for spec in self.adapters:
+            save_adapter(self.model, spec, root / "adapters" / spec.name)
+
+    def load(self, root: Path) -> None:
+        for spec in self.adapters:
+            load_adapter_dir(self.model, spec.name, root / "adapters" / spec.name)
+
+
+class FullWeights:
+    """The base model itself; the one policy is every weight (full fine-tuning)."""
+
+    has_adapters = False
+
+    def __init__(self, model_cfg: ModelConfig):
+        self.model_cfg = model_cfg
+        self.model: Any = None
+
+    def build(self, device: torch.device) -> Any:
+        self.model = load_base_model(self.model_cfg, str(device))
+        self.activate(None)
+        return self.model
+
+    def policy_of(self, agent: AgentSpec) -> str:
+        return FULL_POLICY
+
+    def params(self, policy: str) -> list[torch.nn.Parameter]:
+        return list(self.model.parameters())
+
+    def activate(self, policy: str | None) -> None:
+        for p in self.model.parameters():
+            p.requires_grad_(policy is not None)
+
+    def scoring(self, policy: str | None) -> contextlib.AbstractContextManager:
+        if policy is None:
+            raise ValueError("full fine-tuning has no adapters to disable: the base weights train. Use "
+                             "reference.mode=worker for reference log-probs")
+        self.activate(None)
+        return contextlib.nullcontext()
+
+    def adapter_tensors(self, names: Sequence[str] | None) -> dict[str, dict[str, torch.Tensor]]:
+        raise ValueError("full fine-tuning has no adapters to export; its weights are the whole model "
+                         "(see save_checkpoint)")
+
+    def save(self, root: Path) -> None:
+        self.model.save_pretrained(root / "model")
+
+    def load(self, root: Path) -> None:
+        from safetensors.torch import load_file
+
+        files = sorted((root / "model").glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"checkpoint {root} holds no model/*.safetensors")
+        state: dict[str, torch.Tensor] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        # tied weights (lm_head = embed_tokens) are saved once; anything else missing is a real mismatch
+        untied = [k for k in missing if "lm_head" not in k]
+        if untied or unexpected:
+            raise ValueError(f"checkpoint {root}/model does not match the model: missing {untied[:3]}, "
+                             f"unexpected {list(unexpected)[:3]}")

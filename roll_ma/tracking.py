@@ -1,0 +1,153 @@
+"""Metric sinks: metrics.jsonl (always), console summary, tensorboard and wandb (by config), rewards.png.
+
+Names follow one scheme: ``agent/<name>/...`` per agent, ``rollout/...``, ``eval/...``,
+``timing/...`` (seconds), ``system/...`` (throughput, memory). One metrics.jsonl line per
+step; on resume the lines after the checkpoint's step are dropped first, so that every step
+appears exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from roll_ma.config.schema import TrackingConfig
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe scalars: NaN/inf become null so a reader never chokes on the file."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):
+        return _clean(value.item())
+    return value
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All complete lines of a metrics.jsonl (a torn last line from a crash is skipped)."""
+    rows = []
+    p = Path(path)
+    if not p.exists():
+        return rows
+    for line in p.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def truncate_metrics(path: str | Path, last_step: int) -> int:
+    """Keep only rows with step <= last_step (atomic rewrite); returns how many rows were dropped."""
+    p = Path(path)
+    rows = read_metrics(p)
+    kept = [r for r in rows if r.get("step", -1) <= last_step]
+    tmp = p.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    os.replace(tmp, p)
+    return len(rows) - len(kept)
+
+
+class Tracker:
+    """Writes every step's metrics to all configured sinks."""
+
+    def __init__(self, output_dir: str | Path, cfg: TrackingConfig, run_name: str, config: dict[str, Any],
+                 resume_step: int | None = None):
+        self.dir = Path(output_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl_path = self.dir / "metrics.jsonl"
+        if resume_step is not None and self.jsonl_path.exists():
+            truncate_metrics(self.jsonl_path, resume_step)
+        elif resume_step is None and self.jsonl_path.exists():
+            self.jsonl_path.unlink()  # a fresh run owns its metrics file
+        self._jsonl = open(self.jsonl_path, "a")
+        self._tb = None
+        self._wandb = None
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.dir / "tensorboard"))
+        if cfg.wandb:
+            import wandb
+
+            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+            self._wandb = wandb.init(project=cfg.project, name=cfg.run_name or run_name, config=config,
+                                     dir=str(self.dir), mode=mode, resume="allow")
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        row = {"step": step, **{k: _clean(v) for k, v in sorted(metrics.items())}}
+        self._jsonl.write(json.dumps(row) + "\n")
+        self._jsonl.flush()
+        os.fsync(self._jsonl.fileno())  # a SIGKILL right after must not lose a logged step
+        scalars = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
+        if self._tb is not None:
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        self._jsonl.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def console_summary(step: int, max_steps: int, metrics: dict[str, Any], agent_names: list[str]) -> str:
+    """One compact block per step: per-agent reward / loss / adapter version, timing, eval."""
+    def fmt(v: Any) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+    lines = [f"step {step}/{max_steps}  " + "  ".join(
+        f"{k.split('/', 1)[1]}={fmt(metrics[k])}" for k in ("timing/step", "rollout/episodes", "rollout/turns")
+        if k in metrics)]
+    for name in agent_names:
+        p = f"agent/{name}/"
+        parts = [f"{k}={fmt(metrics[p + k])}" for k in ("reward", "policy_loss", "kl", "grad_norm",
+                                                        "adapter_version", "logprob_gap", "format_error_rate")
+                 if p + k in metrics]
+        if parts:
+            lines.append(f"  {name:>10s}: " + "  ".join(parts))
+    evals = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+    if evals:
+        lines.append("  eval: " + "  ".join(f"{k[5:]}={fmt(v)}" for k, v in sorted(evals.items())))
+    return "\n".join(lines)
+
+
+def plot_rewards(metrics_path: str | Path, out_path: str | Path, agent_names: list[str]) -> Path | None:
+    """rewards.png: per-agent training reward and every eval curve against the step."""
+    rows = read_metrics(metrics_path)
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    eval_keys = sorted({k for r in rows for k, v in r.items() if k.startswith("eval/") and isinstance(v, (int, float))})
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in agent_names:
+        key = f"agent/{name}/reward"
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        if pts:
+            axes[0].plot(*zip(*pts), label=name)
+    axes[0].set(title="training reward per agent", xlabel="step", ylabel="mean turn reward")
+    for key in eval_keys:
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        if pts:
+            axes[1].plot(*zip(*pts), marker="o", label=key[5:])
+    axes[1].set(title="evaluation", xlabel="step")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = Path(out_path)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

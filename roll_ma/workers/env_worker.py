@@ -1,0 +1,210 @@
+"""Env worker: a Ray actor that owns many env instances and plays them against the rollout cluster.
+
+Each round it gathers the prompt of every episode waiting for a model move (whichever agent
+is to act), sends them to the rollout cluster in ONE generate call with each row's
+agent_id, feeds the answers back to the envs, and repeats until all its episodes are done.
+Built-in opponents ("random", "scripted") move locally and produce no training rows.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
+from roll_ma.distributed.worker import Dispatch, Worker, register
+from roll_ma.protocol import DataProto
+from roll_ma.workers.turn_samples import TurnSample, collate_turns
+
+BUILTIN_POLICIES = ("random", "scripted")
+
+
+def env_kwargs(env_cfg: EnvConfig, agents: list[AgentConfig], seats: list[str] | None) -> dict[str, Any]:
+    """The env constructor's arguments: env.kwargs plus seats, per-agent prompts and role kinds."""
+    from roll_ma.envs.registry import resolve_env_class
+
+    params = inspect.signature(resolve_env_class(env_cfg.name).__init__).parameters
+    kwargs = dict(env_cfg.kwargs)
+    kwargs["seat_agents"] = list(seats) if seats is not None else None
+    prompts = {a.name: a.system_prompt for a in agents if a.system_prompt}
+    if prompts and "system_prompts" in params:
+        kwargs["system_prompts"] = {**prompts, **kwargs.get("system_prompts", {})}
+    kinds = {a.name: a.kind for a in agents if a.kind}
+    if kinds and "role_kinds" in params:
+        kwargs["role_kinds"] = {**kinds, **kwargs.get("role_kinds", {})}
+    return kwargs
+
+
+def sample_seed(episode_id: str, turn: int) -> int:
+    """A per-row sampling seed that does not depend on how rows are batched or split."""
+    return zlib.crc32(f"{episode_id}/{turn}".encode()) & 0x7FFFFFFF
+
+
+@dataclass
+class EpisodeSpec:
+    """One episode to play: its ids, the env seed and (math) the problem."""
+
+    episode_id: str
+    group_id: str
+    seed: int
+    problem: dict | None = None
+
+
+@dataclass
+class _Episode:
+    spec: EpisodeSpec
+    env: Any
+    turn: Any
+    rng: random.Random
+    turns_played: int = 0
+    last_sample: dict[int, int] = field(default_factory=dict)  # player -> index of its latest sample
+    carry: dict[int, float] = field(default_factory=lambda: defaultdict(float))  # rewards before a first turn
+    format_errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    model_turns: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    truncated: bool = False
+
+
+class EnvWorker(Worker):
+    """Plays episodes of one env against the rollout cluster and returns their turns as a DataProto."""
+
+    def __init__(self, role: str, rank: int, world_size: int, env_vars: dict[str, str] | None,
+                 env_cfg: EnvConfig, model_cfg: ModelConfig, agents: list[AgentConfig], seats: list[str],
+                 rollout_cfg: RolloutConfig, seed: int):
+        super().__init__(role, rank, world_size, env_vars)
+        from roll_ma.envs.registry import resolve_env_class
+        from roll_ma.models.loading import load_tokenizer
+
+        self.env_cfg, self.rollout_cfg, self.seed = env_cfg, rollout_cfg, seed
+        self.env_cls = resolve_env_class(env_cfg.name)
+        self.agents = agents
+        self.agent_ids = {a.name: i for i, a in enumerate(agents)}
+        self.seats = list(seats)
+        self.tokenizer = load_tokenizer(model_cfg)
+        self.max_prompt_tokens = model_cfg.max_prompt_tokens
+        self._reset_takes_problem = "problem" in inspect.signature(self.env_cls.reset).parameters
+
+    # ------------------------------------------------------------------ prompts
+    def _encode(self, messages: list[dict]) -> tuple[list[int], bool]:
+        """Chat-templated prompt ids; an over-long history is cut from the left, system message kept."""
+        ids = self._template(messages)
+        if len(ids) <= self.max_prompt_tokens:
+            return ids, False
+        msgs = [dict(m) for m in messages]
+        has_system = msgs[0]["role"] == "system"
+        # 1) drop whole earlier messages, oldest first, keeping the system and the current message
+        while len(msgs) > 1 + has_system and len(ids) > self.max_prompt_tokens:
+            del msgs[int(has_system)]
+            ids = self._template(msgs)
+        # 2) cut the current message's text from the left (its end holds the current observation)
+        text = msgs[-1]["content"]
+        lo, hi = 0, len(text)
+        while lo < hi:  # smallest cut that fits
+            mid = (lo + hi) // 2
+            msgs[-1]["content"] = text[mid:]
+            if len(self._template(msgs)) <= self.max_prompt_tokens:
+                hi = mid
+            else:
+                lo = mid + 1
+        msgs[-1]["content"] = text[lo:]
+        ids = self._template(msgs)
+        if len(ids) > self.max_prompt_tokens:
+            raise ValueError(f"the system prompt alone takes {len(ids)} tokens > model.max_prompt_tokens="
+                             f"{self.max_prompt_tokens}; raise model.max_prompt_tokens or shorten the prompt")
+        return ids, True
+
+    def _template(self, messages: list[dict]) -> list[int]:
+        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                       return_dict=False))
+
+    # ------------------------------------------------------------------ rollout
+    @register(Dispatch.ONE_TO_ALL)
+    def run_episodes(self, rollout: Any, assignments: list[list[EpisodeSpec]], step: int, greedy: bool = False,
+                     seats: list[str] | None = None) -> DataProto:
+        """Play this rank's episodes (``assignments[rank]``); returns every model turn as a row.
+
+        ``seats`` overrides the seat map (evaluation against a built-in opponent).
+        ``meta_info["episodes"]`` holds one summary per episode (returns, env metrics, errors).
+        """
+        from roll_ma.envs.registry import make_env
+
+        specs = assignments[self.rank] if self.rank < len(assignments) else []
+        seat_map = list(seats or self.seats)
+        kwargs = env_kwargs(self.env_cfg, self.agents, seat_map)
+        episodes = []
+        for spec in specs:
+            env = make_env(self.env_cfg.name, **kwargs)
+            turn = env.reset(spec.seed, problem=spec.problem) if self._reset_takes_problem else env.reset(spec.seed)
+            episodes.append(_Episode(spec, env, turn, random.Random(spec.seed)))
+        samples: list[TurnSample] = []
+        round_idx = 0
+        while True:
+            for ep in episodes:
+                self._play_builtin_turns(ep)
+            waiting = [ep for ep in episodes if ep.turn is not None]
+            if not waiting:
+                break
+            prompts = [self._encode(ep.turn.messages) for ep in waiting]
+            request = DataProto.from_dict(non_tensors={
+                "prompt_ids": [p for p, _ in prompts],
+                "agent_id": [self.agent_ids[ep.turn.agent] for ep in waiting],
+                "sample_seed": [sample_seed(ep.spec.episode_id, ep.turns_played) for ep in waiting],
+            }, meta_info={"greedy": greedy, "seed": self.seed * 1_000_003 + step})
+            out = rollout.generate(request)
+            mask = out.batch["response_mask"].bool()
+            for row, (ep, (prompt_ids, truncated)) in enumerate(zip(waiting, prompts)):
+                n = int(mask[row].sum())
+                sample = TurnSample(
+                    prompt_ids=prompt_ids,
+                    response_ids=out.batch["responses"][row, :n].tolist(),
+                    rollout_log_probs=out.batch["rollout_log_probs"][row, :n].tolist(),
+                    agent_id=int(out.non_tensor["agent_id"][row]),
+                    adapter_version=int(out.non_tensor["adapter_version"][row]),
+                    episode_id=ep.spec.episode_id, group_id=ep.spec.group_id, turn=ep.turns_played,
+                    player=ep.turn.player, env_name=self.env_cfg.name,
+                    response_text=str(out.non_tensor["response_text"][row]), prompt_truncated=truncated,
+                )
+                self._step(ep, sample.response_text, samples, sample)
+            round_idx += 1
+        meta = {"episodes": [self._summary(ep) for ep in episodes], "rounds": round_idx, "step": step,
+                "pad_id": self.tokenizer.pad_token_id}
+        return collate_turns(samples, self.tokenizer.pad_token_id, meta)
+
+    def _play_builtin_turns(self, ep: _Episode) -> None:
+        while ep.turn is not None and ep.turn.agent in BUILTIN_POLICIES:
+            self._step(ep, ep.env.builtin_action(ep.turn.agent, ep.rng), None, None)
+
+    def _step(self, ep: _Episode, text: str, samples: list[TurnSample] | None, sample: TurnSample | None) -> None:
+        player, agent = ep.turn.player, ep.turn.agent
+        result = ep.env.step(text)
+        if sample is not None and samples is not None:
+            sample.format_error = bool(result.info.get("format_error", False))
+            sample.reward += ep.carry.pop(player, 0.0)
+            ep.last_sample[player] = len(samples)
+            samples.append(sample)
+            ep.model_turns[agent] += 1
+            ep.format_errors[agent] += int(sample.format_error)
+        # a reward reaches the player's latest turn: turn-level credit, discounted later per agent
+        for p, r in enumerate(result.rewards):
+            if r:
+                if p in ep.last_sample and samples is not None:
+                    samples[ep.last_sample[p]].reward += float(r)
+                else:
+                    ep.carry[p] += float(r)
+        ep.turns_played += 1
+        ep.turn = result.next_turn
+        if not result.done and ep.turns_played >= self.env_cfg.max_turns:
+            ep.turn, ep.truncated = None, True
+        if ep.turn is None and samples is not None and ep.last_sample:
+            samples[max(ep.last_sample.values())].done = True
+
+    def _summary(self, ep: _Episode) -> dict[str, Any]:
+        return {
+            "episode_id": ep.spec.episode_id, "group_id": ep.spec.group_id, "seed": ep.spec.seed,
+            "seat_agents": list(ep.env.seat_agents), "returns": list(ep.env.episode_returns()),
+            "metrics": dict(ep.env.episode_metrics()), "turns": ep.turns_played, "truncated": ep.truncated,
+            "model_turns": dict(ep.model_turns), "format_errors": dict(ep.format_errors),
+        }

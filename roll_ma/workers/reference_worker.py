@@ -1,0 +1,58 @@
+"""ReferenceWorker: the base model alone (no adapters), scoring reference log-probs.
+
+Used with ``reference.mode=worker`` (and required by full fine-tuning, whose base weights
+move). It runs the same scoring code as the train worker's adapters-disabled path, so both
+reference sources give the same numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from roll_ma.config.schema import ModelConfig
+from roll_ma.distributed.worker import Dispatch, Worker, register
+from roll_ma.protocol import DataProto
+
+DEFAULT_MICRO_BATCH = 16
+
+
+class ReferenceWorker(Worker):
+    """Holds only the frozen base weights; ``compute_ref_log_probs`` adds ``ref_log_probs`` (B, R)."""
+
+    def __init__(self, role: str, rank: int = 0, world_size: int = 1, env_vars: dict[str, str] | None = None,
+                 model_cfg: ModelConfig | None = None, seed: int = 0,
+                 micro_batch_size: int = DEFAULT_MICRO_BATCH):
+        super().__init__(role, rank, world_size, env_vars)
+        if micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+        self.model_cfg = model_cfg or ModelConfig()
+        self.seed = seed
+        self.micro_batch_size = micro_batch_size
+        self.model: Any = None
+        self.device = torch.device("cpu")
+
+    @register(Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        from roll_ma.models.loading import load_base_model
+        from roll_ma.strategies.ds_utils import cpu_threads_per_rank, training_device
+
+        if not torch.cuda.is_available():
+            # ranks share the machine's cores; oversubscribed threads slow every rank down
+            torch.set_num_threads(cpu_threads_per_rank(self.world_size))
+        self.device = training_device()
+        self.model = load_base_model(self.model_cfg, str(self.device))  # eval mode
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+
+    @register(Dispatch.DP_COMPUTE)
+    def compute_ref_log_probs(self, data: DataProto) -> DataProto:
+        """``ref_log_probs`` (B, R) float32 from the base at meta_info temperature, in micro-batches."""
+        from roll_ma.strategies.scoring import score_rows
+
+        if self.model is None:
+            raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")
+        temperature = float(data.meta_info.get("temperature", 1.0))
+        log_probs, _ = score_rows(self.model, data, self.micro_batch_size, self.device, temperature)
+        return DataProto.from_dict({"ref_log_probs": log_probs}, meta_info=data.meta_info)

@@ -1,0 +1,98 @@
+"""Rollout worker: one rank of the rollout role, owning one inference strategy (hf or vllm).
+
+Every rank serves every agent's adapter. ``generate`` and ``score`` are data-parallel (the
+Cluster splits the rows across ranks and concatenates the pieces); adapter updates and
+sleep/wake go to every rank.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from roll_ma.config.schema import AgentConfig, LoraConfig, ModelConfig, RolloutConfig
+from roll_ma.distributed.worker import Dispatch, Worker, register
+from roll_ma.models.adapters import plan_adapters
+from roll_ma.protocol import DataProto
+
+logger = logging.getLogger(__name__)
+
+
+class RolloutWorker(Worker):
+    """Generates responses for rows of any agent with that agent's newest adapter.
+
+    Args:
+        role, rank, world_size, env_vars: see ``Worker``.
+        model_cfg: the shared base model.
+        lora_cfg: default LoRA settings (agents may override them).
+        agents: the agents of the run, in config order (agent_id = index).
+        rollout_cfg: backend, sampling defaults and engine settings.
+        seed: the run seed (must equal the trainer's so version 0 adapters match).
+    """
+
+    def __init__(
+        self,
+        role: str,
+        rank: int,
+        world_size: int,
+        env_vars: dict[str, str] | None,
+        model_cfg: ModelConfig,
+        lora_cfg: LoraConfig,
+        agents: list[AgentConfig],
+        rollout_cfg: RolloutConfig,
+        seed: int,
+    ):
+        super().__init__(role, rank, world_size, env_vars)
+        self.model_cfg, self.lora_cfg, self.rollout_cfg, self.seed = model_cfg, lora_cfg, rollout_cfg, seed
+        self.agent_specs, self.adapter_specs = plan_adapters(lora_cfg, agents)
+        self.strategy: Any = None
+
+    @register(Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        import torch
+
+        from roll_ma.strategies import infer_strategy_class
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        cls = infer_strategy_class(self.rollout_cfg.backend)
+        self.strategy = cls(
+            self.model_cfg, self.rollout_cfg, self.agent_specs, self.adapter_specs, self.seed, device
+        )
+        self.strategy.initialize()
+        logger.info("rollout rank %d: %s ready on %s", self.rank, self.rollout_cfg.backend, device)
+
+    @register(Dispatch.DP_COMPUTE)
+    def generate(self, data: DataProto) -> DataProto:
+        """Responses for this rank's rows (the Cluster re-pads rows of several ranks to common widths)."""
+        return self._ready().generate(data)
+
+    @register(Dispatch.DP_COMPUTE)
+    def score(self, data: DataProto, temperature: float = 1.0) -> DataProto:
+        return self._ready().score(data, temperature=temperature)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def update_adapters(self, tensors: dict[str, dict[str, Any]], version: int) -> dict[str, float]:
+        return self._ready().update_adapters(tensors, version)
+
+    @register(Dispatch.RANK_ZERO)
+    def adapter_versions(self) -> dict[str, int]:
+        return self._ready().adapter_versions()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def sleep(self, level: int = 1) -> None:
+        self._ready().sleep(level)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def wake_up(self) -> None:
+        self._ready().wake_up()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def shutdown_engine(self) -> None:
+        if self.strategy is not None:
+            self.strategy.shutdown()
+            self.strategy = None
+
+    def _ready(self) -> Any:
+        if self.strategy is None:
+            raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")
+        return self.strategy

@@ -1,0 +1,87 @@
+"""TrainWorker: one data-parallel rank of the policy update; owns a train strategy chosen by name.
+
+Every rank holds the whole model and all adapters. ``train_step`` goes to every rank with
+the full batch (each takes its share); scoring is split across ranks (dp_compute).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from roll_ma.config.schema import AgentConfig, AlgorithmConfig, LoraConfig, ModelConfig, TrainConfig
+from roll_ma.distributed.worker import Dispatch, Worker, register
+from roll_ma.protocol import DataProto
+
+
+class TrainWorker(Worker):
+    """A train rank: ``init_model`` builds ``train_cfg.strategy``; the methods score, update, export, save.
+
+    Reference log-probs with ``reference.mode=train_worker`` come from this worker with every
+    adapter disabled (``compute_ref_log_probs``): no second copy of the model.
+    """
+
+    def __init__(self, role: str, rank: int = 0, world_size: int = 1, env_vars: dict[str, str] | None = None,
+                 model_cfg: ModelConfig | None = None, lora_cfg: LoraConfig | None = None,
+                 agents: Sequence[AgentConfig] | None = None, train_cfg: TrainConfig | None = None,
+                 algo_cfg: AlgorithmConfig | None = None, seed: int = 0):
+        super().__init__(role, rank, world_size, env_vars)
+        self.model_cfg = model_cfg or ModelConfig()
+        self.lora_cfg = lora_cfg or LoraConfig()
+        self.agents = list(agents) if agents is not None else [AgentConfig()]
+        self.train_cfg = train_cfg or TrainConfig()
+        self.algo_cfg = algo_cfg or AlgorithmConfig()
+        self.seed = seed
+        self.strategy: Any = None
+
+    @register(Dispatch.ONE_TO_ALL)
+    def init_model(self, total_steps: int | None = None) -> None:
+        """Load the base, inject the adapters and build the engines (``total_steps``: lr decay horizon)."""
+        from roll_ma.models.adapters import plan_adapters
+        from roll_ma.strategies import train_strategy_class
+        from roll_ma.strategies.ds_utils import cpu_threads_per_rank
+
+        if not torch.cuda.is_available():
+            # ranks share the machine's cores; oversubscribed threads slow every rank down
+            torch.set_num_threads(cpu_threads_per_rank(self.world_size))
+        agent_specs, adapter_specs = plan_adapters(self.lora_cfg, self.agents)
+        cls = train_strategy_class(self.train_cfg.strategy)
+        self.strategy = cls(self.model_cfg, agent_specs, adapter_specs, self.train_cfg, self.algo_cfg,
+                            self.seed, self.rank, self.world_size)
+        self.strategy.initialize(total_steps=total_steps)
+
+    def _strategy(self) -> Any:
+        if self.strategy is None:
+            raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")
+        return self.strategy
+
+    @register(Dispatch.DP_COMPUTE)
+    def compute_log_probs(self, data: DataProto) -> DataProto:
+        """``old_log_probs`` (B, R): each row scored with its agent's adapter at meta_info temperature."""
+        temperature = float(data.meta_info.get("temperature", 1.0))
+        return self._strategy().compute_log_probs(data, adapters_enabled=True, temperature=temperature)
+
+    @register(Dispatch.DP_COMPUTE)
+    def compute_ref_log_probs(self, data: DataProto) -> DataProto:
+        """``ref_log_probs`` (B, R) from the base weights (every adapter disabled)."""
+        temperature = float(data.meta_info.get("temperature", 1.0))
+        return self._strategy().compute_log_probs(data, adapters_enabled=False, temperature=temperature)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def train_step(self, data: DataProto) -> dict[str, float]:
+        """One update of every due agent from the FULL batch (each rank takes its share); same metrics."""
+        return self._strategy().train_step(data)
+
+    @register(Dispatch.RANK_ZERO)
+    def adapter_tensors(self, adapters: list[str] | None = None) -> dict[str, dict[str, torch.Tensor]]:
+        return self._strategy().adapter_tensors(adapters)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, ckpt_dir: str) -> None:
+        self._strategy().save_checkpoint(ckpt_dir)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, ckpt_dir: str) -> None:
+        self._strategy().load_checkpoint(ckpt_dir)

@@ -1,0 +1,40 @@
+"""Shared fixtures: one local Ray per test session, tiny models built once in a tmp dir."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Ray actors import test-module classes by name: put every test folder on their PYTHONPATH
+_TEST_DIRS = [str(p) for p in sorted({f.parent for f in Path(__file__).parent.rglob("test_*.py")})]
+os.environ["PYTHONPATH"] = os.pathsep.join(_TEST_DIRS + [p for p in [os.environ.get("PYTHONPATH")] if p])
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+try:  # DeepSpeed must be told it has no GPU on CPU machines; on a GPU host leave it to auto-detect
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+except ImportError:
+    pass
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray for the whole session (starting one costs ~7 s)."""
+    from roll_ma.distributed.ray_env import init_ray, shutdown_ray
+
+    init_ray()
+    yield
+    shutdown_ray()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A random tiny Qwen2 model + tokenizer saved like a hub model (no downloads)."""
+    from roll_ma.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"), arch="qwen2", seed=0)

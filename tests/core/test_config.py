@@ -1,0 +1,114 @@
+"""Config: Hydra composition, typing, validation that reports every problem, and the launcher."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from roll_ma.config import ConfigError, available_configs, load_config
+from roll_ma.config import validate as validate_module
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_CONFIGS = ["math_selfplay_tiny", "tiny_hanabi_selfplay"]
+GPU_CONFIGS = ["math_selfplay", "hanabi_selfplay"]
+
+
+def problems_of(name, overrides=(), **kwargs):
+    with pytest.raises(ConfigError) as err:
+        load_config(name, overrides=list(overrides), **kwargs)
+    return [str(p) for p in err.value.problems]
+
+
+def test_shipped_configs_are_found():
+    assert set(CPU_CONFIGS + GPU_CONFIGS) <= set(available_configs())
+
+
+@pytest.mark.parametrize("name", CPU_CONFIGS)
+def test_cpu_configs_validate(name):
+    cfg = load_config(name)
+    assert cfg.name == name and cfg.rollout.backend == "hf" and cfg.resources.num_gpus == 0
+    assert cfg.trainer.output_dir == f"outputs/{name}"  # ${name} interpolation resolved
+
+
+@pytest.mark.parametrize("name", GPU_CONFIGS)
+def test_gpu_configs_only_miss_the_gpu_on_this_machine(name, monkeypatch):
+    monkeypatch.setattr(validate_module, "_local_gpus", lambda: 8)
+    cfg = load_config(name)
+    assert cfg.rollout.backend == "vllm" and cfg.model.dtype == "bfloat16"
+    # the 8-GPU layout from the config's comment is valid too
+    load_config(name, overrides=["resources.num_gpus=8", "rollout.num_workers=8", "train.num_workers=8",
+                                 "resources.device_mapping.rollout=[0,1,2,3,4,5,6,7]",
+                                 "resources.device_mapping.train=[0,1,2,3,4,5,6,7]", "env.num_workers=8"])
+    monkeypatch.setattr(validate_module, "_local_gpus", lambda: 0)
+    assert any("asks for 1 GPUs but this machine has 0" in p for p in problems_of(name))
+
+
+def test_every_problem_is_reported_at_once():
+    found = problems_of("math_selfplay_tiny", ["trainer.max_steps=oops", "trainer.nope=1", "trainer.lr=0.1",
+                                               "rollout.backend=vlm", "lora.rank=0"])
+    assert "trainer.max_steps: must be an integer, got str 'oops'" in found
+    assert any(p.startswith("trainer.nope: unknown key") for p in found)
+    assert "trainer.lr: unknown key (did you mean 'train.lr'?)" in found
+    assert any("rollout.backend" in p and "did you mean 'vllm'" in p for p in found)
+    assert "lora.rank: must be >= 1, got 0" in found
+
+
+def test_cross_field_checks():
+    found = problems_of("tiny_hanabi_selfplay", ["env.seats=[player_0,player_1,player_0]"])
+    assert any("has 2 players but 3 seats" in p for p in found)
+    found = problems_of("tiny_hanabi_selfplay", ["env.seats=[player_0,plaer_1]"])
+    assert any("'plaer_1' is not an agent (did you mean 'player_1'?)" in p for p in found)
+    found = problems_of("math_selfplay_tiny", ["env.groups_per_step=5", "env.num_workers=2"])
+    assert any("5 groups cannot be split evenly over env.num_workers=2" in p for p in found)
+    found = problems_of("math_selfplay_tiny", ["train.zero_stage=3"])
+    assert any(p.startswith("train.zero_stage: ZeRO-3 is not supported") for p in found)
+    found = problems_of("math_selfplay_tiny", ["algorithm.kl_coef=0.1"])  # the config sets reference.mode=none
+    assert any(p.startswith("algorithm.kl_coef: a KL term needs reference log-probs") for p in found)
+    found = problems_of("math_selfplay_tiny", ["env.kwargs.roundz=2"])
+    assert any("takes no setting 'roundz' (did you mean 'rounds'?)" in p for p in found)
+
+
+def test_missing_backend_names_the_extra(monkeypatch):
+    real = validate_module._installed
+    monkeypatch.setattr(validate_module, "_installed", lambda m: False if m == "vllm" else real(m))
+    found = problems_of("math_selfplay_tiny", ["rollout.backend=vllm"])
+    assert any("vllm is not installed: pip install 'roll_ma[vllm]'" in p for p in found)
+
+
+def test_agents_sharing_an_adapter_must_agree():
+    found = problems_of("tiny_hanabi_selfplay", ["agents.1.adapter=player_0", "agents.1.lora.rank=4"])
+    assert any("share adapter 'player_0' but set different LoRA settings" in p for p in found)
+    cfg = load_config("tiny_hanabi_selfplay", overrides=["agents.1.adapter=player_0"])
+    assert [a.adapter_name for a in cfg.agents] == ["player_0", "player_0"]
+
+
+def test_mars_style_flags_map_onto_config_keys():
+    cfg = load_config("tiny_hanabi_selfplay", overrides=["lora.rank=4", "lora.alpha=8"], num_agents=1)
+    assert [a.name for a in cfg.agents] == ["agent_0"] and cfg.lora.rank == 4 and cfg.lora.alpha == 8.0
+    found = problems_of("tiny_hanabi_selfplay", num_agents=3)
+    assert any("has 2 players but 3 agents" in p for p in found)
+
+
+def test_unknown_config_name_suggests():
+    found = problems_of("tiny_hanabi_selfply")
+    assert any("did you mean 'tiny_hanabi_selfplay'" in p for p in found)
+
+
+def _launch(*args):
+    return subprocess.run([sys.executable, str(REPO / "start_pipeline.py"), *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+
+
+def test_launcher_bad_config_exits_nonzero_without_traceback():
+    res = _launch("--config-name", "math_selfplay_tiny", "trainer.max_steps=oops", "trainer.nope=1")
+    assert res.returncode == 2
+    assert "trainer.max_steps" in res.stderr and "trainer.nope" in res.stderr
+    assert "Traceback" not in res.stderr + res.stdout
+
+
+def test_launcher_help_and_listing():
+    res = _launch("--help")
+    assert res.returncode == 0 and "--config_name" in res.stdout and "--num_agents" in res.stdout
+    res = _launch("--list")
+    assert res.returncode == 0 and "math_selfplay_tiny" in res.stdout

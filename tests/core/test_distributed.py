@@ -1,0 +1,106 @@
+"""A 2-rank cluster on CPU Ray: dispatch modes, rank env, non-blocking calls, actor errors."""
+
+import pytest
+import torch
+
+from roll_ma.distributed.cluster import Cluster, PendingCall, WorkerError
+from roll_ma.distributed.resources import ResourceManager, default_device_mapping, gpu_shares
+from roll_ma.distributed.worker import Dispatch, Worker, register
+from roll_ma.protocol import DataProto
+
+
+class EchoWorker(Worker):
+    def __init__(self, scale: float = 1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.scale = scale
+        self.calls = 0
+
+    @register(Dispatch.DP_COMPUTE)
+    def scaled(self, data: DataProto) -> DataProto:
+        self.calls += 1
+        out = DataProto.from_dict({"y": data.batch["x"] * self.scale}, {"served_by": [self.rank] * len(data)})
+        return data.union(out)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def env(self) -> dict:
+        return self.ping()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def num_calls(self) -> int:
+        return self.calls
+
+    @register(Dispatch.RANK_ZERO)
+    def only_rank_zero(self) -> int:
+        return self.rank
+
+    @register(Dispatch.ONE_TO_ALL)
+    def fail_on_rank_one(self) -> None:
+        if self.rank == 1:
+            raise ValueError("bad input on purpose")
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_session):
+    c = Cluster("echo", EchoWorker, 2, init_kwargs={"scale": 3.0})
+    yield c
+    c.shutdown()
+
+
+def test_worker_env_is_set_per_rank(cluster):
+    envs = cluster.env()
+    assert [e["RANK"] for e in envs] == ["0", "1"]
+    assert {e["WORLD_SIZE"] for e in envs} == {"2"}
+    assert {e["LOCAL_RANK"] for e in envs} == {"0"}
+    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs}) == 1 and envs[0]["MASTER_PORT"]
+    assert envs[0]["CUDA_VISIBLE_DEVICES"] == ""  # no GPU asked for, none visible
+    assert envs[0]["pid"] != envs[1]["pid"]
+
+
+def test_dp_compute_splits_by_rank_and_keeps_order(cluster):
+    data = DataProto.from_dict({"x": torch.arange(5.0)}, {"tag": list("abcde")})
+    out = cluster.scaled(data)
+    assert out.batch["y"].tolist() == [0.0, 3.0, 6.0, 9.0, 12.0]
+    assert out.non_tensor["tag"].tolist() == list("abcde")
+    assert out.non_tensor["served_by"].tolist() == [0, 0, 0, 1, 1]
+
+
+def test_dp_compute_with_fewer_rows_than_ranks_calls_only_ranks_with_rows(cluster):
+    before = cluster.num_calls()
+    out = cluster.scaled(DataProto.from_dict({"x": torch.tensor([2.0])}))
+    assert out.batch["y"].tolist() == [6.0]
+    after = cluster.num_calls()
+    assert after[0] == before[0] + 1 and after[1] == before[1]
+
+
+def test_rank_zero_and_non_blocking(cluster):
+    assert cluster.only_rank_zero() == 0
+    pending = cluster.async_scaled(DataProto.from_dict({"x": torch.ones(4)}))
+    assert isinstance(pending, PendingCall) and len(pending.refs) == 2
+    assert pending.get().batch["y"].tolist() == [3.0] * 4
+
+
+def test_actor_exception_names_role_rank_and_traceback(cluster):
+    with pytest.raises(WorkerError) as err:
+        cluster.fail_on_rank_one()
+    text = str(err.value)
+    assert "echo worker rank 1 failed in fail_on_rank_one()" in text
+    assert "ValueError: bad input on purpose" in text and "test_distributed.py" in text
+
+
+def test_unknown_method_is_a_clear_error(cluster):
+    with pytest.raises(AttributeError, match="no registered method 'nope'"):
+        cluster.nope()
+
+
+def test_worker_is_plain_python_without_ray():
+    w = EchoWorker(role="echo", rank=0, world_size=1, scale=2.0)
+    assert w.scaled(DataProto.from_dict({"x": torch.ones(2)})).batch["y"].tolist() == [2.0, 2.0]
+
+
+def test_device_mapping_shares_colocated_gpus():
+    mapping = default_device_mapping(2, {"rollout": 2, "train": 2, "reference": 0})
+    assert mapping == {"rollout": [0, 1], "train": [0, 1]}
+    assert gpu_shares({"rollout": [0], "train": [0], "reference": [0]}) == {0: 0.33}
+    assert gpu_shares({"rollout": [0], "train": [1]}) == {0: 1.0, 1: 1.0}
+    cpu = ResourceManager.cpu_only()
+    assert cpu.actor_options("train", 0) == {"num_cpus": 0.1, "num_gpus": 0}

@@ -1,0 +1,80 @@
+import random
+
+import pytest
+
+from roll_ma.envs import MultiAgentEnv, StepResult, Turn, list_envs, make_env, register_env
+
+
+class _CoinEnv(MultiAgentEnv):
+    """A one-turn test env: say heads."""
+
+    def __init__(self, seat_agents=None, bonus=1.0):
+        self.num_players, self.seat_agents, self.bonus = 1, seat_agents or ["a"], bonus
+
+    def reset(self, seed):
+        self._r = 0.0
+        return Turn(0, self.seat_agents[0], [{"role": "user", "content": "say heads"}], ["heads"])
+
+    def step(self, action_text):
+        self._r = self.bonus if "heads" in action_text else 0.0
+        return StepResult([self._r], True, {"format_error": False, "action": None, "fallback": False}, None)
+
+    def episode_returns(self):
+        return [self._r]
+
+    def episode_metrics(self):
+        return {}
+
+    def builtin_action(self, policy, rng):
+        return "heads"
+
+
+def test_builtin_names_listed():
+    names = list_envs()
+    for name in ("hanabi", "tiny_hanabi", "kuhn_poker", "leduc_poker", "tic_tac_toe", "math_selfplay"):
+        assert name in names
+
+
+def test_register_and_make():
+    register_env("coin_test")(_CoinEnv)
+    register_env("coin_test")(_CoinEnv)  # registering the same class again is harmless
+    env = make_env("coin_test", bonus=2.0)
+    env.reset(0)
+    assert env.step("heads").rewards == [2.0]
+    with pytest.raises(ValueError, match="already registered"):
+        register_env("coin_test")(type("Other", (_CoinEnv,), {}))
+    with pytest.raises(TypeError):
+        register_env("not_an_env")(dict)
+
+
+def test_import_path_both_spellings():
+    for path in (f"{__name__}:_CoinEnv", f"{__name__}._CoinEnv"):
+        env = make_env(path, bonus=3.0)
+        env.reset(1)
+        assert env.step(env.builtin_action("random", random.Random(0))).rewards == [3.0]
+
+
+def test_unknown_name_did_you_mean():
+    with pytest.raises(ValueError) as e:
+        make_env("tiny_hanabbi")
+    msg = str(e.value)
+    assert "Did you mean 'tiny_hanabi'" in msg and "Known envs:" in msg and "kuhn_poker" in msg
+
+
+def test_bad_import_paths():
+    with pytest.raises(ValueError, match="Cannot import module"):
+        make_env("no_such_pkg_xyz.mod:Env")
+    with pytest.raises(ValueError, match="has no attribute"):
+        make_env("roll_ma.envs.base:Nope")
+    with pytest.raises(ValueError, match="not a MultiAgentEnv"):
+        make_env("roll_ma.envs.base:Turn")
+
+
+def test_import_is_light():
+    import subprocess
+    import sys
+
+    heavy = ("pyspiel", "math_verify", "ray", "vllm", "deepspeed")
+    code = f"import sys, roll_ma.envs, roll_ma.data; print(any(m in sys.modules for m in {heavy!r}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

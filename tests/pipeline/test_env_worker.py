@@ -1,0 +1,108 @@
+"""Env workers: episodes played against a real rollout worker produce rows credited to who acted."""
+
+import pytest
+import torch
+
+from roll_ma.config.schema import AgentConfig, EnvConfig, LoraConfig, ModelConfig, RolloutConfig
+from roll_ma.workers.env_worker import EnvWorker, EpisodeSpec
+from roll_ma.workers.rollout_worker import RolloutWorker
+
+HANABI_AGENTS = [AgentConfig(name="p0"), AgentConfig(name="p1")]
+MATH_AGENTS = [AgentConfig(name="solver"), AgentConfig(name="critic"), AgentConfig(name="refiner")]
+
+
+def _rollout(model_dir, agents):
+    worker = RolloutWorker("rollout", 0, 1, None, ModelConfig(path=model_dir), LoraConfig(rank=4), agents,
+                           RolloutConfig(max_new_tokens=8, micro_batch_size=32), seed=0)
+    worker.init_model()
+    return worker
+
+
+def _env_worker(model_dir, env_cfg, agents, seats, max_prompt_tokens=256):
+    return EnvWorker("env", 0, 1, None, env_cfg, ModelConfig(path=model_dir, max_prompt_tokens=max_prompt_tokens),
+                     agents, seats, RolloutConfig(), seed=0)
+
+
+def _specs(n, seed=3, group="g"):
+    return [[EpisodeSpec(f"{group}-e{k}", group, seed) for k in range(n)]]
+
+
+@pytest.fixture(scope="module")
+def hanabi(tiny_model_dir):
+    return _rollout(tiny_model_dir, HANABI_AGENTS), _env_worker(
+        tiny_model_dir, EnvConfig(name="tiny_hanabi"), HANABI_AGENTS, ["p0", "p1"])
+
+
+def test_rows_are_credited_to_the_agent_that_acted(hanabi):
+    rollout, env = hanabi
+    batch = env.run_episodes(rollout, _specs(4), step=1)
+    episodes = batch.meta_info["episodes"]
+    assert len(episodes) == 4 and len(batch) == sum(e["turns"] for e in episodes) == 8  # 2 turns per game
+    # tiny_hanabi alternates seats: turn 0 is seat 0 (agent p0), turn 1 is seat 1 (agent p1)
+    assert batch.non_tensor["agent_id"].tolist() == batch.non_tensor["player"].tolist()
+    assert sorted(batch.non_tensor["turn"].tolist()) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert set(batch.non_tensor["adapter_version"].tolist()) == {0}
+    # the episode's shared score reaches each player's turn; done marks the last turn of each episode
+    for e in episodes:
+        rows = batch.non_tensor["episode_id"] == e["episode_id"]
+        assert batch.batch["scores"][torch.as_tensor(rows)].sum().item() == pytest.approx(sum(e["returns"]))
+        assert batch.non_tensor["done"][rows].tolist().count(True) == 1
+    mask = batch.batch["response_mask"]
+    assert torch.equal(batch.batch["input_ids"][:, -mask.shape[1]:], batch.batch["responses"])
+    assert (batch.batch["rollout_log_probs"] * (1 - mask)).abs().sum() == 0
+
+
+def test_same_seed_gives_the_same_episodes(hanabi):
+    rollout, env = hanabi
+    a = env.run_episodes(rollout, _specs(3, seed=11), step=2)
+    b = env.run_episodes(rollout, _specs(3, seed=11), step=2)
+    assert torch.equal(a.batch["responses"], b.batch["responses"])
+    assert a.non_tensor["response_text"].tolist() == b.non_tensor["response_text"].tolist()
+    assert [e["returns"] for e in a.meta_info["episodes"]] == [e["returns"] for e in b.meta_info["episodes"]]
+
+
+def test_builtin_opponent_produces_no_rows(hanabi):
+    rollout, env = hanabi
+    batch = env.run_episodes(rollout, _specs(3), step=1, seats=["p0", "random"])
+    assert len(batch) == 3 and set(batch.non_tensor["agent_id"].tolist()) == {0}
+
+
+def test_math_roles_act_in_order(tiny_model_dir):
+    rollout = _rollout(tiny_model_dir, MATH_AGENTS)
+    env = _env_worker(tiny_model_dir, EnvConfig(name="math_selfplay"), MATH_AGENTS, ["solver", "critic", "refiner"])
+    specs = [[EpisodeSpec(f"m-e{k}", "m", 5, {"problem": "37+48", "answer": "85"}) for k in range(3)]]
+    batch = env.run_episodes(rollout, specs, step=1)
+    for e in batch.meta_info["episodes"]:
+        rows = batch.non_tensor["episode_id"] == e["episode_id"]
+        order = [a for _, a in sorted(zip(batch.non_tensor["turn"][rows], batch.non_tensor["agent_id"][rows]))]
+        assert order[:2] == [0, 1] and order == [0, 1, 2][: len(order)]  # the refiner only runs after Incorrect
+
+
+def test_over_long_history_is_cut_from_the_left_keeping_system_and_current(tiny_model_dir):
+    env = _env_worker(tiny_model_dir, EnvConfig(name="tiny_hanabi"), HANABI_AGENTS, ["p0", "p1"],
+                      max_prompt_tokens=60)
+    messages = [{"role": "system", "content": "Rules: be brief."},
+                {"role": "user", "content": "old observation " * 50 + "CURRENT OBSERVATION"}]
+    ids, truncated = env._encode(messages)
+    text = env.tokenizer.decode(ids)
+    assert truncated and len(ids) <= 60
+    assert "Rules: be brief." in text and text.rstrip().endswith("<|im_start|>assistant")
+    assert "CURRENT OBSERVATION" in text and text.count("old observation") < 50
+
+
+def test_env_workers_on_ray(ray_session, tiny_model_dir):
+    from roll_ma.distributed.cluster import Cluster
+
+    rollout = Cluster("rollout", RolloutWorker, 1, init_kwargs=dict(
+        model_cfg=ModelConfig(path=tiny_model_dir), lora_cfg=LoraConfig(rank=4), agents=HANABI_AGENTS,
+        rollout_cfg=RolloutConfig(max_new_tokens=8), seed=0))
+    rollout.init_model()
+    envs = Cluster("env", EnvWorker, 2, init_kwargs=dict(
+        env_cfg=EnvConfig(name="tiny_hanabi"), model_cfg=ModelConfig(path=tiny_model_dir), agents=HANABI_AGENTS,
+        seats=["p0", "p1"], rollout_cfg=RolloutConfig(), seed=0))
+    parts = envs.run_episodes(rollout, [_specs(2, group="w0")[0], _specs(3, group="w1")[0]], 1)
+    assert [len(p.meta_info["episodes"]) for p in parts] == [2, 3]
+    for p in parts:
+        assert p.non_tensor["agent_id"].tolist() == p.non_tensor["player"].tolist()
+    envs.shutdown()
+    rollout.shutdown()

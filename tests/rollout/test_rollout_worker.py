@@ -1,0 +1,89 @@
+"""RolloutWorker: as a plain object (hf), and as Ray actors (hf on two ranks, vllm inside an actor)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rollout_helpers import AGENTS, LORA, SEED
+from rollout_helpers import TEXTS, make_request, responses_of, rollout_cfg
+
+from roll_ma.workers.rollout_worker import RolloutWorker
+
+AGENT_IDS = [0, 1, 2, 1, 0, 1]
+
+
+def _init_kwargs(model_cfg, backend: str, **overrides) -> dict:
+    return dict(
+        model_cfg=model_cfg,
+        lora_cfg=LORA,
+        agents=AGENTS,
+        rollout_cfg=rollout_cfg(backend=backend, **overrides),
+        seed=SEED,
+    )
+
+
+def test_worker_without_ray(rollout_model_cfg, tokenizer, make_adapter_tensors):
+    worker = RolloutWorker("rollout", 0, 1, {}, **_init_kwargs(rollout_model_cfg, "hf"))
+    with pytest.raises(RuntimeError, match="init_model"):
+        worker.adapter_versions()
+    worker.init_model()
+    assert worker.adapter_versions() == {"a0": 0, "a1": 0}
+    assert set(worker.update_adapters(make_adapter_tensors(1), 1)) == {"a0", "a1"}
+    out = worker.generate(make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True}))
+    assert out.non_tensor["adapter_version"].tolist() == [1] * len(TEXTS)
+    scored = worker.score(out)
+    torch.testing.assert_close(
+        scored.batch["rollout_log_probs"], out.batch["rollout_log_probs"], atol=1e-5, rtol=0
+    )
+    worker.sleep()
+    worker.wake_up()
+
+
+def test_two_hf_ranks_split_rows_without_changing_samples(
+    ray_session, rollout_model_cfg, tokenizer, make_adapter_tensors
+):
+    """DP_COMPUTE spreads rows over the ranks; seeded samples equal one local worker's."""
+    from roll_ma.distributed.cluster import Cluster
+
+    cluster = Cluster("rollout", RolloutWorker, 2, init_kwargs=_init_kwargs(rollout_model_cfg, "hf"))
+    try:
+        cluster.init_model()
+        cluster.update_adapters(make_adapter_tensors(1), 3)
+        assert cluster.adapter_versions() == {"a0": 3, "a1": 3}
+        request = make_request(tokenizer, TEXTS, AGENT_IDS, {"seed": 4}, list(range(len(TEXTS))))
+        remote = cluster.generate(request)
+        local = RolloutWorker("rollout", 0, 1, {}, **_init_kwargs(rollout_model_cfg, "hf"))
+        local.init_model()
+        local.update_adapters(make_adapter_tensors(1), 3)
+        assert responses_of(remote) == responses_of(local.generate(request))
+        assert remote.non_tensor["adapter_version"].tolist() == [3] * len(TEXTS)
+    finally:
+        cluster.shutdown()
+
+
+@pytest.mark.slow
+def test_vllm_worker_inside_a_ray_actor(ray_session, rollout_model_cfg, tokenizer, make_adapter_tensors):
+    pytest.importorskip("vllm")
+    from roll_ma.distributed.cluster import Cluster
+
+    kwargs = _init_kwargs(
+        rollout_model_cfg, "vllm", enforce_eager=True, max_num_seqs=16, engine_kwargs={"max_model_len": 256}
+    )
+    cluster = Cluster("rollout", RolloutWorker, 1, init_kwargs=kwargs)
+    try:
+        cluster.init_model()
+        assert cluster.adapter_versions() == {"a0": 0, "a1": 0}
+        cluster.update_adapters(make_adapter_tensors(1), 2)
+        request = make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True})
+        out = cluster.generate(request)
+        assert out.non_tensor["adapter_version"].tolist() == [2] * len(TEXTS)
+        assert out.batch["response_mask"].sum() > 0
+        scored = cluster.score(out)
+        torch.testing.assert_close(
+            scored.batch["rollout_log_probs"], out.batch["rollout_log_probs"], atol=2e-3, rtol=0
+        )
+        cluster.sleep()
+        cluster.wake_up()
+        cluster.shutdown_engine()
+    finally:
+        cluster.shutdown()

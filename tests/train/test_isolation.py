@@ -1,0 +1,46 @@
+"""One agent's update never touches another agent's adapter, Adam moments or step count (bit for bit)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from train_helpers import all_finite, make_batch, on_policy
+
+AGENTS = ["a0", "a1", "a2"]
+ORDER = [0, 2, 0, 1, 2]  # interleaved: an agent trains again after others did
+
+
+def _opt_states(strategy) -> dict:
+    return {name: strategy.optimizer_state(name) for name in AGENTS}
+
+
+def _same_state(a: dict, b: dict) -> bool:
+    for key in ("exp_avg", "exp_avg_sq", "step"):
+        if len(a[key]) != len(b[key]):
+            return False
+        if not all(torch.equal(x, y) for x, y in zip(a[key], b[key], strict=True)):
+            return False
+    return a["global_steps"] == b["global_steps"] and a["scheduler_steps"] == b["scheduler_steps"]
+
+
+@pytest.mark.parametrize("zero_stage", [0, 1, 2])
+def test_update_touches_only_its_agent(make_strategy, zero_stage):
+    s = make_strategy(AGENTS, zero_stage=zero_stage)
+    for step, k in enumerate(ORDER):
+        batch = on_policy(s, make_batch([k] * 4, seed=step), step=step)
+        weights, states = s.adapter_tensors(), _opt_states(s)
+        metrics = s.train_step(batch)
+        new_weights, new_states = s.adapter_tensors(), _opt_states(s)
+        trained = AGENTS[k]
+        assert metrics[f"agent/{trained}/updated"] == 1.0 and all_finite(metrics)
+        assert all(not torch.equal(weights[trained][n], new_weights[trained][n]) for n in weights[trained]), \
+            f"step {step}: some tensor of {trained} did not move"
+        assert new_states[trained]["global_steps"] == states[trained]["global_steps"] + 1
+        for other in AGENTS:
+            if other == trained:
+                continue
+            assert metrics[f"agent/{other}/updated"] == 0.0
+            assert all(torch.equal(weights[other][n], new_weights[other][n]) for n in weights[other]), \
+                f"step {step}: updating {trained} changed {other}'s adapter"
+            assert _same_state(states[other], new_states[other]), \
+                f"step {step}: updating {trained} changed {other}'s optimizer state"

@@ -1,0 +1,66 @@
+"""Plain helpers of the train-side tests (batches of rows, on-policy scoring, snapshots)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from roll_ma.config.schema import LoraConfig
+from roll_ma.protocol import DataProto
+
+PROMPT_LEN, RESPONSE_LEN, VOCAB = 6, 5, 512
+LORA = LoraConfig(rank=4, alpha=8.0, dropout=0.0)  # small, and no dropout: runs are deterministic
+
+
+def make_batch(agent_ids: Sequence[int], seed: int = 0, advantage: float | Sequence[float] | None = None,
+               prompt_len: int = PROMPT_LEN, response_len: int = RESPONSE_LEN) -> DataProto:
+    """Rows with left-padded prompts and right-padded responses of random lengths (>= 1 token each)."""
+    gen = torch.Generator().manual_seed(seed)
+    n = len(agent_ids)
+    p_lens = torch.randint(2, prompt_len + 1, (n,), generator=gen)
+    r_lens = torch.randint(1, response_len + 1, (n,), generator=gen)
+    prompts = torch.zeros(n, prompt_len, dtype=torch.long)
+    responses = torch.zeros(n, response_len, dtype=torch.long)
+    p_mask = torch.zeros(n, prompt_len, dtype=torch.long)
+    r_mask = torch.zeros(n, response_len, dtype=torch.long)
+    for i in range(n):
+        p, r = int(p_lens[i]), int(r_lens[i])
+        prompts[i, prompt_len - p:] = torch.randint(3, VOCAB, (p,), generator=gen)
+        p_mask[i, prompt_len - p:] = 1
+        responses[i, :r] = torch.randint(3, VOCAB, (r,), generator=gen)
+        r_mask[i, :r] = 1
+    if advantage is None:
+        adv = torch.randn(n, generator=gen)
+    else:
+        adv = torch.as_tensor(advantage, dtype=torch.float32).expand(n).clone()
+    attention = torch.cat([p_mask, r_mask], dim=1)
+    tensors = {
+        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention, "position_ids": (attention.cumsum(-1) - 1).clamp(min=0),
+        "response_mask": r_mask.float(), "advantages": adv[:, None] * r_mask.float(),
+        "old_log_probs": torch.zeros(n, response_len),
+    }
+    meta = {"step": 0, "temperature": 1.0}
+    return DataProto.from_dict(tensors, {"agent_id": [int(a) for a in agent_ids]}, meta)
+
+
+def on_policy(strategy: Any, batch: DataProto, step: int = 0, ref: bool = False) -> DataProto:
+    """The batch with old_log_probs (and ref_log_probs) scored by ``strategy`` now, meta step set."""
+    batch = batch.select()
+    batch.meta_info["step"] = step
+    batch.batch["old_log_probs"] = strategy.compute_log_probs(batch).batch["old_log_probs"]
+    if ref:
+        ref = strategy.compute_log_probs(batch, adapters_enabled=False)
+        batch.batch["ref_log_probs"] = ref.batch["ref_log_probs"]
+    return batch
+
+
+def snapshot(strategy: Any) -> dict[str, dict[str, torch.Tensor]]:
+    return strategy.adapter_tensors()
+
+
+def all_finite(metrics: dict[str, float]) -> bool:
+    return all(np.isfinite(v) for v in metrics.values())
