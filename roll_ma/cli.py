@@ -18,18 +18,33 @@ examples:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="roll-ma", description="Multi-agent RL of LLMs: one LoRA adapter per agent.",
-        epilog=USAGE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config_name", "--config-name", "-cn", dest="config_name",
-                        help="config to run (a yaml under examples/, or under --config_path)")
-    parser.add_argument("--config_path", "--config-path", "-cp", dest="config_path",
-                        help="directory holding the config (default: search examples/)")
+        prog="roll-ma",
+        description="Multi-agent RL of LLMs: one LoRA adapter per agent.",
+        epilog=USAGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config_name",
+        "--config-name",
+        "-cn",
+        dest="config_name",
+        help="config to run (a yaml under examples/, or under --config_path)",
+    )
+    parser.add_argument(
+        "--config_path",
+        "--config-path",
+        "-cp",
+        dest="config_path",
+        help="directory holding the config (default: search examples/)",
+    )
     parser.add_argument("--num_agents", type=int, help="MARS-style: N agents, each with its own adapter")
     parser.add_argument("--lora_rank", type=int, help="MARS-style: same as lora.rank=R")
     parser.add_argument("--lora_alpha", type=float, help="MARS-style: same as lora.alpha=A")
     parser.add_argument("--list", action="store_true", help="list the available configs and exit")
     parser.add_argument("--cfg", action="store_true", help="print the validated config and exit")
-    parser.add_argument("--describe", action="store_true", help="list every config key with its help and exit")
+    parser.add_argument(
+        "--describe", action="store_true", help="list every config key with its help and exit"
+    )
     parser.add_argument("overrides", nargs="*", help="key=value overrides")
     return parser
 
@@ -52,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.config_name:
         print("error: --config_name is required (see --list for the shipped configs)", file=sys.stderr)
         return 2
-    overrides = mars_flags_to_overrides(args.num_agents, args.lora_rank, args.lora_alpha) + list(args.overrides)
+    overrides = mars_flags_to_overrides(args.num_agents, args.lora_rank, args.lora_alpha) + list(
+        args.overrides
+    )
     try:
         cfg = load_config(args.config_name, args.config_path, overrides, num_agents=args.num_agents)
     except ConfigError as err:

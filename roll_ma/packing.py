@@ -19,20 +19,23 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(
+    seqs: Sequence[Sequence[int]], pad_id: int, width: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, P) ids left-padded with ``pad_id`` and the (B, P) mask of real tokens (P: the longest row)."""
     width = width if width is not None else max((len(s) for s in seqs), default=0)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):
         if s:
-            ids[i, width - len(s):] = torch.as_tensor(list(s), dtype=torch.long)
-            mask[i, width - len(s):] = 1
+            ids[i, width - len(s) :] = torch.as_tensor(list(s), dtype=torch.long)
+            mask[i, width - len(s) :] = 1
     return ids, mask
 
 
-def right_pad(seqs: Sequence[Sequence[float]], value: float, dtype: torch.dtype,
-              width: int | None = None) -> torch.Tensor:
+def right_pad(
+    seqs: Sequence[Sequence[float]], value: float, dtype: torch.dtype, width: int | None = None
+) -> torch.Tensor:
     """(B, width) rows right-padded with ``value`` (width: the longest row)."""
     width = width if width is not None else max((len(s) for s in seqs), default=0)
     out = torch.full((len(seqs), width), value, dtype=dtype)
@@ -42,8 +45,13 @@ def right_pad(seqs: Sequence[Sequence[float]], value: float, dtype: torch.dtype,
     return out
 
 
-def pack_sequences(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]], pad_id: int,
-                   prompt_width: int | None = None, response_width: int | None = None) -> dict[str, torch.Tensor]:
+def pack_sequences(
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    pad_id: int,
+    prompt_width: int | None = None,
+    response_width: int | None = None,
+) -> dict[str, torch.Tensor]:
     """prompts, responses, input_ids, attention_mask, position_ids, response_mask for the given rows."""
     R = response_width or max(1, max((len(r) for r in response_ids), default=1))
     prompts, prompt_mask = left_pad(prompt_ids, pad_id, prompt_width)  # (B, P) each
@@ -51,8 +59,11 @@ def pack_sequences(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[S
     response_mask = right_pad([[1.0] * len(r) for r in response_ids], 0.0, torch.float32, R)  # (B, R)
     attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)  # (B, T)
     return {
-        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
-        "attention_mask": attention_mask, "position_ids": position_ids_from_mask(attention_mask),
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": position_ids_from_mask(attention_mask),
         "response_mask": response_mask,
     }
 
@@ -93,6 +104,8 @@ def concat_padded(parts: Sequence[DataProto], pad_id: int | None = None) -> Data
     pad = pad_id if pad_id is not None else parts[0].meta_info.get("pad_id")
     P = max(p.batch["prompts"].shape[1] for p in parts)
     R = max(p.batch["responses"].shape[1] for p in parts)
-    if pad is None and any(p.batch["prompts"].shape[1] != P or p.batch["responses"].shape[1] != R for p in parts):
+    if pad is None and any(
+        p.batch["prompts"].shape[1] != P or p.batch["responses"].shape[1] != R for p in parts
+    ):
         raise ValueError("concat_padded: widths differ and no pad id is known (set meta_info['pad_id'])")
     return DataProto.concat([repad(p, P, R, pad) for p in parts])

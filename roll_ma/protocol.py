@@ -95,7 +95,9 @@ class DataProto:
 
     def __post_init__(self) -> None:
         if len(self.batch.batch_size) != 1:
-            raise ValueError(f"batch must have exactly one batch dim, got batch_size={list(self.batch.batch_size)}")
+            raise ValueError(
+                f"batch must have exactly one batch dim, got batch_size={list(self.batch.batch_size)}"
+            )
         n = len(self)
         for key, values in list(self.non_tensor.items()):
             arr = _as_object_array(values, key)
@@ -169,7 +171,9 @@ class DataProto:
                 raise ValueError(f"select: no non_tensor {key!r}; non_tensors are {list(self.non_tensor)}")
         batch = self.batch.select(*batch_keys) if batch_keys is not None else self.batch.clone(recurse=False)
         non_tensor = (
-            {k: self.non_tensor[k] for k in non_tensor_keys} if non_tensor_keys is not None else dict(self.non_tensor)
+            {k: self.non_tensor[k] for k in non_tensor_keys}
+            if non_tensor_keys is not None
+            else dict(self.non_tensor)
         )
         meta = (
             {k: copy.deepcopy(self.meta_info[k]) for k in meta_info_keys if k in self.meta_info}
@@ -203,9 +207,14 @@ class DataProto:
             for key in batch_keys:
                 a, b = first.batch[key].shape[1:], part.batch[key].shape[1:]
                 if a != b:
-                    raise ValueError(f"concat: tensor {key!r} has row shape {tuple(a)} in part 0 but {tuple(b)} in part {i}")
-        batch = torch.cat([p.batch for p in parts], dim=0) if batch_keys else TensorDict(
-            {}, batch_size=[sum(len(p) for p in parts)]
+                    raise ValueError(
+                        f"concat: tensor {key!r} has row shape {tuple(a)} in part 0 "
+                        f"but {tuple(b)} in part {i}"
+                    )
+        batch = (
+            torch.cat([p.batch for p in parts], dim=0)
+            if batch_keys
+            else TensorDict({}, batch_size=[sum(len(p) for p in parts)])
         )
         non_tensor = {k: np.concatenate([p.non_tensor[k] for p in parts]) for k in first.non_tensor}
         return cls(batch, non_tensor, copy.deepcopy(first.meta_info))
@@ -235,7 +244,9 @@ class DataProto:
     def split(self, sizes: Sequence[int]) -> list[DataProto]:
         """Consecutive pieces of the given sizes (they must add up to B)."""
         if sum(sizes) != len(self) or any(s < 0 for s in sizes):
-            raise ValueError(f"split sizes {list(sizes)} add up to {sum(sizes)} but the batch has {len(self)} rows")
+            raise ValueError(
+                f"split sizes {list(sizes)} add up to {sum(sizes)} but the batch has {len(self)} rows"
+            )
         bounds = np.cumsum([0, *sizes])
         return [self.select_idxs(np.arange(bounds[i], bounds[i + 1])) for i in range(len(sizes))]
 
@@ -266,10 +277,15 @@ class DataProto:
         for i, value in enumerate(column.tolist()):
             groups.setdefault(value, []).append(i)
         ordered = sorted(groups, key=lambda v: (str(type(v)), v))
-        return {v: (self.select_idxs(np.asarray(groups[v])), np.asarray(groups[v], dtype=np.int64)) for v in ordered}
+        return {
+            v: (self.select_idxs(np.asarray(groups[v])), np.asarray(groups[v], dtype=np.int64))
+            for v in ordered
+        }
 
     @classmethod
-    def ungroup(cls, groups: Sequence[tuple[DataProto, np.ndarray]] | dict[Any, tuple[DataProto, np.ndarray]]) -> DataProto:
+    def ungroup(
+        cls, groups: Sequence[tuple[DataProto, np.ndarray]] | dict[Any, tuple[DataProto, np.ndarray]]
+    ) -> DataProto:
         """Inverse of group_by: put each group's rows back at their original positions."""
         parts = list(groups.values()) if isinstance(groups, dict) else list(groups)
         if not parts:

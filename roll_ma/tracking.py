@@ -54,8 +54,14 @@ def truncate_metrics(path: str | Path, last_step: int) -> int:
 class Tracker:
     """Writes every step's metrics to all configured sinks."""
 
-    def __init__(self, output_dir: str | Path, cfg: TrackingConfig, run_name: str, config: dict[str, Any],
-                 resume_step: int | None = None):
+    def __init__(
+        self,
+        output_dir: str | Path,
+        cfg: TrackingConfig,
+        run_name: str,
+        config: dict[str, Any],
+        resume_step: int | None = None,
+    ):
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = self.dir / "metrics.jsonl"
@@ -74,8 +80,14 @@ class Tracker:
             import wandb
 
             mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
-            self._wandb = wandb.init(project=cfg.project, name=cfg.run_name or run_name, config=config,
-                                     dir=str(self.dir), mode=mode, resume="allow")
+            self._wandb = wandb.init(
+                project=cfg.project,
+                name=cfg.run_name or run_name,
+                config=config,
+                dir=str(self.dir),
+                mode=mode,
+                resume="allow",
+            )
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         row = {"step": step, **{k: _clean(v) for k, v in sorted(metrics.items())}}
@@ -100,17 +112,33 @@ class Tracker:
 
 def console_summary(step: int, max_steps: int, metrics: dict[str, Any], agent_names: list[str]) -> str:
     """One compact block per step: per-agent reward / loss / adapter version, timing, eval."""
+
     def fmt(v: Any) -> str:
         return f"{v:.3g}" if isinstance(v, float) else str(v)
 
-    lines = [f"step {step}/{max_steps}  " + "  ".join(
-        f"{k.split('/', 1)[1]}={fmt(metrics[k])}" for k in ("timing/step", "rollout/episodes", "rollout/turns")
-        if k in metrics)]
+    lines = [
+        f"step {step}/{max_steps}  "
+        + "  ".join(
+            f"{k.split('/', 1)[1]}={fmt(metrics[k])}"
+            for k in ("timing/step", "rollout/episodes", "rollout/turns")
+            if k in metrics
+        )
+    ]
     for name in agent_names:
         p = f"agent/{name}/"
-        parts = [f"{k}={fmt(metrics[p + k])}" for k in ("reward", "policy_loss", "kl", "grad_norm",
-                                                        "adapter_version", "logprob_gap", "format_error_rate")
-                 if p + k in metrics]
+        parts = [
+            f"{k}={fmt(metrics[p + k])}"
+            for k in (
+                "reward",
+                "policy_loss",
+                "kl",
+                "grad_norm",
+                "adapter_version",
+                "logprob_gap",
+                "format_error_rate",
+            )
+            if p + k in metrics
+        ]
         if parts:
             lines.append(f"  {name:>10s}: " + "  ".join(parts))
     evals = {k: v for k, v in metrics.items() if k.startswith("eval/")}
@@ -129,7 +157,9 @@ def plot_rewards(metrics_path: str | Path, out_path: str | Path, agent_names: li
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    eval_keys = sorted({k for r in rows for k, v in r.items() if k.startswith("eval/") and isinstance(v, (int, float))})
+    eval_keys = sorted(
+        {k for r in rows for k, v in r.items() if k.startswith("eval/") and isinstance(v, (int, float))}
+    )
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for name in agent_names:
         key = f"agent/{name}/reward"

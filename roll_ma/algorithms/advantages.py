@@ -18,7 +18,10 @@ import torch
 
 
 def discounted_turn_returns(
-    rewards: Sequence[float], episode_ids: Sequence[Any], players: Sequence[int], turns: Sequence[int],
+    rewards: Sequence[float],
+    episode_ids: Sequence[Any],
+    players: Sequence[int],
+    turns: Sequence[int],
     gamma: float = 1.0,
 ) -> np.ndarray:
     """(B,) G_t = r_t + gamma * G_next over each (episode, player)'s own turns, latest turn first."""
@@ -47,7 +50,10 @@ def _normalise(values: np.ndarray, norm_std: bool, eps: float) -> np.ndarray:
 
 
 def grpo_advantages(
-    returns: Sequence[float], group_ids: Sequence[Any], agent_ids: Sequence[int], norm_std: bool = True,
+    returns: Sequence[float],
+    group_ids: Sequence[Any],
+    agent_ids: Sequence[int],
+    norm_std: bool = True,
     eps: float = 1e-6,
 ) -> np.ndarray:
     """(B,) returns normalised within each (group, agent): GRPO's group baseline, one per agent."""
@@ -62,7 +68,10 @@ def grpo_advantages(
 
 
 def reinforce_pp_advantages(
-    returns: Sequence[float], agent_ids: Sequence[int], norm_std: bool = True, eps: float = 1e-6,
+    returns: Sequence[float],
+    agent_ids: Sequence[int],
+    norm_std: bool = True,
+    eps: float = 1e-6,
 ) -> np.ndarray:
     """(B,) REINFORCE++: the agent's batch mean as baseline, normalised over that agent's rows."""
     returns = np.asarray(returns, dtype=np.float64)
@@ -117,8 +126,9 @@ def add_advantages(data: Any, algo: Any) -> Any:
     from roll_ma.protocol import DataProto
 
     nt, mask = data.non_tensor, data.batch["response_mask"]
-    returns = discounted_turn_returns(data.batch["scores"].tolist(), nt["episode_id"], nt["player"], nt["turn"],
-                                      algo.gamma)
+    returns = discounted_turn_returns(
+        data.batch["scores"].tolist(), nt["episode_id"], nt["player"], nt["turn"], algo.gamma
+    )
     if algo.advantage == "grpo":
         adv = grpo_advantages(returns, nt["group_id"], nt["agent_id"], algo.norm_std)
     elif algo.advantage == "reinforce_pp":
@@ -132,6 +142,12 @@ def add_advantages(data: Any, algo: Any) -> Any:
         penalty = kl_reward_penalty(kl, mask, algo.kl_coef)  # (B, R)
         token_rewards = token_rewards + penalty
         advantages = advantages + reverse_cumsum(penalty, mask)
-    return data.union(DataProto.from_dict({
-        "advantages": advantages, "returns": broadcast_to_tokens(returns, mask), "token_rewards": token_rewards,
-    }))
+    return data.union(
+        DataProto.from_dict(
+            {
+                "advantages": advantages,
+                "returns": broadcast_to_tokens(returns, mask),
+                "token_rewards": token_rewards,
+            }
+        )
+    )

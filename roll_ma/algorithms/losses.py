@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean",
-              denominator: float | None = None) -> torch.Tensor:
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean", denominator: float | None = None
+) -> torch.Tensor:
     """Masked mean of (B, R) ``values``: over all tokens, or per sequence then over sequences."""
     mask = mask.to(values.dtype)
     if mode == "token_mean":

@@ -20,7 +20,23 @@ from roll_ma.config.typed import ConfigError, ConfigProblem, to_dataclass
 from roll_ma.config.validate import resolve_seats
 
 __all__ = [
-    "AgentConfig", "AlgorithmConfig", "ConfigError", "ConfigProblem", "DataConfig", "EnvConfig", "LoraConfig",
-    "ModelConfig", "ReferenceConfig", "ResourcesConfig", "RolloutConfig", "RunConfig", "TrackingConfig",
-    "TrainConfig", "TrainerConfig", "available_configs", "load_config", "resolve_seats", "to_dataclass",
+    "AgentConfig",
+    "AlgorithmConfig",
+    "ConfigError",
+    "ConfigProblem",
+    "DataConfig",
+    "EnvConfig",
+    "LoraConfig",
+    "ModelConfig",
+    "ReferenceConfig",
+    "ResourcesConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "TrackingConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "available_configs",
+    "load_config",
+    "resolve_seats",
+    "to_dataclass",
 ]

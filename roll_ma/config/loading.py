@@ -41,12 +41,19 @@ def find_config(name: str, config_path: str | None = None) -> Path:
     configs = available_configs(config_path)
     if name not in configs:
         listing = ", ".join(sorted(configs)) or "none"
-        raise ConfigError([ConfigProblem("--config_name", f"no config named {name!r}{suggest(name, configs)}; "
-                                         f"available: {listing}")])
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "--config_name", f"no config named {name!r}{suggest(name, configs)}; available: {listing}"
+                )
+            ]
+        )
     return configs[name]
 
 
-def mars_flags_to_overrides(num_agents: int | None, lora_rank: int | None, lora_alpha: float | None) -> list[str]:
+def mars_flags_to_overrides(
+    num_agents: int | None, lora_rank: int | None, lora_alpha: float | None
+) -> list[str]:
     """MARS-style launcher flags as ordinary overrides (num_agents is applied after composition)."""
     out = []
     if lora_rank is not None:
@@ -77,7 +84,9 @@ def compose_raw(name: str, config_path: str | None, overrides: list[str]) -> dic
         raw = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as err:
         msg = str(err).splitlines()[0]
-        raise ConfigError([ConfigProblem("overrides", f"{msg} (append-only keys need '+key=value')")]) from None
+        raise ConfigError(
+            [ConfigProblem("overrides", f"{msg} (append-only keys need '+key=value')")]
+        ) from None
     assert isinstance(raw, dict)
     raw.pop("hydra", None)
     raw.setdefault("name", path.stem)

@@ -26,12 +26,17 @@ ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 class ModelConfig:
     """The shared base model every agent's adapter sits on."""
 
-    path: str = _f("builtin:tiny", "local directory or hub name (e.g. Qwen/Qwen2.5-1.5B-Instruct); "
-                   "'builtin:tiny' is the model shipped with roll_ma")
+    path: str = _f(
+        "builtin:tiny",
+        "local directory or hub name (e.g. Qwen/Qwen2.5-1.5B-Instruct); "
+        "'builtin:tiny' is the model shipped with roll_ma",
+    )
     tokenizer_path: str | None = _f(None, "tokenizer location if it differs from path")
     dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "weights and compute dtype")
     trust_remote_code: bool = _f(False, "passed to transformers' from_pretrained")
-    max_prompt_tokens: int = _f(512, "prompts longer than this are cut from the left (system message kept)", min=8)
+    max_prompt_tokens: int = _f(
+        512, "prompts longer than this are cut from the left (system message kept)", min=8
+    )
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass to save memory")
     attn_implementation: str | None = _f(None, "transformers attention implementation (sdpa, eager, ...)")
 
@@ -59,14 +64,19 @@ class AgentConfig:
     """One agent: a name, the adapter it trains, and how it trains."""
 
     name: str = _f("agent", "unique agent name, used in metrics (agent/<name>/...) and in env.seats")
-    adapter: str | None = _f(None, "adapter this agent uses; agents naming the same adapter share it "
-                             "(default: the agent's name)")
+    adapter: str | None = _f(
+        None, "adapter this agent uses; agents naming the same adapter share it (default: the agent's name)"
+    )
     lora: AgentLoraOverride = _f(help="per-agent LoRA overrides", factory=AgentLoraOverride)
     frozen: bool = _f(False, "never update this agent (a fixed opponent or critic)")
     update_every: int = _f(1, "update this agent only every k steps", min=1)
     lr: float | None = _f(None, "this agent's learning rate (default: train.lr)", min=0.0)
-    system_prompt: str | None = _f(None, "system prompt of this agent (default: the env's prompt for its role)")
-    kind: str | None = _f(None, "role kind in role-based envs (math: solver, critic, refiner); default: the name")
+    system_prompt: str | None = _f(
+        None, "system prompt of this agent (default: the env's prompt for its role)"
+    )
+    kind: str | None = _f(
+        None, "role kind in role-based envs (math: solver, critic, refiner); default: the name"
+    )
     init_adapter: str | None = _f(None, "directory of a PEFT adapter to start this agent from")
 
     @property
@@ -80,7 +90,8 @@ class DataConfig:
 
     source: str = _f("synthetic", "'synthetic' (built-in arithmetic) or a local .parquet/.jsonl/.json file")
     preset: Literal["auto", "deepscaler", "gsm8k", "math500", "custom"] = _f(
-        "auto", "column mapping preset for files")
+        "auto", "column mapping preset for files"
+    )
     problem_key: str | None = _f(None, "problem column (preset custom)")
     answer_key: str | None = _f(None, "answer column (preset custom)")
     difficulty: int = _f(2, "synthetic difficulty level", min=1, max=5)
@@ -95,8 +106,11 @@ class EnvConfig:
 
     name: str = _f("math_selfplay", "registered env name or import path 'pkg.module:Class'")
     kwargs: dict[str, Any] = _f(help="env-specific settings, passed to the env constructor", factory=dict)
-    seats: list[str] | None = _f(None, "agent name per seat / role (games: 'random' or 'scripted' for a "
-                                 "built-in opponent); default: agents in order, or one agent in every seat")
+    seats: list[str] | None = _f(
+        None,
+        "agent name per seat / role (games: 'random' or 'scripted' for a "
+        "built-in opponent); default: agents in order, or one agent in every seat",
+    )
     num_workers: int = _f(1, "env worker actors", min=1)
     groups_per_step: int = _f(8, "episode groups per step (problems / seeds)", min=1)
     group_size: int = _f(4, "episodes per group (GRPO samples per problem / seed)", min=1)
@@ -117,10 +131,13 @@ class RolloutConfig:
     max_new_tokens: int = _f(32, "cap on generated tokens per turn", min=1)
     stop: list[str] = _f(help="stop strings", factory=list)
     micro_batch_size: int = _f(64, "hf: rows per generate call", min=1)
-    gpu_memory_utilization: float = _f(0.4, "vllm: fraction of GPU memory for weights + KV cache",
-                                       min=0.01, max=1.0)
+    gpu_memory_utilization: float = _f(
+        0.4, "vllm: fraction of GPU memory for weights + KV cache", min=0.01, max=1.0
+    )
     enforce_eager: bool = _f(False, "vllm: skip CUDA graphs (faster start, slower decode)")
-    sleep_level: int = _f(1, "vllm: sleep level while training when colocated (0 = never sleep)", min=0, max=1)
+    sleep_level: int = _f(
+        1, "vllm: sleep level while training when colocated (0 = never sleep)", min=0, max=1
+    )
     max_num_seqs: int = _f(256, "vllm: max concurrent sequences", min=1)
     engine_kwargs: dict[str, Any] = _f(help="extra keyword arguments for vllm.LLM", factory=dict)
 
@@ -130,14 +147,18 @@ class TrainConfig:
     """Policy update: strategy, optimizer, batch shapes."""
 
     strategy: Literal["multi_agent_deepspeed", "deepspeed_train"] = _f(
-        "multi_agent_deepspeed", "multi_agent_deepspeed (one adapter per agent) or deepspeed_train (one policy)")
+        "multi_agent_deepspeed",
+        "multi_agent_deepspeed (one adapter per agent) or deepspeed_train (one policy)",
+    )
     num_workers: int = _f(1, "data-parallel train ranks", min=1)
     zero_stage: int = _f(0, "DeepSpeed ZeRO stage (0, 1, 2)", min=0, max=3)
     lr: float = _f(5e-4, "learning rate", min=0.0)
     weight_decay: float = _f(0.0, "AdamW weight decay", min=0.0)
     betas: list[float] = _f(help="AdamW betas", factory=lambda: [0.9, 0.999])
     eps: float = _f(1e-8, "AdamW eps", min=0.0)
-    lr_schedule: Literal["constant", "linear", "cosine"] = _f("constant", "learning-rate schedule after warmup")
+    lr_schedule: Literal["constant", "linear", "cosine"] = _f(
+        "constant", "learning-rate schedule after warmup"
+    )
     warmup_steps: int = _f(0, "optimizer steps of linear warmup", min=0)
     micro_batch_size: int = _f(16, "rows per forward/backward", min=1)
     mini_batch_size: int | None = _f(None, "rows per optimizer step per agent (default: all its rows)", min=1)
@@ -151,8 +172,10 @@ class ReferenceConfig:
     """Where reference log-probs (the KL anchor) come from."""
 
     mode: Literal["train_worker", "worker", "none"] = _f(
-        "train_worker", "train_worker: adapters disabled on the train worker (no second copy); "
-        "worker: a reference worker holding the base; none: no reference (kl_coef must be 0)")
+        "train_worker",
+        "train_worker: adapters disabled on the train worker (no second copy); "
+        "worker: a reference worker holding the base; none: no reference (kl_coef must be 0)",
+    )
     num_workers: int = _f(1, "reference worker actors (mode worker)", min=1)
 
 
@@ -160,8 +183,10 @@ class ReferenceConfig:
 class AlgorithmConfig:
     """Advantages and losses."""
 
-    advantage: Literal["grpo", "reinforce_pp"] = _f("grpo", "grpo: normalise within (group, agent); "
-                                                     "reinforce_pp: baseline per agent, normalised per agent")
+    advantage: Literal["grpo", "reinforce_pp"] = _f(
+        "grpo",
+        "grpo: normalise within (group, agent); reinforce_pp: baseline per agent, normalised per agent",
+    )
     gamma: float = _f(1.0, "discount of turn rewards back through an agent's earlier turns", min=0.0, max=1.0)
     norm_std: bool = _f(True, "divide advantages by the std (GRPO) / per-agent std (REINFORCE++)")
     clip_ratio_low: float = _f(0.2, "PPO clip epsilon below 1", min=0.0)
@@ -181,8 +206,9 @@ class TrainerConfig:
     output_dir: str = _f("outputs/run", "metrics.jsonl, checkpoints, logs and plots go here")
     save_every: int = _f(0, "checkpoint every k steps (0: only at the end)", min=0)
     keep_last: int = _f(2, "checkpoints kept", min=1)
-    eval_every: int = _f(0, "evaluate every k steps (0: never; the first and last evaluation always run "
-                         "when > 0)", min=0)
+    eval_every: int = _f(
+        0, "evaluate every k steps (0: never; the first and last evaluation always run when > 0)", min=0
+    )
     resume: Literal["auto", "never"] = _f("auto", "auto: continue from the newest complete checkpoint")
     log_every: int = _f(1, "console summary every k steps", min=1)
     progress_bars: bool = _f(True, "tqdm progress bars")
@@ -205,7 +231,9 @@ class ResourcesConfig:
     num_gpus: int = _f(0, "GPUs the run uses (0: CPU only)", min=0)
     ray_address: str | None = _f(None, "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
     device_mapping: dict[str, list[int]] = _f(
-        help="GPU indices per role: rollout, train, reference (roles sharing a GPU are colocated)", factory=dict)
+        help="GPU indices per role: rollout, train, reference (roles sharing a GPU are colocated)",
+        factory=dict,
+    )
     num_cpus_per_worker: float = _f(0.1, "CPUs Ray reserves per actor", min=0.0)
 
 
@@ -217,8 +245,9 @@ class RunConfig:
     seed: int = _f(0, "seed of everything (envs, sampling, init, data order)")
     model: ModelConfig = _f(help="base model", factory=ModelConfig)
     lora: LoraConfig = _f(help="default LoRA settings", factory=LoraConfig)
-    agents: list[AgentConfig] = _f(help="the agents, each with its adapter",
-                                   factory=lambda: [AgentConfig(name="agent")])
+    agents: list[AgentConfig] = _f(
+        help="the agents, each with its adapter", factory=lambda: [AgentConfig(name="agent")]
+    )
     env: EnvConfig = _f(help="environment", factory=EnvConfig)
     rollout: RolloutConfig = _f(help="generation", factory=RolloutConfig)
     train: TrainConfig = _f(help="policy update", factory=TrainConfig)
@@ -235,5 +264,7 @@ class RunConfig:
             rank=o.rank if o.rank is not None else self.lora.rank,
             alpha=o.alpha if o.alpha is not None else self.lora.alpha,
             dropout=o.dropout if o.dropout is not None else self.lora.dropout,
-            target_modules=list(o.target_modules if o.target_modules is not None else self.lora.target_modules),
+            target_modules=list(
+                o.target_modules if o.target_modules is not None else self.lora.target_modules
+            ),
         )

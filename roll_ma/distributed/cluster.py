@@ -87,8 +87,12 @@ class Cluster:
             options["name"] = f"{role}_{rank}_{tag}"
             self.workers.append(
                 remote_cls.options(**options).remote(
-                    role=role, rank=rank, world_size=num_workers, env_vars=dict(env_vars or {}),
-                    **(init_kwargs or {}))
+                    role=role,
+                    rank=rank,
+                    world_size=num_workers,
+                    env_vars=dict(env_vars or {}),
+                    **(init_kwargs or {}),
+                )
             )
         # rank 0 is the rendezvous point of torch.distributed inside the role
         addr, port = self._call_ranks("master_address", [0], ((), {}), lambda r: r[0]).get()
@@ -99,10 +103,12 @@ class Cluster:
         if name.startswith("_"):
             raise AttributeError(name)
         blocking = not name.startswith("async_")
-        method = name if blocking else name[len("async_"):]
+        method = name if blocking else name[len("async_") :]
         if method not in self._methods:
-            raise AttributeError(f"{self.role} workers have no registered method {method!r}; "
-                                 f"registered: {sorted(self._methods)}")
+            raise AttributeError(
+                f"{self.role} workers have no registered method {method!r}; "
+                f"registered: {sorted(self._methods)}"
+            )
 
         def call(*args: Any, **kwargs: Any) -> Any:
             pending = self.dispatch(method, *args, **kwargs)

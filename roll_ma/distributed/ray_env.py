@@ -18,8 +18,10 @@ WORKER_ENV = {
 }
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None, env_vars: dict[str, str] | None = None) -> dict:
-    """Join ``address`` (or ``RAY_ADDRESS``) if given, else start a local Ray; returns the cluster resources."""
+def init_ray(
+    address: str | None = None, num_cpus: int | None = None, env_vars: dict[str, str] | None = None
+) -> dict:
+    """Join ``address`` (or ``RAY_ADDRESS``) if given, else start a local Ray; returns its resources."""
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -28,14 +30,27 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, env_vars: 
         return ray.cluster_resources()
     env = {**WORKER_ENV, **(env_vars or {})}
     address = address or os.environ.get("RAY_ADDRESS")
-    kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env}, "logging_level": logging.WARNING,
-                              "log_to_driver": True}
+    kwargs: dict[str, Any] = {
+        "runtime_env": {"env_vars": env},
+        "logging_level": logging.WARNING,
+        "log_to_driver": True,
+    }
     if address:
         ray.init(address=address, **kwargs)
+        where = f"joined the Ray cluster at {address}"
     else:
-        # Actors ask for fractions of a CPU, so a 2-core laptop still fits every role.
-        ray.init(num_cpus=num_cpus or max(2, os.cpu_count() or 2), include_dashboard=False, **kwargs)
-    return ray.cluster_resources()
+        # "local": always a fresh Ray of our own, even if a `ray start` cluster runs on this machine (join
+        # that one with RAY_ADDRESS). Actors ask for fractions of a CPU, so a 2-core laptop fits every role.
+        ray.init(address="local", num_cpus=num_cpus or max(2, os.cpu_count() or 2), include_dashboard=False,
+                 **kwargs)
+        where = "started a local Ray"
+    res = ray.cluster_resources()
+    print(
+        f"[roll_ma] {where}: {res.get('CPU', 0):.0f} CPUs, {res.get('GPU', 0):.0f} GPUs, "
+        f"{len(ray.nodes())} node(s)",
+        flush=True,
+    )
+    return res
 
 
 def shutdown_ray() -> None:

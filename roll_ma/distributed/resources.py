@@ -30,8 +30,13 @@ def default_device_mapping(num_gpus: int, workers: dict[str, int]) -> dict[str, 
 class ResourceManager:
     """Placement of role workers; CPU-only when no GPU is configured."""
 
-    def __init__(self, num_gpus: int, device_mapping: dict[str, list[int]], num_cpus_per_worker: float = 0.1,
-                 placement_timeout_s: float = 120.0):
+    def __init__(
+        self,
+        num_gpus: int,
+        device_mapping: dict[str, list[int]],
+        num_cpus_per_worker: float = 0.1,
+        placement_timeout_s: float = 120.0,
+    ):
         self.num_gpus = num_gpus
         self.device_mapping = {r: list(g) for r, g in device_mapping.items()}
         self.num_cpus_per_worker = num_cpus_per_worker
@@ -41,13 +46,17 @@ class ResourceManager:
             import ray
             from ray.util.placement_group import placement_group
 
-            bundles = [{"GPU": 1, "CPU": max(1.0, num_cpus_per_worker * len(GPU_ROLES))} for _ in range(num_gpus)]
+            bundles = [
+                {"GPU": 1, "CPU": max(1.0, num_cpus_per_worker * len(GPU_ROLES))} for _ in range(num_gpus)
+            ]
             self.placement_group = placement_group(bundles, strategy="PACK")
             ready, _ = ray.wait([self.placement_group.ready()], timeout=placement_timeout_s)
             if not ready:
                 raise RuntimeError(
-                    f"Ray could not place {num_gpus} GPU bundles within {placement_timeout_s:.0f} s; the cluster has "
-                    f"{ray.cluster_resources().get('GPU', 0):.0f} GPUs. Lower resources.num_gpus or add nodes.")
+                    f"Ray could not place {num_gpus} GPU bundles within {placement_timeout_s:.0f} s; "
+                    f"the cluster has {ray.cluster_resources().get('GPU', 0):.0f} GPUs. "
+                    "Lower resources.num_gpus or add nodes."
+                )
 
     @classmethod
     def cpu_only(cls, num_cpus_per_worker: float = 0.1) -> ResourceManager:
@@ -73,11 +82,14 @@ class ResourceManager:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         if rank >= len(gpus):
-            raise ValueError(f"{role} rank {rank} has no GPU: resources.device_mapping.{role} lists {len(gpus)}")
+            raise ValueError(
+                f"{role} rank {rank} has no GPU: resources.device_mapping.{role} lists {len(gpus)}"
+            )
         bundle = gpus[rank]
         return {
             "num_cpus": self.num_cpus_per_worker,
             "num_gpus": self.gpu_fraction[bundle],
             "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                placement_group=self.placement_group, placement_group_bundle_index=bundle),
+                placement_group=self.placement_group, placement_group_bundle_index=bundle
+            ),
         }

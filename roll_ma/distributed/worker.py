@@ -37,9 +37,10 @@ def register(dispatch: Dispatch | str = Dispatch.ONE_TO_ALL) -> Callable[[F], F]
 
 def registered_methods(cls: type) -> dict[str, Dispatch]:
     return {
-        name: getattr(fn, "_roll_ma_dispatch")
+        name: fn._roll_ma_dispatch
         for name in dir(cls)
-        if not name.startswith("__") and (fn := getattr(cls, name, None)) is not None
+        if not name.startswith("__")
+        and (fn := getattr(cls, name, None)) is not None
         and hasattr(fn, "_roll_ma_dispatch")
     }
 
@@ -102,7 +103,19 @@ class Worker:
 
     def ping(self) -> dict[str, Any]:
         return {
-            "role": self.role, "rank": self.rank, "world_size": self.world_size, "pid": os.getpid(),
-            **{k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                               "CUDA_VISIBLE_DEVICES")},
+            "role": self.role,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "pid": os.getpid(),
+            **{
+                k: os.environ.get(k)
+                for k in (
+                    "RANK",
+                    "WORLD_SIZE",
+                    "LOCAL_RANK",
+                    "MASTER_ADDR",
+                    "MASTER_PORT",
+                    "CUDA_VISIBLE_DEVICES",
+                )
+            },
         }

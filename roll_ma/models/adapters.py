@@ -46,7 +46,9 @@ class AgentSpec:
     lr: float | None = None
 
 
-def plan_adapters(lora: LoraConfig, agents: Sequence[AgentConfig]) -> tuple[list[AgentSpec], list[AdapterSpec]]:
+def plan_adapters(
+    lora: LoraConfig, agents: Sequence[AgentConfig]
+) -> tuple[list[AgentSpec], list[AdapterSpec]]:
     """Agents (by id) and the distinct adapters they use, in first-use order."""
     agent_specs, adapters = [], {}
     for agent_id, agent in enumerate(agents):
@@ -72,8 +74,14 @@ def plan_adapters(lora: LoraConfig, agents: Sequence[AgentConfig]) -> tuple[list
 def _peft_config(spec: AdapterSpec):
     from peft import LoraConfig as PeftLoraConfig
 
-    return PeftLoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
-                          target_modules=list(spec.target_modules), bias="none", task_type="CAUSAL_LM")
+    return PeftLoraConfig(
+        r=spec.rank,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=list(spec.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
 
 
 def inject_adapters(model: Any, specs: Sequence[AdapterSpec], seed: int = 0) -> Any:
@@ -127,11 +135,14 @@ def load_adapter_state_dict(model: Any, name: str, state: dict[str, Any]) -> Non
     result = set_peft_model_state_dict(model, state, adapter_name=name)
     missing = [k for k in result.missing_keys if "lora_" in k and f".{name}." in k]
     if missing or result.unexpected_keys:
-        raise ValueError(f"adapter {name!r}: missing {missing[:3]}, unexpected {list(result.unexpected_keys)[:3]}")
+        raise ValueError(
+            f"adapter {name!r}: missing {missing[:3]}, unexpected {list(result.unexpected_keys)[:3]}"
+        )
 
 
-def write_adapter_dir(tensors: dict[str, Any], spec: AdapterSpec, out_dir: str | Path,
-                      base_model: str | None = None) -> Path:
+def write_adapter_dir(
+    tensors: dict[str, Any], spec: AdapterSpec, out_dir: str | Path, base_model: str | None = None
+) -> Path:
     """Write tensors + adapter_config.json as a PEFT adapter directory (what vLLM and PEFT load)."""
     from safetensors.torch import save_file
 
@@ -148,8 +159,12 @@ def write_adapter_dir(tensors: dict[str, Any], spec: AdapterSpec, out_dir: str |
 
 
 def save_adapter(model: Any, spec: AdapterSpec, out_dir: str | Path) -> Path:
-    return write_adapter_dir(adapter_state_dict(model, spec.name), spec, out_dir,
-                             getattr(model.base_model.model.config, "_name_or_path", None))
+    return write_adapter_dir(
+        adapter_state_dict(model, spec.name),
+        spec,
+        out_dir,
+        getattr(model.base_model.model.config, "_name_or_path", None),
+    )
 
 
 def read_adapter_dir(path: str | Path) -> dict[str, Any]:

@@ -15,7 +15,8 @@ def resolve_model_path(path: str) -> str:
         if not (BUILTIN_DIR / "config.json").exists():
             raise FileNotFoundError(
                 f"the built-in tiny model is missing at {BUILTIN_DIR}; rebuild it with "
-                "`python scripts/build_tiny_model.py`")
+                "`python scripts/build_tiny_model.py`"
+            )
         return str(BUILTIN_DIR)
     return str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
 
@@ -29,8 +30,9 @@ def torch_dtype(name: str):
 def load_tokenizer(cfg: ModelConfig):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(cfg.tokenizer_path or cfg.path),
-                                        trust_remote_code=cfg.trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(
+        resolve_model_path(cfg.tokenizer_path or cfg.path), trust_remote_code=cfg.trust_remote_code
+    )
     if tok.pad_token_id is None:  # Qwen tokenizers have one; others often do not
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"

@@ -40,8 +40,13 @@ def response_log_probs(
     ``response_len`` columns. Logits at t predict token t+1, hence the shift by one.
     """
     position_ids = position_ids_from_mask(attention_mask)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                use_cache=False, **forward_kwargs)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=False,
+        **forward_kwargs,
+    )
     logits = out.logits[:, -response_len - 1 : -1, :]  # (B, R, V) predicts the response tokens
     if temperature != 1.0:
         logits = logits / temperature

@@ -46,7 +46,7 @@ class EpisodePlanner:
             pool = generate_arithmetic(data.num_problems + n_eval * 4, level=level, seed=self.seed)
             if self.eval_problems is None:
                 # held-out problems: never seen in training (the synthetic space is small enough to collide)
-                self.eval_problems = list({p["problem"]: p for p in pool[:n_eval * 4]}.values())[:n_eval]
+                self.eval_problems = list({p["problem"]: p for p in pool[: n_eval * 4]}.values())[:n_eval]
             held = {p["problem"] for p in self.eval_problems}
             train = [p for p in pool if p["problem"] not in held][: data.num_problems]
             self.train_data = MathDataset(train, seed=self.seed)
@@ -74,21 +74,27 @@ class EpisodePlanner:
         for g in range(self.cfg.groups_per_step):
             group_id = f"s{step}-g{g}"
             env_seed = _seed(self.seed, "train", step, g)
-            groups.append([
-                EpisodeSpec(f"{group_id}-e{k}", group_id, env_seed, problems[g] if problems else None)
-                for k in range(self.cfg.group_size)
-            ])
+            groups.append(
+                [
+                    EpisodeSpec(f"{group_id}-e{k}", group_id, env_seed, problems[g] if problems else None)
+                    for k in range(self.cfg.group_size)
+                ]
+            )
         per_worker = len(groups) // num_workers
-        return [sum(groups[w * per_worker:(w + 1) * per_worker], []) for w in range(num_workers)]
+        return [sum(groups[w * per_worker : (w + 1) * per_worker], []) for w in range(num_workers)]
 
     def eval_assignments(self, num_workers: int, tag: str = "eval") -> list[list[EpisodeSpec]]:
-        """The fixed evaluation episodes (one per problem, or eval_episodes seeds), round-robin over workers."""
+        """The fixed evaluation episodes (one per problem, or eval_episodes seeds), round-robin."""
         if self.uses_problems:
-            specs = [EpisodeSpec(f"{tag}-{i}", f"{tag}-{i}", _seed(self.seed, "eval", i), p)
-                     for i, p in enumerate(self.eval_problems)]
+            specs = [
+                EpisodeSpec(f"{tag}-{i}", f"{tag}-{i}", _seed(self.seed, "eval", i), p)
+                for i, p in enumerate(self.eval_problems)
+            ]
         else:
-            specs = [EpisodeSpec(f"{tag}-{i}", f"{tag}-{i}", _seed(self.seed, "eval", i))
-                     for i in range(self.cfg.eval_episodes)]
+            specs = [
+                EpisodeSpec(f"{tag}-{i}", f"{tag}-{i}", _seed(self.seed, "eval", i))
+                for i in range(self.cfg.eval_episodes)
+            ]
         return [specs[w::num_workers] for w in range(num_workers)]
 
     def state_dict(self) -> dict[str, Any]:

@@ -19,7 +19,9 @@ def _play(workers: Any, planner: EpisodePlanner, step: int, seats: list[str] | N
     return [e for r in results for e in r.meta_info["episodes"]]
 
 
-def evaluate(workers: Any, planner: EpisodePlanner, seats: list[str], opponent: str, step: int) -> dict[str, float]:
+def evaluate(
+    workers: Any, planner: EpisodePlanner, seats: list[str], opponent: str, step: int
+) -> dict[str, float]:
     if planner.uses_problems:
         from roll_ma.envs.math_metrics import aggregate_math_metrics
 
@@ -37,9 +39,14 @@ def evaluate(workers: Any, planner: EpisodePlanner, seats: list[str], opponent: 
             versus[seat] = agent
             games = _play(workers, planner, step, versus, f"eval-vs-{seat}")
             mine = [e["returns"][seat] for e in games]
-            wins = [1.0 if r > max(x for i, x in enumerate(e["returns"]) if i != seat) else
-                    0.5 if r == max(x for i, x in enumerate(e["returns"]) if i != seat) else 0.0
-                    for r, e in zip(mine, games)]
+            wins = [
+                1.0
+                if r > max(x for i, x in enumerate(e["returns"]) if i != seat)
+                else 0.5
+                if r == max(x for i, x in enumerate(e["returns"]) if i != seat)
+                else 0.0
+                for r, e in zip(mine, games)
+            ]
             out[f"eval/vs_{opponent}/return_seat{seat}"] = sum(mine) / len(mine)
             out[f"eval/vs_{opponent}/win_rate_seat{seat}"] = sum(wins) / len(wins)
     return out

@@ -17,14 +17,17 @@ def _masked_mean(values: Any, mask: Any) -> float:
     return float((values * mask).sum()) / denom if denom > 0 else 0.0
 
 
-def rollout_metrics(batch: DataProto, episodes: list[dict], agent_names: list[str],
-                    expected_versions: dict[int, int]) -> dict[str, float]:
-    """agent/<name>/{reward, turns, response_len, format_error_rate, adapter_version, stale_rows}, rollout/..."""
+def rollout_metrics(
+    batch: DataProto, episodes: list[dict], agent_names: list[str], expected_versions: dict[int, int]
+) -> dict[str, float]:
+    """agent/<name>/{reward, turns, response_len, format_error_rate, adapter_version, ...}, rollout/..."""
     out: dict[str, float] = {"rollout/episodes": float(len(episodes)), "rollout/turns": float(len(batch))}
     if episodes:
         out["rollout/episode_turns"] = float(np.mean([e["turns"] for e in episodes]))
         out["rollout/truncated_episodes"] = float(sum(e["truncated"] for e in episodes))
-        returns = np.array([e["returns"] for e in episodes if len(e["returns"]) == len(episodes[0]["returns"])])
+        returns = np.array(
+            [e["returns"] for e in episodes if len(e["returns"]) == len(episodes[0]["returns"])]
+        )
         for seat, value in enumerate(returns.mean(axis=0) if len(returns) else []):
             out[f"rollout/return_seat{seat}"] = float(value)
     if len(batch) == 0:
@@ -42,11 +45,16 @@ def rollout_metrics(batch: DataProto, episodes: list[dict], agent_names: list[st
         p = f"agent/{name}/"
         stale = int((versions[rows] != expected_versions.get(aid, -1)).sum())
         stale_total += stale
-        out.update({
-            p + "reward": float(scores[rows].mean()), p + "turns": float(rows.sum()),
-            p + "response_len": float(lengths[rows].mean()), p + "format_error_rate": float(errors[rows].mean()),
-            p + "adapter_version": float(versions[rows].max()), p + "stale_rows": float(stale),
-        })
+        out.update(
+            {
+                p + "reward": float(scores[rows].mean()),
+                p + "turns": float(rows.sum()),
+                p + "response_len": float(lengths[rows].mean()),
+                p + "format_error_rate": float(errors[rows].mean()),
+                p + "adapter_version": float(versions[rows].max()),
+                p + "stale_rows": float(stale),
+            }
+        )
     out["rollout/stale_rows"] = float(stale_total)
     out["rollout/prompt_truncated"] = float(batch.non_tensor["prompt_truncated"].astype(bool).sum())
     out["rollout/response_tokens"] = float(lengths.sum())

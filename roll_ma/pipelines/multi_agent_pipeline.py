@@ -29,8 +29,10 @@ from typing import Any
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.validate import resolve_seats
 
-STALE_ERROR = ("the rollout used a stale adapter ({rows} rows did not use the version pushed after the last "
-               "update); this is a bug in the adapter sync, not in your config")
+STALE_ERROR = (
+    "the rollout used a stale adapter ({rows} rows did not use the version pushed after the last "
+    "update); this is a bug in the adapter sync, not in your config"
+)
 
 
 class StepTimer:
@@ -51,12 +53,17 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
     from roll_ma import checkpoint as ckpt
     from roll_ma.algorithms.advantages import add_advantages
     from roll_ma.distributed.ray_env import init_ray
+    from roll_ma.packing import concat_padded
     from roll_ma.pipelines.episodes import EpisodePlanner
     from roll_ma.pipelines.evaluation import evaluate
-    from roll_ma.pipelines.metrics import episode_env_metrics, logprob_gap_metrics, rollout_metrics, system_metrics
+    from roll_ma.pipelines.metrics import (
+        episode_env_metrics,
+        logprob_gap_metrics,
+        rollout_metrics,
+        system_metrics,
+    )
     from roll_ma.pipelines.workers import build_workers
     from roll_ma.tracking import Tracker, console_summary, plot_rewards
-    from roll_ma.packing import concat_padded
 
     out_dir = Path(cfg.trainer.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -75,9 +82,12 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
     all_adapters = {a.adapter_name for a in cfg.agents}
     planner = EpisodePlanner(cfg.env, cfg.seed)
     workers = build_workers(cfg, seats)
-    print(f"[roll_ma] {cfg.name}: agents {agent_names} in seats {seats}, rollout={cfg.rollout.backend} "
-          f"x{cfg.rollout.num_workers}, train={cfg.train.strategy} x{cfg.train.num_workers}, "
-          f"reference={cfg.reference.mode}, output {out_dir}", flush=True)
+    print(
+        f"[roll_ma] {cfg.name}: agents {agent_names} in seats {seats}, rollout={cfg.rollout.backend} "
+        f"x{cfg.rollout.num_workers}, train={cfg.train.strategy} x{cfg.train.num_workers}, "
+        f"reference={cfg.reference.mode}, output {out_dir}",
+        flush=True,
+    )
     try:
         # lr decay horizon in optimizer steps per adapter (exact when each step is one mini-batch)
         workers.train.init_model(total_steps=cfg.trainer.max_steps * cfg.train.ppo_epochs)
@@ -91,8 +101,13 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
             workers.train.load_checkpoint(str(path / "trainer"))
             planner.load_state_dict(ckpt.load_state(path)["planner"])
             print(f"[roll_ma] resumed from {path} (step {start_step})", flush=True)
-        tracker = Tracker(out_dir, cfg.tracking, cfg.name, dataclasses.asdict(cfg),
-                          resume_step=start_step if resume_from is not None else None)
+        tracker = Tracker(
+            out_dir,
+            cfg.tracking,
+            cfg.name,
+            dataclasses.asdict(cfg),
+            resume_step=start_step if resume_from is not None else None,
+        )
         # version = the step whose update produced the weights; the first sync serves the initial adapters
         workers.rollout.update_adapters(workers.train.adapter_tensors(sorted(all_adapters)), start_step)
         expected = {i: (start_step if a.adapter_name in trainable else 0) for i, a in enumerate(cfg.agents)}
@@ -106,7 +121,9 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
                 # 1. roll out: env workers x rollout workers
                 with timer("rollout"):
                     n = workers.env.world_size
-                    parts = workers.env.run_episodes(workers.rollout, planner.train_assignments(step, n), step)
+                    parts = workers.env.run_episodes(
+                        workers.rollout, planner.train_assignments(step, n), step
+                    )
                     batch = concat_padded(parts)
                     episodes = [e for p in parts for e in p.meta_info["episodes"]]
                 metrics = rollout_metrics(batch, episodes, agent_names, expected)
@@ -143,12 +160,17 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
                     versions = workers.rollout.adapter_versions()
                     wrong = {a: v for a, v in versions.items() if a in trainable and v != step}
                     if wrong:
-                        raise RuntimeError(f"rollout engine reports adapter versions {wrong} after the sync of "
-                                           f"step {step}")
-                    expected = {i: (step if a.adapter_name in trainable else 0) for i, a in enumerate(cfg.agents)}
+                        raise RuntimeError(
+                            f"rollout engine reports adapter versions {wrong} after the sync of step {step}"
+                        )
+                    expected = {
+                        i: (step if a.adapter_name in trainable else 0) for i, a in enumerate(cfg.agents)
+                    }
 
                 # 6. evaluation and checkpoint
-                if cfg.trainer.eval_every > 0 and (step % cfg.trainer.eval_every == 0 or step == cfg.trainer.max_steps):
+                if cfg.trainer.eval_every > 0 and (
+                    step % cfg.trainer.eval_every == 0 or step == cfg.trainer.max_steps
+                ):
                     with timer("eval"):
                         metrics.update(evaluate(workers, planner, seats, cfg.env.eval_opponent, step))
             metrics.update(timer.times)
@@ -158,14 +180,20 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
             tracker.log(metrics, step)
             if step % cfg.trainer.log_every == 0:
                 print(console_summary(step, cfg.trainer.max_steps, metrics, agent_names), flush=True)
-            if (cfg.trainer.save_every and step % cfg.trainer.save_every == 0) or step == cfg.trainer.max_steps:
+            if (
+                cfg.trainer.save_every and step % cfg.trainer.save_every == 0
+            ) or step == cfg.trainer.max_steps:
                 tmp = ckpt.begin_checkpoint(out_dir, step)
                 workers.train.save_checkpoint(str(tmp / "trainer"))
-                ckpt.finish_checkpoint(tmp, step, {"planner": planner.state_dict(), "config": cfg.name},
-                                       cfg.trainer.keep_last)
+                ckpt.finish_checkpoint(
+                    tmp, step, {"planner": planner.state_dict(), "config": cfg.name}, cfg.trainer.keep_last
+                )
         tracker.close()
         plot = plot_rewards(out_dir / "metrics.jsonl", out_dir / "rewards.png", agent_names)
-        print(f"[roll_ma] done: metrics {out_dir / 'metrics.jsonl'}" + (f", plot {plot}" if plot else ""), flush=True)
+        print(
+            f"[roll_ma] done: metrics {out_dir / 'metrics.jsonl'}" + (f", plot {plot}" if plot else ""),
+            flush=True,
+        )
         return metrics
     finally:
         workers.shutdown()
@@ -183,8 +211,10 @@ def _check_cluster_gpus(cfg: RunConfig) -> None:
 
     have = int(ray.cluster_resources().get("GPU", 0))
     if cfg.resources.num_gpus > have:
-        raise SystemExit(f"error: resources.num_gpus={cfg.resources.num_gpus} but the Ray cluster has {have} GPUs; "
-                         "lower it or add GPU nodes")
+        raise SystemExit(
+            f"error: resources.num_gpus={cfg.resources.num_gpus} but the Ray cluster has {have} GPUs; "
+            "lower it or add GPU nodes"
+        )
 
 
 def _set_aside_previous_run(out_dir: Path) -> None:

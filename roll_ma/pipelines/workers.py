@@ -48,17 +48,51 @@ def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
 
     ref_workers = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
     resources = ResourceManager.from_config(
-        cfg.resources, {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers})
+        cfg.resources,
+        {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers},
+    )
     env = worker_env(cfg)
     common: dict[str, Any] = {"model_cfg": cfg.model, "seed": cfg.seed}
-    train = Cluster("train", TrainWorker, cfg.train.num_workers, resources, env_vars=env, init_kwargs={
-        **common, "lora_cfg": cfg.lora, "agents": cfg.agents, "train_cfg": cfg.train, "algo_cfg": cfg.algorithm})
-    rollout = Cluster("rollout", RolloutWorker, cfg.rollout.num_workers, resources, env_vars=env, init_kwargs={
-        **common, "lora_cfg": cfg.lora, "agents": cfg.agents, "rollout_cfg": cfg.rollout})
+    train = Cluster(
+        "train",
+        TrainWorker,
+        cfg.train.num_workers,
+        resources,
+        env_vars=env,
+        init_kwargs={
+            **common,
+            "lora_cfg": cfg.lora,
+            "agents": cfg.agents,
+            "train_cfg": cfg.train,
+            "algo_cfg": cfg.algorithm,
+        },
+    )
+    rollout = Cluster(
+        "rollout",
+        RolloutWorker,
+        cfg.rollout.num_workers,
+        resources,
+        env_vars=env,
+        init_kwargs={**common, "lora_cfg": cfg.lora, "agents": cfg.agents, "rollout_cfg": cfg.rollout},
+    )
     reference = None
     if ref_workers:
-        reference = Cluster("reference", ReferenceWorker, ref_workers, resources, env_vars=env, init_kwargs=common)
-    envs = Cluster("env", EnvWorker, cfg.env.num_workers, ResourceManager.cpu_only(), env_vars=env, init_kwargs={
-        "env_cfg": cfg.env, "model_cfg": cfg.model, "agents": cfg.agents, "seats": seats,
-        "rollout_cfg": cfg.rollout, "seed": cfg.seed})
+        reference = Cluster(
+            "reference", ReferenceWorker, ref_workers, resources, env_vars=env, init_kwargs=common
+        )
+    envs = Cluster(
+        "env",
+        EnvWorker,
+        cfg.env.num_workers,
+        ResourceManager.cpu_only(),
+        env_vars=env,
+        init_kwargs={
+            "env_cfg": cfg.env,
+            "model_cfg": cfg.model,
+            "agents": cfg.agents,
+            "seats": seats,
+            "rollout_cfg": cfg.rollout,
+            "seed": cfg.seed,
+        },
+    )
     return RunWorkers(rollout, train, reference, envs, resources)

@@ -71,9 +71,19 @@ class _Episode:
 class EnvWorker(Worker):
     """Plays episodes of one env against the rollout cluster and returns their turns as a DataProto."""
 
-    def __init__(self, role: str, rank: int, world_size: int, env_vars: dict[str, str] | None,
-                 env_cfg: EnvConfig, model_cfg: ModelConfig, agents: list[AgentConfig], seats: list[str],
-                 rollout_cfg: RolloutConfig, seed: int):
+    def __init__(
+        self,
+        role: str,
+        rank: int,
+        world_size: int,
+        env_vars: dict[str, str] | None,
+        env_cfg: EnvConfig,
+        model_cfg: ModelConfig,
+        agents: list[AgentConfig],
+        seats: list[str],
+        rollout_cfg: RolloutConfig,
+        seed: int,
+    ):
         super().__init__(role, rank, world_size, env_vars)
         from roll_ma.envs.registry import resolve_env_class
         from roll_ma.models.loading import load_tokenizer
@@ -112,18 +122,29 @@ class EnvWorker(Worker):
         msgs[-1]["content"] = text[lo:]
         ids = self._template(msgs)
         if len(ids) > self.max_prompt_tokens:
-            raise ValueError(f"the system prompt alone takes {len(ids)} tokens > model.max_prompt_tokens="
-                             f"{self.max_prompt_tokens}; raise model.max_prompt_tokens or shorten the prompt")
+            raise ValueError(
+                f"the system prompt alone takes {len(ids)} tokens > model.max_prompt_tokens="
+                f"{self.max_prompt_tokens}; raise model.max_prompt_tokens or shorten the prompt"
+            )
         return ids, True
 
     def _template(self, messages: list[dict]) -> list[int]:
-        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                       return_dict=False))
+        return list(
+            self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
 
     # ------------------------------------------------------------------ rollout
     @register(Dispatch.ONE_TO_ALL)
-    def run_episodes(self, rollout: Any, assignments: list[list[EpisodeSpec]], step: int, greedy: bool = False,
-                     seats: list[str] | None = None) -> DataProto:
+    def run_episodes(
+        self,
+        rollout: Any,
+        assignments: list[list[EpisodeSpec]],
+        step: int,
+        greedy: bool = False,
+        seats: list[str] | None = None,
+    ) -> DataProto:
         """Play this rank's episodes (``assignments[rank]``); returns every model turn as a row.
 
         ``seats`` overrides the seat map (evaluation against a built-in opponent).
@@ -137,7 +158,11 @@ class EnvWorker(Worker):
         episodes = []
         for spec in specs:
             env = make_env(self.env_cfg.name, **kwargs)
-            turn = env.reset(spec.seed, problem=spec.problem) if self._reset_takes_problem else env.reset(spec.seed)
+            turn = (
+                env.reset(spec.seed, problem=spec.problem)
+                if self._reset_takes_problem
+                else env.reset(spec.seed)
+            )
             episodes.append(_Episode(spec, env, turn, random.Random(spec.seed)))
         samples: list[TurnSample] = []
         round_idx = 0
@@ -148,11 +173,14 @@ class EnvWorker(Worker):
             if not waiting:
                 break
             prompts = [self._encode(ep.turn.messages) for ep in waiting]
-            request = DataProto.from_dict(non_tensors={
-                "prompt_ids": [p for p, _ in prompts],
-                "agent_id": [self.agent_ids[ep.turn.agent] for ep in waiting],
-                "sample_seed": [sample_seed(ep.spec.episode_id, ep.turns_played) for ep in waiting],
-            }, meta_info={"greedy": greedy, "seed": self.seed * 1_000_003 + step})
+            request = DataProto.from_dict(
+                non_tensors={
+                    "prompt_ids": [p for p, _ in prompts],
+                    "agent_id": [self.agent_ids[ep.turn.agent] for ep in waiting],
+                    "sample_seed": [sample_seed(ep.spec.episode_id, ep.turns_played) for ep in waiting],
+                },
+                meta_info={"greedy": greedy, "seed": self.seed * 1_000_003 + step},
+            )
             out = rollout.generate(request)
             mask = out.batch["response_mask"].bool()
             for row, (ep, (prompt_ids, truncated)) in enumerate(zip(waiting, prompts)):
@@ -163,21 +191,31 @@ class EnvWorker(Worker):
                     rollout_log_probs=out.batch["rollout_log_probs"][row, :n].tolist(),
                     agent_id=int(out.non_tensor["agent_id"][row]),
                     adapter_version=int(out.non_tensor["adapter_version"][row]),
-                    episode_id=ep.spec.episode_id, group_id=ep.spec.group_id, turn=ep.turns_played,
-                    player=ep.turn.player, env_name=self.env_cfg.name,
-                    response_text=str(out.non_tensor["response_text"][row]), prompt_truncated=truncated,
+                    episode_id=ep.spec.episode_id,
+                    group_id=ep.spec.group_id,
+                    turn=ep.turns_played,
+                    player=ep.turn.player,
+                    env_name=self.env_cfg.name,
+                    response_text=str(out.non_tensor["response_text"][row]),
+                    prompt_truncated=truncated,
                 )
                 self._step(ep, sample.response_text, samples, sample)
             round_idx += 1
-        meta = {"episodes": [self._summary(ep) for ep in episodes], "rounds": round_idx, "step": step,
-                "pad_id": self.tokenizer.pad_token_id}
+        meta = {
+            "episodes": [self._summary(ep) for ep in episodes],
+            "rounds": round_idx,
+            "step": step,
+            "pad_id": self.tokenizer.pad_token_id,
+        }
         return collate_turns(samples, self.tokenizer.pad_token_id, meta)
 
     def _play_builtin_turns(self, ep: _Episode) -> None:
         while ep.turn is not None and ep.turn.agent in BUILTIN_POLICIES:
             self._step(ep, ep.env.builtin_action(ep.turn.agent, ep.rng), None, None)
 
-    def _step(self, ep: _Episode, text: str, samples: list[TurnSample] | None, sample: TurnSample | None) -> None:
+    def _step(
+        self, ep: _Episode, text: str, samples: list[TurnSample] | None, sample: TurnSample | None
+    ) -> None:
         player, agent = ep.turn.player, ep.turn.agent
         result = ep.env.step(text)
         if sample is not None and samples is not None:
@@ -203,8 +241,14 @@ class EnvWorker(Worker):
 
     def _summary(self, ep: _Episode) -> dict[str, Any]:
         return {
-            "episode_id": ep.spec.episode_id, "group_id": ep.spec.group_id, "seed": ep.spec.seed,
-            "seat_agents": list(ep.env.seat_agents), "returns": list(ep.env.episode_returns()),
-            "metrics": dict(ep.env.episode_metrics()), "turns": ep.turns_played, "truncated": ep.truncated,
-            "model_turns": dict(ep.model_turns), "format_errors": dict(ep.format_errors),
+            "episode_id": ep.spec.episode_id,
+            "group_id": ep.spec.group_id,
+            "seed": ep.spec.seed,
+            "seat_agents": list(ep.env.seat_agents),
+            "returns": list(ep.env.episode_returns()),
+            "metrics": dict(ep.env.episode_metrics()),
+            "turns": ep.turns_played,
+            "truncated": ep.truncated,
+            "model_turns": dict(ep.model_turns),
+            "format_errors": dict(ep.format_errors),
         }

@@ -36,8 +36,11 @@ class TurnSample:
     prompt_truncated: bool = False
 
 
-_NON_TENSOR = [f.name for f in fields(TurnSample) if f.name not in ("prompt_ids", "response_ids", "rollout_log_probs",
-                                                                    "reward")]
+_NON_TENSOR = [
+    f.name
+    for f in fields(TurnSample)
+    if f.name not in ("prompt_ids", "response_ids", "rollout_log_probs", "reward")
+]
 
 
 def collate_turns(samples: Sequence[TurnSample], pad_id: int, meta_info: dict | None = None) -> DataProto:

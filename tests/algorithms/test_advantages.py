@@ -24,8 +24,12 @@ def test_turn_returns_discount_only_through_the_same_players_turns():
     # p1: G(turn3) = 0; G(turn1) = 5 + 0.5 * 0 = 5.0
     # episode f (p0 only): G = 3
     g = discounted_turn_returns(
-        rewards=[1, 5, 2, 0, 3], episode_ids=["e", "e", "e", "e", "f"], players=[0, 1, 0, 1, 0],
-        turns=[0, 1, 2, 3, 0], gamma=0.5)
+        rewards=[1, 5, 2, 0, 3],
+        episode_ids=["e", "e", "e", "e", "f"],
+        players=[0, 1, 0, 1, 0],
+        turns=[0, 1, 2, 3, 0],
+        gamma=0.5,
+    )
     assert g.tolist() == [2.0, 5.0, 2.0, 0.0, 3.0]
 
 
@@ -53,9 +57,15 @@ def test_reinforce_pp_uses_a_baseline_per_agent():
 def test_token_placement_and_return_to_go():
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.float32)
     assert broadcast_to_tokens(np.array([2.0, -1.0, 3.0]), mask).tolist() == [
-        [2, 2, 2, 0], [-1, 0, 0, 0], [0, 0, 0, 0]]
+        [2, 2, 2, 0],
+        [-1, 0, 0, 0],
+        [0, 0, 0, 0],
+    ]
     assert place_on_last_token(np.array([2.0, -1.0, 3.0]), mask).tolist() == [
-        [0, 0, 2, 0], [-1, 0, 0, 0], [0, 0, 0, 0]]
+        [0, 0, 2, 0],
+        [-1, 0, 0, 0],
+        [0, 0, 0, 0],
+    ]
     # return-to-go of [1, 2, 3] is [6, 5, 3]
     vals = torch.tensor([[1.0, 2.0, 3.0, 9.0]])
     assert reverse_cumsum(vals, mask[:1]).tolist() == [[6.0, 5.0, 3.0, 0.0]]
@@ -65,7 +75,7 @@ def test_token_placement_and_return_to_go():
 
 def test_ppo_clip_loss_by_hand():
     # two tokens, advantages +1 and -1, old logp 0
-    # token 1: ratio e^0.5 = 1.6487 > 1.2 with A=+1 -> clipped term -1.2 is larger than -1.6487 -> -1.2, clipped
+    # token 1: ratio e^0.5 = 1.6487 > 1.2, A=+1: clipped term -1.2 > -1.6487 -> -1.2, clipped
     # token 2: ratio e^-0.5 = 0.6065 < 0.8 with A=-1 -> max(0.6065, 0.8) = 0.8, clipped
     # token mean = (-1.2 + 0.8) / 2 = -0.2; clip fraction 1.0
     logp = torch.tensor([[0.5, -0.5]])
@@ -84,7 +94,9 @@ def test_aggregation_and_denominator_make_micro_batches_add_up():
     assert aggregate(values, mask, "token_mean").item() == 2.0
     assert aggregate(values, mask, "seq_mean").item() == 2.25
     # split into two micro-batches with the global denominator 3: (3 / 3) + (3 / 3) = 2
-    parts = aggregate(values[:1], mask[:1], "token_mean", 3.0) + aggregate(values[1:], mask[1:], "token_mean", 3.0)
+    parts = aggregate(values[:1], mask[:1], "token_mean", 3.0) + aggregate(
+        values[1:], mask[1:], "token_mean", 3.0
+    )
     assert parts.item() == 2.0
     with pytest.raises(ValueError, match="unknown loss aggregation"):
         aggregate(values, mask, "sum")

@@ -37,16 +37,26 @@ def test_gpu_configs_only_miss_the_gpu_on_this_machine(name, monkeypatch):
     cfg = load_config(name)
     assert cfg.rollout.backend == "vllm" and cfg.model.dtype == "bfloat16"
     # the 8-GPU layout from the config's comment is valid too
-    load_config(name, overrides=["resources.num_gpus=8", "rollout.num_workers=8", "train.num_workers=8",
-                                 "resources.device_mapping.rollout=[0,1,2,3,4,5,6,7]",
-                                 "resources.device_mapping.train=[0,1,2,3,4,5,6,7]", "env.num_workers=8"])
+    load_config(
+        name,
+        overrides=[
+            "resources.num_gpus=8",
+            "rollout.num_workers=8",
+            "train.num_workers=8",
+            "resources.device_mapping.rollout=[0,1,2,3,4,5,6,7]",
+            "resources.device_mapping.train=[0,1,2,3,4,5,6,7]",
+            "env.num_workers=8",
+        ],
+    )
     monkeypatch.setattr(validate_module, "_local_gpus", lambda: 0)
     assert any("asks for 1 GPUs but this machine has 0" in p for p in problems_of(name))
 
 
 def test_every_problem_is_reported_at_once():
-    found = problems_of("math_selfplay_tiny", ["trainer.max_steps=oops", "trainer.nope=1", "trainer.lr=0.1",
-                                               "rollout.backend=vlm", "lora.rank=0"])
+    found = problems_of(
+        "math_selfplay_tiny",
+        ["trainer.max_steps=oops", "trainer.nope=1", "trainer.lr=0.1", "rollout.backend=vlm", "lora.rank=0"],
+    )
     assert "trainer.max_steps: must be an integer, got str 'oops'" in found
     assert any(p.startswith("trainer.nope: unknown key") for p in found)
     assert "trainer.lr: unknown key (did you mean 'train.lr'?)" in found
@@ -63,7 +73,9 @@ def test_cross_field_checks():
     assert any("5 groups cannot be split evenly over env.num_workers=2" in p for p in found)
     found = problems_of("math_selfplay_tiny", ["train.zero_stage=3"])
     assert any(p.startswith("train.zero_stage: ZeRO-3 is not supported") for p in found)
-    found = problems_of("math_selfplay_tiny", ["algorithm.kl_coef=0.1"])  # the config sets reference.mode=none
+    found = problems_of(
+        "math_selfplay_tiny", ["algorithm.kl_coef=0.1"]
+    )  # the config sets reference.mode=none
     assert any(p.startswith("algorithm.kl_coef: a KL term needs reference log-probs") for p in found)
     found = problems_of("math_selfplay_tiny", ["env.kwargs.roundz=2"])
     assert any("takes no setting 'roundz' (did you mean 'rounds'?)" in p for p in found)
@@ -96,8 +108,13 @@ def test_unknown_config_name_suggests():
 
 
 def _launch(*args):
-    return subprocess.run([sys.executable, str(REPO / "start_pipeline.py"), *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(REPO / "start_pipeline.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 def test_launcher_bad_config_exits_nonzero_without_traceback():

@@ -13,8 +13,11 @@ def make(n: int = 6, start: int = 0) -> DataProto:
     rows = torch.arange(start, start + n)
     return DataProto.from_dict(
         tensors={"x": rows.float(), "mat": rows.view(-1, 1).repeat(1, 3)},
-        non_tensors={"agent_id": [int(i) % 3 for i in rows], "tag": [f"r{int(i)}" for i in rows],
-                     "ids": [[int(i)] * (int(i) % 2 + 1) for i in rows]},  # ragged lists stay one object per row
+        non_tensors={
+            "agent_id": [int(i) % 3 for i in rows],
+            "tag": [f"r{int(i)}" for i in rows],
+            "ids": [[int(i)] * (int(i) % 2 + 1) for i in rows],
+        },  # ragged lists stay one object per row
         meta_info={"step": 7, "nested": {"a": 1}},
     )
 
@@ -103,7 +106,9 @@ def test_group_by_and_ungroup_round_trip():
     sub, idx = groups[1]
     assert idx.tolist() == [1, 4] and sub.batch["x"].tolist() == [1, 4]
     # process each group (as a per-agent update would), then scatter back to the original order
-    processed = {k: (g.union(DataProto.from_dict({"out": g.batch["x"] * 10})), i) for k, (g, i) in groups.items()}
+    processed = {
+        k: (g.union(DataProto.from_dict({"out": g.batch["x"] * 10})), i) for k, (g, i) in groups.items()
+    }
     back = DataProto.ungroup(processed)
     assert back.batch["out"].tolist() == [x * 10 for x in range(7)]
     assert back.non_tensor["tag"].tolist() == d.non_tensor["tag"].tolist()

@@ -31,7 +31,7 @@ def toy_config(tmp_path: Path, model_dir: str, agents: list[dict], **sections) -
 
 def write_config(tmp_path: Path, cfg: dict, name: str = "toy") -> Path:
     d = tmp_path / "configs"
-    d.mkdir(exist_ok=True)
+    d.mkdir(parents=True, exist_ok=True)
     (d / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
     return d
 
@@ -47,7 +47,9 @@ def steps_logged(out_dir: Path) -> list[int]:
 def adapter_tensors_at(out_dir: Path, step: int, adapter: str) -> dict:
     from roll_ma.models.adapters import read_adapter_dir
 
-    return read_adapter_dir(Path(out_dir) / "checkpoints" / f"step_{step:06d}" / "trainer" / "adapters" / adapter)
+    return read_adapter_dir(
+        Path(out_dir) / "checkpoints" / f"step_{step:06d}" / "trainer" / "adapters" / adapter
+    )
 
 
 def same_tensors(a: dict, b: dict) -> bool:

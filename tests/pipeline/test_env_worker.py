@@ -12,15 +12,34 @@ MATH_AGENTS = [AgentConfig(name="solver"), AgentConfig(name="critic"), AgentConf
 
 
 def _rollout(model_dir, agents):
-    worker = RolloutWorker("rollout", 0, 1, None, ModelConfig(path=model_dir), LoraConfig(rank=4), agents,
-                           RolloutConfig(max_new_tokens=8, micro_batch_size=32), seed=0)
+    worker = RolloutWorker(
+        "rollout",
+        0,
+        1,
+        None,
+        ModelConfig(path=model_dir),
+        LoraConfig(rank=4),
+        agents,
+        RolloutConfig(max_new_tokens=8, micro_batch_size=32),
+        seed=0,
+    )
     worker.init_model()
     return worker
 
 
 def _env_worker(model_dir, env_cfg, agents, seats, max_prompt_tokens=256):
-    return EnvWorker("env", 0, 1, None, env_cfg, ModelConfig(path=model_dir, max_prompt_tokens=max_prompt_tokens),
-                     agents, seats, RolloutConfig(), seed=0)
+    return EnvWorker(
+        "env",
+        0,
+        1,
+        None,
+        env_cfg,
+        ModelConfig(path=model_dir, max_prompt_tokens=max_prompt_tokens),
+        agents,
+        seats,
+        RolloutConfig(),
+        seed=0,
+    )
 
 
 def _specs(n, seed=3, group="g"):
@@ -30,7 +49,8 @@ def _specs(n, seed=3, group="g"):
 @pytest.fixture(scope="module")
 def hanabi(tiny_model_dir):
     return _rollout(tiny_model_dir, HANABI_AGENTS), _env_worker(
-        tiny_model_dir, EnvConfig(name="tiny_hanabi"), HANABI_AGENTS, ["p0", "p1"])
+        tiny_model_dir, EnvConfig(name="tiny_hanabi"), HANABI_AGENTS, ["p0", "p1"]
+    )
 
 
 def test_rows_are_credited_to_the_agent_that_acted(hanabi):
@@ -48,7 +68,7 @@ def test_rows_are_credited_to_the_agent_that_acted(hanabi):
         assert batch.batch["scores"][torch.as_tensor(rows)].sum().item() == pytest.approx(sum(e["returns"]))
         assert batch.non_tensor["done"][rows].tolist().count(True) == 1
     mask = batch.batch["response_mask"]
-    assert torch.equal(batch.batch["input_ids"][:, -mask.shape[1]:], batch.batch["responses"])
+    assert torch.equal(batch.batch["input_ids"][:, -mask.shape[1] :], batch.batch["responses"])
     assert (batch.batch["rollout_log_probs"] * (1 - mask)).abs().sum() == 0
 
 
@@ -69,20 +89,29 @@ def test_builtin_opponent_produces_no_rows(hanabi):
 
 def test_math_roles_act_in_order(tiny_model_dir):
     rollout = _rollout(tiny_model_dir, MATH_AGENTS)
-    env = _env_worker(tiny_model_dir, EnvConfig(name="math_selfplay"), MATH_AGENTS, ["solver", "critic", "refiner"])
+    env = _env_worker(
+        tiny_model_dir, EnvConfig(name="math_selfplay"), MATH_AGENTS, ["solver", "critic", "refiner"]
+    )
     specs = [[EpisodeSpec(f"m-e{k}", "m", 5, {"problem": "37+48", "answer": "85"}) for k in range(3)]]
     batch = env.run_episodes(rollout, specs, step=1)
     for e in batch.meta_info["episodes"]:
         rows = batch.non_tensor["episode_id"] == e["episode_id"]
-        order = [a for _, a in sorted(zip(batch.non_tensor["turn"][rows], batch.non_tensor["agent_id"][rows]))]
-        assert order[:2] == [0, 1] and order == [0, 1, 2][: len(order)]  # the refiner only runs after Incorrect
+        order = [
+            a for _, a in sorted(zip(batch.non_tensor["turn"][rows], batch.non_tensor["agent_id"][rows]))
+        ]
+        assert (
+            order[:2] == [0, 1] and order == [0, 1, 2][: len(order)]
+        )  # the refiner only runs after Incorrect
 
 
 def test_over_long_history_is_cut_from_the_left_keeping_system_and_current(tiny_model_dir):
-    env = _env_worker(tiny_model_dir, EnvConfig(name="tiny_hanabi"), HANABI_AGENTS, ["p0", "p1"],
-                      max_prompt_tokens=60)
-    messages = [{"role": "system", "content": "Rules: be brief."},
-                {"role": "user", "content": "old observation " * 50 + "CURRENT OBSERVATION"}]
+    env = _env_worker(
+        tiny_model_dir, EnvConfig(name="tiny_hanabi"), HANABI_AGENTS, ["p0", "p1"], max_prompt_tokens=60
+    )
+    messages = [
+        {"role": "system", "content": "Rules: be brief."},
+        {"role": "user", "content": "old observation " * 50 + "CURRENT OBSERVATION"},
+    ]
     ids, truncated = env._encode(messages)
     text = env.tokenizer.decode(ids)
     assert truncated and len(ids) <= 60
@@ -93,13 +122,32 @@ def test_over_long_history_is_cut_from_the_left_keeping_system_and_current(tiny_
 def test_env_workers_on_ray(ray_session, tiny_model_dir):
     from roll_ma.distributed.cluster import Cluster
 
-    rollout = Cluster("rollout", RolloutWorker, 1, init_kwargs=dict(
-        model_cfg=ModelConfig(path=tiny_model_dir), lora_cfg=LoraConfig(rank=4), agents=HANABI_AGENTS,
-        rollout_cfg=RolloutConfig(max_new_tokens=8), seed=0))
+    rollout = Cluster(
+        "rollout",
+        RolloutWorker,
+        1,
+        init_kwargs=dict(
+            model_cfg=ModelConfig(path=tiny_model_dir),
+            lora_cfg=LoraConfig(rank=4),
+            agents=HANABI_AGENTS,
+            rollout_cfg=RolloutConfig(max_new_tokens=8),
+            seed=0,
+        ),
+    )
     rollout.init_model()
-    envs = Cluster("env", EnvWorker, 2, init_kwargs=dict(
-        env_cfg=EnvConfig(name="tiny_hanabi"), model_cfg=ModelConfig(path=tiny_model_dir), agents=HANABI_AGENTS,
-        seats=["p0", "p1"], rollout_cfg=RolloutConfig(), seed=0))
+    envs = Cluster(
+        "env",
+        EnvWorker,
+        2,
+        init_kwargs=dict(
+            env_cfg=EnvConfig(name="tiny_hanabi"),
+            model_cfg=ModelConfig(path=tiny_model_dir),
+            agents=HANABI_AGENTS,
+            seats=["p0", "p1"],
+            rollout_cfg=RolloutConfig(),
+            seed=0,
+        ),
+    )
     parts = envs.run_episodes(rollout, [_specs(2, group="w0")[0], _specs(3, group="w1")[0]], 1)
     assert [len(p.meta_info["episodes"]) for p in parts] == [2, 3]
     for p in parts:

@@ -1,7 +1,7 @@
 """End-to-end runs of the pipeline on CPU: metrics, checkpoints, adapter versions, every agent learning."""
 
 import pytest
-from pipeline_helpers import adapter_tensors_at, load, same_tensors, steps_logged, toy_config
+from pipeline_helpers import adapter_tensors_at, load, same_tensors, toy_config
 
 from roll_ma.pipelines import run_pipeline
 from roll_ma.tracking import read_metrics
@@ -29,7 +29,9 @@ def test_every_trainable_agent_changes_between_checkpoints(ray_session, tiny_mod
     out = tmp_path / "out"
     _check_run(out, ["alice", "bob"])
     for adapter in ("alice", "bob"):
-        assert not same_tensors(adapter_tensors_at(out, 1, adapter), adapter_tensors_at(out, 3, adapter)), adapter
+        assert not same_tensors(adapter_tensors_at(out, 1, adapter), adapter_tensors_at(out, 3, adapter)), (
+            adapter
+        )
 
 
 def test_frozen_agent_and_shared_adapter(ray_session, tiny_model_dir, tmp_path):
@@ -47,8 +49,16 @@ def test_frozen_agent_and_shared_adapter(ray_session, tiny_model_dir, tmp_path):
 
 def test_vllm_backend(ray_session, tiny_model_dir, tmp_path):
     agents = [{"name": "alice"}, {"name": "bob"}]
-    cfg = load(tmp_path, toy_config(tmp_path, tiny_model_dir, agents, trainer={"max_steps": 2},
-                                    rollout={"backend": "vllm", "enforce_eager": True}))
+    cfg = load(
+        tmp_path,
+        toy_config(
+            tmp_path,
+            tiny_model_dir,
+            agents,
+            trainer={"max_steps": 2},
+            rollout={"backend": "vllm", "enforce_eager": True},
+        ),
+    )
     run_pipeline(cfg)
     out = tmp_path / "out"
     rows = read_metrics(out / "metrics.jsonl")

@@ -21,7 +21,10 @@ class DigitGame(MultiAgentEnv):
 
     def _turn(self) -> Turn:
         p = self.t % self.num_players
-        msgs = [{"role": "system", "content": "Say digits."}, {"role": "user", "content": f"Seed {self.seed} turn {self.t}"}]
+        msgs = [
+            {"role": "system", "content": "Say digits."},
+            {"role": "user", "content": f"Seed {self.seed} turn {self.t}"},
+        ]
         return Turn(player=p, agent=self.seat_agents[p], messages=msgs)
 
     def step(self, action_text: str) -> StepResult:
@@ -33,8 +36,12 @@ class DigitGame(MultiAgentEnv):
         self.returns[p] += reward
         self.t += 1
         done = self.t >= self.num_players * self.rounds
-        return StepResult(rewards, done, {"format_error": False, "action": text, "fallback": False},
-                          None if done else self._turn())
+        return StepResult(
+            rewards,
+            done,
+            {"format_error": False, "action": text, "fallback": False},
+            None if done else self._turn(),
+        )
 
     def episode_returns(self):
         return list(self.returns)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rollout_helpers import AGENTS, LORA, SEED
-from rollout_helpers import TEXTS, make_request, responses_of, rollout_cfg
+from rollout_helpers import AGENTS, LORA, SEED, TEXTS, make_request, responses_of, rollout_cfg
 
 from roll_ma.workers.rollout_worker import RolloutWorker
 

@@ -1,0 +1,143 @@
+"""Crash safety and deployment: kill -9 mid-run and resume; a Ray head node; bad configs stop early."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from pipeline_helpers import (
+    REPO,
+    adapter_tensors_at,
+    load,
+    same_tensors,
+    steps_logged,
+    toy_config,
+    write_config,
+)
+
+from roll_ma.pipelines import run_pipeline
+
+pytestmark = pytest.mark.slow
+AGENTS = [{"name": "alice"}, {"name": "bob"}]
+
+
+def _launch(config_dir: Path, *overrides: str, env: dict | None = None) -> subprocess.Popen:
+    cmd = [
+        sys.executable,
+        str(REPO / "start_pipeline.py"),
+        "--config_path",
+        str(config_dir),
+        "--config_name",
+        "toy",
+        *overrides,
+    ]
+    # its own process group: kill -9 must take the driver and the Ray processes it started
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _kill_when(proc: subprocess.Popen, out: Path, lines: int, delay: float, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while len(steps_logged(out)) < lines:
+        assert proc.poll() is None, f"the run ended before it could be killed:\n{proc.stdout.read()}"
+        assert time.time() < deadline, "the run made no progress"
+        time.sleep(0.05)  # polling a file the run writes: there is no event to wait on
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_kill9_at_any_moment_then_resume_logs_each_step_once_and_ends_identical(
+    ray_session, tiny_model_dir, tmp_path
+):
+    steps = 5
+    # the uninterrupted reference run, in this process
+    ref_cfg = toy_config(tmp_path / "ref", tiny_model_dir, AGENTS, trainer={"max_steps": steps})
+    run_pipeline(load(tmp_path / "ref", ref_cfg))
+    ref_out = tmp_path / "ref" / "out"
+
+    cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": steps, "resume": "auto"})
+    config_dir, out = write_config(tmp_path, cfg), tmp_path / "out"
+    # killed right after a step is logged (before its checkpoint), then in the middle of a later step
+    _kill_when(_launch(config_dir), out, lines=2, delay=0.0)
+    _kill_when(_launch(config_dir), out, lines=4, delay=0.4)
+    final = _launch(config_dir)
+    log, _ = final.communicate(timeout=600)
+    assert final.returncode == 0, log
+    assert "resumed from" in log
+    assert steps_logged(out) == list(range(1, steps + 1)), "every step exactly once"
+    # same seed, same episodes, same updates: the adapters end bit for bit as in the uninterrupted run
+    for adapter in ("alice", "bob"):
+        assert same_tensors(
+            adapter_tensors_at(out, steps, adapter), adapter_tensors_at(ref_out, steps, adapter)
+        )
+    assert not list((out / "checkpoints").glob(".tmp_*")), "half-written checkpoints are cleaned up"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_runs_unchanged_on_a_ray_head_node(tiny_model_dir, tmp_path):
+    port = _free_port()
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    head = subprocess.Popen(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=4",
+            "--block",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={tempfile.mkdtemp(prefix='rayhead', dir='/tmp')}",  # its address file stays its own
+        ],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        address = f"127.0.0.1:{port}"
+        cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": 2})
+        run = _launch(write_config(tmp_path, cfg), env={"RAY_ADDRESS": address})
+        log, _ = run.communicate(timeout=600)
+        assert run.returncode == 0, log
+        assert steps_logged(tmp_path / "out") == [1, 2]
+        assert f"joined the Ray cluster at {address}" in log, log
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+
+
+def test_bad_config_is_refused_before_ray_or_any_actor(tiny_model_dir, tmp_path):
+    cfg = toy_config(tmp_path, tiny_model_dir, AGENTS)
+    # an unreachable RAY_ADDRESS: had the launcher touched Ray, it would fail on the connection instead
+    run = _launch(
+        write_config(tmp_path, cfg),
+        "env.seats=[alice,carol]",
+        "train.lr=fast",
+        env={"RAY_ADDRESS": "127.0.0.1:1"},
+    )
+    log, _ = run.communicate(timeout=120)
+    assert run.returncode == 2
+    assert "env.seats[1]: 'carol' is not an agent" in log and "train.lr: must be a number" in log
+    assert "Traceback" not in log and "[roll_ma]" not in log and not (tmp_path / "out").exists()
