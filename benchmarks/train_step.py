@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
 from typing import Any
+
+from common import machine  # benchmarks/common.py (the script's folder is on sys.path)
 
 
 def parse_args() -> argparse.Namespace:
@@ -37,19 +38,6 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def machine() -> str:
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or platform.machine()
-    return f"{name} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
-
-
 def random_batch(agent_ids: list[int], prompt_len: int, response_len: int, vocab: int, seed: int) -> Any:
     """Full-length rows (every prompt and response token real), random tokens and advantages."""
     import torch
@@ -62,8 +50,11 @@ def random_batch(agent_ids: list[int], prompt_len: int, response_len: int, vocab
     responses = torch.randint(3, vocab, (n, response_len), generator=gen)
     mask = torch.ones(n, prompt_len + response_len, dtype=torch.long)
     tensors = {
-        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
-        "attention_mask": mask, "response_mask": torch.ones(n, response_len),
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], 1),
+        "attention_mask": mask,
+        "response_mask": torch.ones(n, response_len),
         "advantages": torch.randn(n, 1, generator=gen).expand(n, response_len).clone(),
         "old_log_probs": torch.zeros(n, response_len),
     }
@@ -83,8 +74,9 @@ class UpdateTimer:
         agent_specs, adapter_specs = plan_adapters(lora, agents)
         train_cfg = TrainConfig(zero_stage=args.zero_stage, micro_batch_size=args.micro_batch_size, lr=1e-5)
         model_cfg = ModelConfig(path=model_dir, dtype=args.dtype)
-        self.strategy = MultiAgentDeepSpeedStrategy(model_cfg, agent_specs, adapter_specs, train_cfg,
-                                                    AlgorithmConfig())
+        self.strategy = MultiAgentDeepSpeedStrategy(
+            model_cfg, agent_specs, adapter_specs, train_cfg, AlgorithmConfig()
+        )
         self.strategy.initialize()
         vocab = min(self.strategy.model.config.vocab_size, 512)
         self.batch = random_batch(agent_ids, args.prompt_len, args.response_len, vocab, seed=0)
@@ -117,8 +109,9 @@ def main() -> None:
         raise SystemExit("--device cuda but no GPU is visible")
     from roll_ma.models.tiny import build_tiny_model
 
-    model_dir = args.model_dir or build_tiny_model(tempfile.mkdtemp(prefix="roll_ma_bench_"),
-                                                   shape=args.shape, dtype=args.dtype)
+    model_dir = args.model_dir or build_tiny_model(
+        tempfile.mkdtemp(prefix="roll_ma_bench_"), shape=args.shape, dtype=args.dtype
+    )
     n, rows = args.agents, args.rows_per_agent
     multi = UpdateTimer(args, model_dir, n, [i for i in range(n) for _ in range(rows)])
     single = UpdateTimer(args, model_dir, 1, [0] * (n * rows))  # same rows, same tokens, one adapter
@@ -130,15 +123,20 @@ def main() -> None:
     t_multi = statistics.median(t for t, _ in times)
     t_single = statistics.median(t for _, t in times)
     ratio = statistics.median(a / b for a, b in times)
-    peak = f", peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB (both)" \
-        if torch.cuda.is_available() else ""
+    peak = (
+        f", peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB (both)"
+        if torch.cuda.is_available()
+        else ""
+    )
     tokens = n * rows * (args.prompt_len + args.response_len)
 
     print(f"machine   {machine()}")
     print(f"device    {args.device}, dtype {args.dtype}, ZeRO-{args.zero_stage}, torch {torch.__version__}")
     print(f"model     {args.shape} ({model_dir}), LoRA rank {args.lora_rank} on all linear layers")
-    print(f"batch     {n} agents x {rows} rows x ({args.prompt_len} prompt + {args.response_len} response) "
-          f"= {tokens} tokens, micro-batch {args.micro_batch_size}, median of {args.repeats}")
+    print(
+        f"batch     {n} agents x {rows} rows x ({args.prompt_len} prompt + {args.response_len} response) "
+        f"= {tokens} tokens, micro-batch {args.micro_batch_size}, median of {args.repeats}"
+    )
     print(f"{n} agents sequentially  {t_multi * 1e3:9.1f} ms/step  {tokens / t_multi:10.0f} tok/s")
     print(f"1 agent, same tokens    {t_single * 1e3:9.1f} ms/step  {tokens / t_single:10.0f} tok/s{peak}")
     print(f"ratio ({n} agents / 1 agent), median over rounds  {ratio:.3f}")

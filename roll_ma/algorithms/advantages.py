@@ -84,6 +84,28 @@ def reinforce_pp_advantages(
     return adv
 
 
+def class_balance_weights(agent_ids: Sequence[int], classes: Sequence[str]) -> np.ndarray:
+    """(B,) weights making every labelled reward class of an agent weigh the same in total.
+
+    With k classes among an agent's labelled rows, a row of class c gets (1 / k) / share(c);
+    unlabelled rows ("") and agents with one class keep weight 1.
+    """
+    weights = np.ones(len(agent_ids))
+    per_agent: dict[int, list[int]] = defaultdict(list)
+    for i, (a, c) in enumerate(zip(agent_ids, classes)):
+        if c:
+            per_agent[int(a)].append(i)
+    for rows in per_agent.values():
+        labels = [classes[i] for i in rows]
+        kinds = sorted(set(labels))
+        for c in kinds:
+            share = labels.count(c) / len(labels)
+            for i in rows:
+                if classes[i] == c:
+                    weights[i] = (1.0 / len(kinds)) / share
+    return weights
+
+
 def broadcast_to_tokens(values: np.ndarray | torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """(B,) per-turn values -> (B, R) on the response tokens (0 on padding)."""
     v = torch.as_tensor(np.asarray(values), dtype=torch.float32, device=response_mask.device)
@@ -135,6 +157,8 @@ def add_advantages(data: Any, algo: Any) -> Any:
         adv = reinforce_pp_advantages(returns, nt["agent_id"], algo.norm_std)
     else:
         raise ValueError(f"unknown advantage estimator {algo.advantage!r}; use grpo or reinforce_pp")
+    if algo.balance_reward_classes and "reward_class" in nt:
+        adv = adv * class_balance_weights(nt["agent_id"], nt["reward_class"])
     token_rewards = place_on_last_token(data.batch["scores"].numpy(), mask)  # (B, R)
     advantages = broadcast_to_tokens(adv, mask)  # (B, R)
     if algo.kl_coef > 0 and algo.kl_mode == "reward":

@@ -71,7 +71,7 @@ def compose_raw(name: str, config_path: str | None, overrides: list[str]) -> dic
     from omegaconf.errors import OmegaConfBaseException
 
     path = find_config(name, config_path)
-    bad = [o for o in overrides if "=" not in o]
+    bad = [o for o in overrides if "=" not in o and not o.startswith("~")]  # ~key deletes a key
     if bad:
         raise ConfigError([ConfigProblem(o, "override must look like key=value") for o in bad])
     try:

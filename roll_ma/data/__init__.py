@@ -2,7 +2,7 @@
 
 from roll_ma.data.dataset import MathDataset
 from roll_ma.data.loader import PRESETS, gsm8k_final_answer, load_math_records, read_rows
-from roll_ma.data.synthetic import MAX_LEVEL, arithmetic_problem, generate_arithmetic
+from roll_ma.data.synthetic import MAX_LEVEL, arithmetic_problem, generate_arithmetic, is_heldout
 
 __all__ = [
     "MAX_LEVEL",
@@ -11,6 +11,7 @@ __all__ = [
     "arithmetic_problem",
     "generate_arithmetic",
     "gsm8k_final_answer",
+    "is_heldout",
     "load_math_records",
     "read_rows",
 ]

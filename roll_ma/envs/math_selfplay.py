@@ -165,7 +165,10 @@ class MathSelfPlayEnv(MultiAgentEnv):
             verdict = extract_verdict(text)
             record.update(verdict=verdict, judged_correct=judged, format_error=verdict is None)
             reward = 0.0 if verdict is None else float((verdict == "Correct") == judged)
-            info.update(verdict=verdict, judged_correct=judged, action=verdict)
+            # the class of the judged answer: lets the trainer balance right vs wrong (a critic facing
+            # mostly wrong answers otherwise collapses to always "Incorrect")
+            info.update(verdict=verdict, judged_correct=judged, action=verdict,
+                        reward_class="judged_right" if judged else "judged_wrong")
         else:
             answer = extract_boxed(text)
             result = self.verifier.verify(answer, self.gold)

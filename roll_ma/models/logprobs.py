@@ -39,6 +39,13 @@ def response_log_probs(
     input_ids: (B, T) prompt left-padded + response right-padded; the response is the last
     ``response_len`` columns. Logits at t predict token t+1, hence the shift by one.
     """
+    # columns that are left padding in every row change nothing (positions come from the mask): drop them.
+    # Batches grouped by agent share short prompts, so this often halves the work.
+    real_cols = attention_mask.bool().any(dim=0)
+    first = int(real_cols.float().argmax()) if bool(real_cols.any()) else 0
+    first = min(first, input_ids.shape[1] - response_len - 1)
+    if first > 0:
+        input_ids, attention_mask = input_ids[:, first:], attention_mask[:, first:]
     position_ids = position_ids_from_mask(attention_mask)
     out = model(
         input_ids=input_ids,

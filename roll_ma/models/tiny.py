@@ -46,7 +46,8 @@ def build_tiny_model(out_dir: str | Path, arch: str = "qwen2", shape: str = "tin
     """Write a randomly initialised model + tokenizer to ``out_dir``; returns the path.
 
     For shapes with a real vocab (151936 for Qwen2.5) the embedding keeps that size, while the
-    tokenizer stays small: token ids beyond it are simply never produced by the tokenizer.
+    tokenizer's trained BPE stays small: filler tokens pad it to the embedding size, so that any
+    id the model samples decodes (``tokenizer.pad_vocab``); encoding never produces them.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -57,6 +58,8 @@ def build_tiny_model(out_dir: str | Path, arch: str = "qwen2", shape: str = "tin
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(vocab_size=min(vocab_size, 512))
     config = make_config(arch, vocab_size=max(vocab_size, len(tokenizer)), shape=shape, **overrides)
+    if config.vocab_size > 512:  # a real-shape vocab (the 512-id tiny default is left as it was)
+        tokenizer = build_tokenizer(vocab_size=min(vocab_size, 512), pad_vocab_to=config.vocab_size)
     config.eos_token_id = tokenizer.eos_token_id
     config.pad_token_id = tokenizer.pad_token_id
     config.bos_token_id = None

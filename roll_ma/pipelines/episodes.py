@@ -35,7 +35,7 @@ class EpisodePlanner:
             self._load_data()
 
     def _load_data(self) -> None:
-        from roll_ma.data import MathDataset, generate_arithmetic, load_math_records
+        from roll_ma.data import MathDataset, generate_arithmetic, is_heldout, load_math_records
 
         data = self.cfg.data
         n_eval = data.num_eval_problems
@@ -43,13 +43,14 @@ class EpisodePlanner:
             self.eval_problems = load_math_records(data.eval_source, **self._file_kwargs())[:n_eval]
         if data.source == "synthetic":
             level = self.cfg.kwargs.get("synthetic_level", data.difficulty)
-            pool = generate_arithmetic(data.num_problems + n_eval * 4, level=level, seed=self.seed)
+            # the fixed held-out split: never in training, never in the built-in model's pre-training
+            pool = generate_arithmetic(data.num_problems * 2 + n_eval * 40, level=level, seed=self.seed)
             if self.eval_problems is None:
-                # held-out problems: never seen in training (the synthetic space is small enough to collide)
-                self.eval_problems = list({p["problem"]: p for p in pool[: n_eval * 4]}.values())[:n_eval]
-            held = {p["problem"] for p in self.eval_problems}
-            train = [p for p in pool if p["problem"] not in held][: data.num_problems]
-            self.train_data = MathDataset(train, seed=self.seed)
+                held = {p["problem"]: p for p in pool if is_heldout(p["problem"])}
+                self.eval_problems = list(held.values())[:n_eval]
+            held_out = {p["problem"] for p in self.eval_problems}
+            train = [p for p in pool if not is_heldout(p["problem"]) and p["problem"] not in held_out]
+            self.train_data = MathDataset(train[: data.num_problems], seed=self.seed)
         else:
             records = load_math_records(data.source, **self._file_kwargs())
             self.train_data = MathDataset(records, seed=self.seed)

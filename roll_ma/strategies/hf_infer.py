@@ -19,8 +19,8 @@ import torch
 from roll_ma.config.schema import ModelConfig, RolloutConfig
 from roll_ma.models.adapters import AdapterSpec, AgentSpec, inject_adapters, load_adapter_state_dict
 from roll_ma.models.loading import load_base_model, load_tokenizer
-from roll_ma.models.logprobs import response_log_probs
-from roll_ma.packing import left_pad, right_pad
+from roll_ma.models.logprobs import response_log_probs, token_log_probs
+from roll_ma.packing import left_pad
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.rollout_common import (
     RowResult,
@@ -154,15 +154,21 @@ class HFInferStrategy:
             attention_mask=mask.to(self.device),
             generation_config=gen_cfg,
             adapter_names=list(names),
+            output_logits=True,
+            return_dict_in_generate=True,
             **extra,
         )
-        generated = out[:, ids.shape[1] :].cpu().tolist()  # (b, <=max_new_tokens)
-        responses, finish = [], []
-        for toks in generated:
+        generated = out.sequences[:, ids.shape[1] :]  # (b, <=max_new_tokens)
+        # log pi(token) from the raw logits generate already computed: no second forward pass. The KV-cached
+        # path differs from the trainer's full forward only by float rounding (~1e-6 in fp32).
+        logits = torch.stack(out.logits, dim=1).float()  # (b, n, V) raw, before any processor
+        step_log_probs = token_log_probs(logits / settings.logprob_temperature, generated.to(logits.device))
+        responses, finish, log_probs = [], [], []
+        for toks, lps in zip(generated.cpu().tolist(), step_log_probs.cpu().tolist(), strict=True):
             toks, reason = self._cut(toks, settings)
             responses.append(toks)
             finish.append(reason)
-        log_probs = self._log_probs(prompts, responses, names, settings.logprob_temperature)
+            log_probs.append(lps[: len(toks)])
         versions = [self._versions[n] for n in names]
         return [
             RowResult(r, lp, response_text(self.tokenizer, r, settings.stop), f, v)
@@ -180,23 +186,6 @@ class HFInferStrategy:
         if eos is not None:
             return toks, "stop"
         return toks[: settings.max_new_tokens], "length"
-
-    def _log_probs(
-        self, prompts: list[list[int]], responses: list[list[int]], names: list[str], temperature: float
-    ) -> list[list[float]]:
-        """Log-probs of the responses recomputed by one forward pass, as the trainer computes them."""
-        pad = self.tokenizer.pad_token_id
-        p_ids, p_mask = left_pad(prompts, pad)  # (b, P)
-        width = max(1, max(len(r) for r in responses))
-        r_ids = right_pad(responses, pad, torch.long, width)  # (b, R)
-        r_mask = right_pad([[1] * len(r) for r in responses], 0, torch.long, width)  # (b, R)
-        input_ids = torch.cat([p_ids, r_ids], 1).to(self.device)  # (b, T)
-        attention = torch.cat([p_mask, r_mask], 1).to(self.device)  # (b, T)
-        lp, _ = response_log_probs(
-            self.model, input_ids, attention, width, temperature=temperature, adapter_names=list(names)
-        )
-        lp = lp.float().cpu()  # (b, R)
-        return [lp[i, : len(r)].tolist() for i, r in enumerate(responses)]
 
     # ------------------------------------------------------------------ score
     @torch.no_grad()

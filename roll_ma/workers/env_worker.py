@@ -220,6 +220,7 @@ class EnvWorker(Worker):
         result = ep.env.step(text)
         if sample is not None and samples is not None:
             sample.format_error = bool(result.info.get("format_error", False))
+            sample.reward_class = str(result.info.get("reward_class", ""))
             sample.reward += ep.carry.pop(player, 0.0)
             ep.last_sample[player] = len(samples)
             samples.append(sample)

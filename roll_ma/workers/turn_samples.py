@@ -34,6 +34,7 @@ class TurnSample:
     done: bool = False  # the episode ended at or after this turn
     format_error: bool = False
     prompt_truncated: bool = False
+    reward_class: str = ""  # the env's label for class-balanced advantages ("" = none)
 
 
 _NON_TENSOR = [

@@ -118,7 +118,8 @@ def test_rollout_log_probs_equal_a_direct_forward(hf, tokenizer, agent_plan, met
             adapter_names=names,
         )
     mask = out.batch["response_mask"]
-    torch.testing.assert_close(out.batch["rollout_log_probs"], ref * mask, atol=1e-5, rtol=0)
+    # generate's KV-cached decode vs one full forward: the same math, different float rounding
+    torch.testing.assert_close(out.batch["rollout_log_probs"], ref * mask, atol=5e-5, rtol=0)
     assert (out.batch["rollout_log_probs"][mask.bool()] < 0).all()
 
 
@@ -126,7 +127,8 @@ def test_update_adapters_changes_scores_and_versions(hf, tokenizer, make_adapter
     batch = hf.generate(make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True}))
     assert set(batch.non_tensor["adapter_version"].tolist()) == {1}
     before = hf.score(batch).batch["rollout_log_probs"]
-    torch.testing.assert_close(before, batch.batch["rollout_log_probs"], atol=1e-5, rtol=0)
+    # generate's KV-cached decode vs score's full forward: the same math, different float rounding
+    torch.testing.assert_close(before, batch.batch["rollout_log_probs"], atol=5e-5, rtol=0)
     new = make_adapter_tensors(2)
     timings = hf.update_adapters({"a1": new["a1"]}, version=5)
     assert set(timings) == {"a1"} and timings["a1"] >= 0

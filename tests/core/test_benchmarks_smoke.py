@@ -1,0 +1,236 @@
+"""The padded tokenizer of real-vocab random models, the benchmark helpers, and each benchmark script run
+end to end on CPU with the smallest sizes (numbers are never checked, only that they are produced)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))  # the scripts import their helpers as `common`
+
+
+# ---------------------------------------------------------------------------- padded tokenizer
+def test_padded_tokenizer_keeps_encoding_and_decodes_every_id():
+    from roll_ma.models.tokenizer import build_tokenizer
+
+    small, padded = build_tokenizer(), build_tokenizer(pad_vocab_to=1000)
+    assert len(padded) == 1000 and len(small) < 1000
+    text = "Problem: 37+48\n<|im_start|>user é 😀 <|fill_500|> (Play 0)<|im_end|>"
+    assert padded.encode(text) == small.encode(text)  # same merges: no filler is ever produced
+    assert max(padded.encode(text)) < len(small)
+    for attr in ("eos_token_id", "pad_token_id"):
+        assert getattr(padded, attr) == getattr(small, attr)
+    assert padded.convert_tokens_to_ids("<|im_start|>") == small.convert_tokens_to_ids("<|im_start|>")
+    ids = [len(small), 999]  # the first and the last filler
+    assert padded.decode(ids) == f"<|fill_{len(small)}|><|fill_999|>"
+    assert padded.decode(small.encode(text)) == small.decode(small.encode(text))
+    with pytest.raises(ValueError, match="smaller than the trained vocabulary"):
+        build_tokenizer(pad_vocab_to=10)
+
+
+def test_real_vocab_random_model_gets_a_tokenizer_of_its_vocab_size(tmp_path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from roll_ma.models.tiny import build_tiny_model
+
+    path = build_tiny_model(tmp_path / "m", vocab_size=151936)
+    tok = AutoTokenizer.from_pretrained(path)
+    assert len(tok) == AutoConfig.from_pretrained(path).vocab_size == 151936
+    assert tok.decode([151935]) == "<|fill_151935|>"
+    tiny = build_tiny_model(tmp_path / "tiny")  # the default tiny model is left as it was: no fillers
+    assert len(AutoTokenizer.from_pretrained(tiny)) < 512
+
+
+# ---------------------------------------------------------------------------- helpers
+def test_markdown_table_and_planned_runs():
+    import common
+    import pipeline_scaling
+
+    table = common.markdown_table(["a", "b"], [{"a": 1, "b": 0.123456}, {"a": "x"}])
+    assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | 0.1235 |", "| x | - |"]
+    args = pipeline_scaling.parse_args(["--agents", "1,2,4", "--batches", "8,16", "--batch-agents", "2"])
+    assert pipeline_scaling.planned_runs(args) == [(1, 8), (2, 8), (4, 8), (2, 16)]
+    cpu, gpu = pipeline_scaling.parse_args([]), pipeline_scaling.parse_args(["--device", "cuda"])
+    assert cpu.memory_agents == cpu.agents == [1, 2, 4] and gpu.memory_agents == gpu.agents == [1, 2, 4, 8]
+    assert pipeline_scaling.planned_runs(gpu) == [(1, 32), (2, 32), (4, 32), (8, 32)]
+
+
+def test_pipeline_scaling_summary_skips_the_first_step():
+    import pipeline_scaling
+
+    def step(s):
+        return {
+            "timing/step": s,
+            "timing/rollout": s / 2,
+            "timing/old_log_probs": 0.1,
+            "timing/update": 0.2,
+            "timing/sync": 0.05,
+            "timing/sync/agent0": 0.01,
+            "timing/sync/agent1": 0.03,
+            "rollout/turns": 16.0,
+        }
+
+    out = pipeline_scaling.summarize_run([step(100.0), step(1.0), step(3.0)], agents=2)
+    assert out["step_s"] == 2.0 and out["rollout_s"] == 1.0 and out["update_agent_s"] == 0.1
+    assert out["sync_adapter_ms"] == pytest.approx(20.0)
+    assert out["other_s"] == pytest.approx(2.0 - (1.0 + 0.1 + 0.2 + 0.05))
+
+
+def test_seat_game_gives_every_seat_its_turns():
+    import random
+
+    from pipeline_scaling import SeatGame
+
+    env = SeatGame(players=3, turns=6)
+    turn, seats = env.reset(seed=1), []
+    while turn is not None:
+        seats.append(turn.agent)
+        result = env.step("12ab")
+        turn = result.next_turn
+    assert seats == ["agent0", "agent1", "agent2"] * 2 and result.done
+    assert env.episode_returns() == [1.0, 1.0, 1.0]  # half the characters are digits, twice per seat
+    assert env.builtin_action("random", random.Random(0)).isdigit()
+
+
+def test_multilora_levers_combine_and_baseline_has_no_lora_args():
+    import multilora_cost
+
+    args = multilora_cost.parse_args(["--device", "cpu", "--levers", "targets+slots"])
+    kwargs, env = multilora_cost.lever_settings("targets+slots+dual_stream", args)
+    assert kwargs["lora_target_modules"] == multilora_cost.TARGETS
+    assert (kwargs["max_loras"], kwargs["max_lora_rank"]) == (3, 16) and kwargs["enable_lora"]
+    assert env == {"VLLM_LORA_ENABLE_DUAL_STREAM": "1"}
+    base, _ = multilora_cost.lever_settings("baseline", args)
+    assert not base["enable_lora"] and "max_loras" not in base
+    with pytest.raises(SystemExit):
+        multilora_cost.parse_args(["--levers", "default,nonsense"])
+
+
+# ---------------------------------------------------------------------------- the scripts, end to end
+def run_script(name: str, *args: str, timeout: float = 600) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / name), *args], capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "\nJSON {" in proc.stdout and "machine:" in proc.stdout
+    return proc.stdout
+
+
+def _load(path: Path) -> dict:
+    data = json.loads(path.read_text())
+    assert data["environment"]["machine"] and data["environment"]["torch"]
+    return data
+
+
+needs_vllm = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="vllm(-cpu) is not installed"
+)
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_rollout_throughput_script(tmp_path):
+    # a real-vocab tiny model: ids beyond the trained BPE decode through the padded tokenizer in both backends
+    out = tmp_path / "rollout.json"
+    run_script(
+        "rollout_throughput.py",
+        "--vocab-size",
+        "151936",
+        "--adapters",
+        "0,3",
+        "--prompts",
+        "3",
+        "--prompt-len",
+        "4",
+        "--new-tokens",
+        "3",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+    )
+    rows = _load(out)["rows"]
+    got = {(r["backend"], r["level"], r["adapters"]) for r in rows}
+    assert got == {
+        (b, lv, n) for b in ("vllm", "hf") for lv, n in [("engine", 0), ("engine", 3), ("generate()", 3)]
+    }
+    for r in rows:
+        if r["level"] == "engine":
+            assert r["out_tokens"] == 3 * 3  # exactly K tokens per row: EOS ignored
+        assert r["out_tok_s"] > 0
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_adapter_sync_script(tmp_path):
+    out = tmp_path / "sync.json"
+    run_script("adapter_sync.py", "--repeats", "1", "--out", str(out))
+    data = _load(out)
+    for backend in ("vllm", "hf"):
+        ops = {r["operation"] for r in data["rows"] if r["backend"] == backend}
+        assert {"update_adapters: 1 adapter(s)", "update_adapters: 3 adapter(s)", "full base reload"} <= ops
+        assert data["summary"][f"{backend}_update_3_ms"] > 0
+
+
+@pytest.mark.slow
+def test_pipeline_scaling_script(tmp_path):
+    out = tmp_path / "scaling.json"
+    run_script(
+        "pipeline_scaling.py",
+        "--agents",
+        "2",
+        "--batches",
+        "4",
+        "--steps",
+        "2",
+        "--turns",
+        "2",
+        "--out",
+        str(out),
+    )
+    data = _load(out)
+    (row,) = data["rows"]
+    assert (row["agents"], row["episodes"], row["rows"]) == (2, 4, 4 * 2)  # 4 episodes x 2 turns
+    assert row["step_s"] > 0 and row["update_agent_s"] == pytest.approx(row["update_s"] / 2)
+    assert row["sync_adapter_ms"] is not None  # the rollout's own per-adapter sync times reached the metrics
+    (mem,) = data["memory"]
+    assert mem["separate_models_GiB"] == pytest.approx(2 * mem["base_params_M"] * 1e6 * 4 / 2**30)
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_multilora_cost_script_on_cpu(tmp_path):
+    out = tmp_path / "multilora.json"
+    run_script(
+        "multilora_cost.py",
+        "--device",
+        "cpu",
+        "--shape",
+        "tiny",
+        "--model-dir",
+        str(tmp_path / "m"),
+        "--levers",
+        "targets+slots,tuned",
+        "--decode",
+        "3x4x3",
+        "--prefill",
+        "2x16x2",
+        "--repeats",
+        "1",
+        "--max-model-len",
+        "128",
+        "--out",
+        str(out),
+    )
+    data = json.loads(out.read_text())
+    assert set(data["levers"]) == {"targets+slots"}  # tuned is skipped without --tuned-config-dir
+    lever = data["levers"]["targets+slots"]
+    assert lever["kwargs"]["lora_target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert [r["adapters"] for r in lever["rows"]] == ["3 mixed", "3 mixed"]
+    assert all(r["vs_baseline"] is None for r in data["rows"])  # no baseline measured

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU runs behind docs/benchmarks.md and docs/runs/, in parts that each fit one 10-minute
+# device command (results under $OUT, at most 8 files per part). On the lent GPU machine:
+#   source tools/device_install.sh; bash tools/gpu_campaign.sh tests|pipelines|multilora1|multilora2|extra
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+log() { echo "[$(date +%T)] $*"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/machine.txt"
+python -c "import torch, vllm, deepspeed, ray; print('torch', torch.__version__, 'vllm', vllm.__version__, 'deepspeed', deepspeed.__version__, 'ray', ray.__version__)" | tee -a "$OUT/machine.txt"
+
+q05b() {  # a random Qwen2.5-0.5B-shaped model (no hub here), built once per machine
+  [ -f /tmp/q05b/config.json ] || python -c "from roll_ma.models.tiny import build_tiny_model as b; \
+b('/tmp/q05b', shape='qwen2.5-0.5b', vocab_size=151936, dtype='bfloat16', initializer_range=0.05)"
+}
+
+case "${1:-}" in
+  tests)  # GPU tests (freshness, hf vs vllm, bf16 isolation), rollout throughput, adapter sync
+    log "gpu tests"; python -m pytest -m gpu -s -q -p no:cacheprovider tests/train/test_gpu.py \
+      tests/train/test_freshness_gpu.py tests/rollout/test_vllm_gpu.py 2>&1 | tail -40 > "$OUT/gpu_tests.log"
+    tail -5 "$OUT/gpu_tests.log"
+    log "rollout throughput (vllm)"; timeout 240 python benchmarks/rollout_throughput.py --device cuda \
+      --shape qwen2.5-0.5b --backends vllm --out "$OUT/rollout_throughput.json" > "$OUT/rollout_vllm.log" 2>&1
+    tail -15 "$OUT/rollout_vllm.log"
+    log "adapter sync"; timeout 180 python benchmarks/adapter_sync.py --device cuda --shape qwen2.5-0.5b \
+      --out "$OUT/adapter_sync.json" > "$OUT/adapter_sync.log" 2>&1
+    tail -15 "$OUT/adapter_sync.log" ;;
+  pipelines)  # both self-play examples, 5 steps each, vLLM colocated with DeepSpeed (sleep level 1)
+    q05b
+    common="model.path=/tmp/q05b trainer.max_steps=5 trainer.eval_every=5 trainer.save_every=5 rollout.max_new_tokens=48 rollout.enforce_eager=true"
+    log "hanabi_selfplay"; timeout 290 python start_pipeline.py --config_name hanabi_selfplay $common \
+      env.num_workers=2 env.groups_per_step=4 env.group_size=4 env.eval_episodes=8 env.max_turns=40 \
+      trainer.output_dir=/tmp/runs/hanabi_selfplay > "$OUT/hanabi_selfplay.log" 2>&1
+    cp /tmp/runs/hanabi_selfplay/metrics.jsonl "$OUT/hanabi_selfplay_metrics.jsonl"
+    log "math_selfplay"; timeout 260 python start_pipeline.py --config_name math_selfplay $common \
+      env.num_workers=2 env.groups_per_step=8 env.group_size=4 env.data.num_eval_problems=32 \
+      trainer.output_dir=/tmp/runs/math_selfplay > "$OUT/math_selfplay.log" 2>&1
+    cp /tmp/runs/math_selfplay/metrics.jsonl "$OUT/math_selfplay_metrics.jsonl"
+    tail -8 "$OUT/hanabi_selfplay.log" "$OUT/math_selfplay.log" ;;
+  multilora1)
+    timeout 560 python benchmarks/multilora_cost.py --device cuda --levers baseline,default,targets \
+      --out "$OUT/multilora_cost.json" > "$OUT/multilora1.log" 2>&1; tail -20 "$OUT/multilora1.log"
+    cp "$OUT/multilora_cost.json" /tmp/multilora_cost.json ;;  # $OUT is emptied before the next command
+  multilora2)
+    [ -f /tmp/multilora_cost.json ] && cp /tmp/multilora_cost.json "$OUT/multilora_cost.json"
+    timeout 560 python benchmarks/multilora_cost.py --device cuda --levers slots,targets+slots,specialize \
+      --out "$OUT/multilora_cost.json" > "$OUT/multilora2.log" 2>&1; tail -20 "$OUT/multilora2.log" ;;
+  extra)  # update cost of N agents vs 1, step time vs agents and batch, hf rollout
+    log "train step"; timeout 150 python benchmarks/train_step.py --device cuda --shape qwen2.5-0.5b \
+      --rows-per-agent 32 --prompt-len 256 --response-len 256 > "$OUT/train_step.log" 2>&1; tail -12 "$OUT/train_step.log"
+    log "pipeline scaling"; timeout 240 python benchmarks/pipeline_scaling.py --device cuda --shape qwen2.5-0.5b \
+      --agents 1,2,4,8 --skip-memory --out "$OUT/pipeline_scaling.json" > "$OUT/pipeline_scaling.log" 2>&1
+    tail -15 "$OUT/pipeline_scaling.log"
+    log "rollout throughput (hf)"; timeout 150 python benchmarks/rollout_throughput.py --device cuda \
+      --shape qwen2.5-0.5b --backends hf --out "$OUT/rollout_throughput_hf.json" > "$OUT/rollout_hf.log" 2>&1
+    tail -10 "$OUT/rollout_hf.log" ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra"; exit 2 ;;
+esac
