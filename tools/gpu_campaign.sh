@@ -13,7 +13,7 @@ python -c "import torch, vllm, deepspeed, ray; print('torch', torch.__version__,
 
 q05b() {  # a random Qwen2.5-0.5B-shaped model (no hub here), built once per machine
   [ -f /tmp/q05b/config.json ] || python -c "from roll_ma.models.tiny import build_tiny_model as b; \
-b('/tmp/q05b', shape='qwen2.5-0.5b', vocab_size=151936, dtype='bfloat16', initializer_range=0.05)"
+b('/tmp/q05b', shape='qwen2.5-0.5b', vocab_size=151936, dtype='bfloat16')"
 }
 
 case "${1:-}" in
@@ -29,16 +29,17 @@ case "${1:-}" in
     tail -15 "$OUT/adapter_sync.log" ;;
   pipelines)  # both self-play examples, 5 steps each, vLLM colocated with DeepSpeed (sleep level 1)
     q05b
-    common="model.path=/tmp/q05b trainer.max_steps=5 trainer.eval_every=5 trainer.save_every=5 rollout.max_new_tokens=48 rollout.enforce_eager=true"
-    log "hanabi_selfplay"; timeout 290 python start_pipeline.py --config_name hanabi_selfplay $common \
-      env.num_workers=2 env.groups_per_step=4 env.group_size=4 env.eval_episodes=8 env.max_turns=40 \
-      trainer.output_dir=/tmp/runs/hanabi_selfplay > "$OUT/hanabi_selfplay.log" 2>&1
-    cp /tmp/runs/hanabi_selfplay/metrics.jsonl "$OUT/hanabi_selfplay_metrics.jsonl"
-    log "math_selfplay"; timeout 260 python start_pipeline.py --config_name math_selfplay $common \
-      env.num_workers=2 env.groups_per_step=8 env.group_size=4 env.data.num_eval_problems=32 \
+    common="model.path=/tmp/q05b trainer.max_steps=5 trainer.eval_every=5 trainer.save_every=5 \
+      rollout.max_new_tokens=32 rollout.enforce_eager=true rollout.gpu_memory_utilization=0.3"
+    log "math_selfplay"; timeout 270 python start_pipeline.py --config_name math_selfplay $common \
+      env.num_workers=1 env.groups_per_step=4 env.group_size=4 env.data.num_eval_problems=16 \
       trainer.output_dir=/tmp/runs/math_selfplay > "$OUT/math_selfplay.log" 2>&1
     cp /tmp/runs/math_selfplay/metrics.jsonl "$OUT/math_selfplay_metrics.jsonl"
-    tail -8 "$OUT/hanabi_selfplay.log" "$OUT/math_selfplay.log" ;;
+    log "hanabi_selfplay"; timeout 270 python start_pipeline.py --config_name hanabi_selfplay $common \
+      env.num_workers=1 env.groups_per_step=2 env.group_size=4 env.eval_episodes=4 env.max_turns=16 \
+      trainer.output_dir=/tmp/runs/hanabi_selfplay > "$OUT/hanabi_selfplay.log" 2>&1
+    cp /tmp/runs/hanabi_selfplay/metrics.jsonl "$OUT/hanabi_selfplay_metrics.jsonl"
+    for f in math_selfplay hanabi_selfplay; do grep -E "^step|^ +[a-z_0-9]+: reward|eval:|done|Error|error" "$OUT/$f.log" | tail -12; done ;;
   multilora1)
     timeout 560 python benchmarks/multilora_cost.py --device cuda --levers baseline,default,targets \
       --out "$OUT/multilora_cost.json" > "$OUT/multilora1.log" 2>&1; tail -20 "$OUT/multilora1.log"

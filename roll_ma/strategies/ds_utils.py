@@ -79,7 +79,7 @@ def setup_deepspeed(rank: int, world_size: int) -> Any:
 
 
 def deepspeed_config(train_cfg: TrainConfig, lr: float, bf16: bool,
-                     zero_stage: int | None = None) -> dict[str, Any]:
+                     zero_stage: int | None = None, trainable_elements: int | None = None) -> dict[str, Any]:
     """The engine config of one policy's optimizer.
 
     ``gradient_accumulation_steps`` is 1 because roll_ma drives the accumulation boundary
@@ -99,11 +99,25 @@ def deepspeed_config(train_cfg: TrainConfig, lr: float, bf16: bool,
         "optimizer": {"type": "AdamW", "params": {
             "lr": lr, "betas": betas, "eps": train_cfg.eps, "weight_decay": train_cfg.weight_decay,
             "torch_adam": True}},
-        "zero_optimization": {"stage": stage},
+        "zero_optimization": _zero_section(stage, trainable_elements),
         "bf16": {"enabled": bool(bf16)},
         "steps_per_print": _NEVER_PRINT,
         "wall_clock_breakdown": False,
     }
+
+
+def _zero_section(stage: int, trainable_elements: int | None) -> dict[str, Any]:
+    """ZeRO settings; communication buckets sized to the policy, not DeepSpeed's 5e8-element default.
+
+    Every adapter has its own engine, and ZeRO-1/2 allocate their buckets per engine: at the
+    default size that is GBs of GPU memory per agent for a few MB of LoRA weights, memory a
+    colocated vLLM engine needs back when it wakes up.
+    """
+    section: dict[str, Any] = {"stage": stage}
+    if stage > 0 and trainable_elements:
+        bucket = int(min(5e8, max(1e6, trainable_elements)))
+        section.update(reduce_bucket_size=bucket, allgather_bucket_size=bucket)
+    return section
 
 
 def dist_world_size() -> int:

@@ -61,18 +61,27 @@ class TrainWorker(Worker):
     def compute_log_probs(self, data: DataProto) -> DataProto:
         """``old_log_probs`` (B, R): each row scored with its agent's adapter at meta_info temperature."""
         temperature = float(data.meta_info.get("temperature", 1.0))
-        return self._strategy().compute_log_probs(data, adapters_enabled=True, temperature=temperature)
+        out = self._strategy().compute_log_probs(data, adapters_enabled=True, temperature=temperature)
+        _release_cached_gpu_memory()
+        return out
 
     @register(Dispatch.DP_COMPUTE)
     def compute_ref_log_probs(self, data: DataProto) -> DataProto:
         """``ref_log_probs`` (B, R) from the base weights (every adapter disabled)."""
         temperature = float(data.meta_info.get("temperature", 1.0))
-        return self._strategy().compute_log_probs(data, adapters_enabled=False, temperature=temperature)
+        out = self._strategy().compute_log_probs(data, adapters_enabled=False, temperature=temperature)
+        _release_cached_gpu_memory()
+        return out
 
     @register(Dispatch.ONE_TO_ALL)
     def train_step(self, data: DataProto) -> dict[str, float]:
         """One update of every due agent from the FULL batch (each rank takes its share); same metrics."""
-        return self._strategy().train_step(data)
+        metrics = self._strategy().train_step(data)
+        if torch.cuda.is_available():
+            metrics["system/train_gpu_peak_gb"] = torch.cuda.max_memory_reserved() / 1024**3
+            torch.cuda.reset_peak_memory_stats()
+        _release_cached_gpu_memory()
+        return metrics
 
     @register(Dispatch.RANK_ZERO)
     def adapter_tensors(self, adapters: list[str] | None = None) -> dict[str, dict[str, torch.Tensor]]:
@@ -85,3 +94,9 @@ class TrainWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, ckpt_dir: str) -> None:
         self._strategy().load_checkpoint(ckpt_dir)
+
+
+def _release_cached_gpu_memory() -> None:
+    """Hand cached blocks back to the GPU: a colocated vLLM engine wakes up into that memory next."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
