@@ -31,11 +31,11 @@ case "${1:-}" in
     q05b
     common="model.path=/tmp/q05b trainer.max_steps=5 trainer.eval_every=5 trainer.save_every=5 \
       rollout.max_new_tokens=32 rollout.enforce_eager=true rollout.gpu_memory_utilization=0.3"
-    log "math_selfplay"; timeout 270 python start_pipeline.py --config_name math_selfplay $common \
+    log "math_selfplay"; timeout 250 python start_pipeline.py --config_name math_selfplay $common \
       env.num_workers=1 env.groups_per_step=4 env.group_size=4 env.data.num_eval_problems=16 \
       trainer.output_dir=/tmp/runs/math_selfplay > "$OUT/math_selfplay.log" 2>&1
     cp /tmp/runs/math_selfplay/metrics.jsonl "$OUT/math_selfplay_metrics.jsonl"
-    log "hanabi_selfplay"; timeout 270 python start_pipeline.py --config_name hanabi_selfplay $common \
+    log "hanabi_selfplay"; timeout 235 python start_pipeline.py --config_name hanabi_selfplay $common \
       env.num_workers=1 env.groups_per_step=2 env.group_size=4 env.eval_episodes=4 env.max_turns=16 \
       trainer.output_dir=/tmp/runs/hanabi_selfplay > "$OUT/hanabi_selfplay.log" 2>&1
     cp /tmp/runs/hanabi_selfplay/metrics.jsonl "$OUT/hanabi_selfplay_metrics.jsonl"

@@ -202,7 +202,8 @@ class MultiAgentDeepSpeedStrategy:
                 prefix = f"agent/{self.agents[agent_id].name}/"
                 metrics.update({prefix + k: v for k, v in agent_metrics.items()})
                 metrics.update({prefix + "grad_norm": result.grad_norm, prefix + "lr": result.lr,
-                                prefix + "updated": float(result.optimizer_steps > 0)})
+                                prefix + "updated": float(result.optimizer_steps > 0),
+                                prefix + "skipped_nonfinite": float(result.skipped_nonfinite)})
         self.weights.activate(None)
         return metrics
 

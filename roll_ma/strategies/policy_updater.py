@@ -16,6 +16,7 @@ mini-batch may have any number of micro-batches and takes exactly one optimizer 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,7 @@ class PolicyUpdate:
     optimizer_steps: int = 0
     grad_norm: float = 0.0
     lr: float = 0.0
+    skipped_nonfinite: int = 0  # optimizer steps skipped because the gradient overflowed
 
 
 class PolicyUpdater:
@@ -114,6 +116,7 @@ class PolicyUpdater:
         sums = torch.zeros(len(agent_ids), len(_SUMS), dtype=torch.float64)
         mini = min(cfg.mini_batch_size or n, n)
         norms: list[float] = []
+        nonfinite = 0
         lr = self.current_lr
 
         self.activate()
@@ -142,6 +145,14 @@ class PolicyUpdater:
                     sums += micro_sums
                 lr = self.current_lr  # the lr this step uses (the scheduler advances inside step())
                 norm = self._local_grad_norm()
+                if norm is not None and not math.isfinite(norm):
+                    # an overflowed gradient must reach neither the weights nor Adam's moments (ZeRO-1/2
+                    # skip such steps themselves; ZeRO-0's torch optimizer would not)
+                    for p in self.params:
+                        p.grad = None
+                    nonfinite += 1
+                    norms.append(norm)
+                    continue
                 self.engine.step()
                 if norm is None:
                     ds_norm = self.engine.get_global_grad_norm()
@@ -150,7 +161,8 @@ class PolicyUpdater:
 
         sums = all_reduce_sum(sums, self.device)
         mean_norm = float(np.mean(norms)) if norms else 0.0
-        result = PolicyUpdate(optimizer_steps=len(norms), grad_norm=mean_norm, lr=lr)
+        result = PolicyUpdate(optimizer_steps=len(norms) - nonfinite, grad_norm=mean_norm, lr=lr,
+                              skipped_nonfinite=nonfinite)
         has_ref = "ref_log_probs" in cols
         for s, agent_id in enumerate(agent_ids):
             pl, kl, ent, clipped, toks, units = sums[s].tolist()

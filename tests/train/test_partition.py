@@ -101,3 +101,17 @@ def test_micro_batch_size_does_not_change_the_update(make_strategy, zero_stage):
     assert max((w1[k] - w8[k]).abs().max().item() for k in w1) <= 1e-6
     assert m1["agent/a0/grad_norm"] == pytest.approx(m8["agent/a0/grad_norm"], rel=1e-5)
     assert m1["agent/a0/policy_loss"] == pytest.approx(m8["agent/a0/policy_loss"], rel=1e-5, abs=1e-7)
+
+
+def test_overflowed_gradient_skips_the_step_and_keeps_weights(make_strategy):
+    """A non-finite gradient (bf16 overflow on a GPU) must not turn an adapter or its Adam state into NaN."""
+    s = make_strategy(["a0", "a1"])
+    batch = on_policy(s, make_batch([0, 0, 0, 1], seed=5))
+    batch.batch["advantages"][0, 0] = float("inf")  # one poisoned token of agent a0
+    before = s.adapter_tensors()
+    metrics = s.train_step(batch)
+    after = s.adapter_tensors()
+    assert metrics["agent/a0/skipped_nonfinite"] == 1.0 and metrics["agent/a0/updated"] == 0.0
+    assert all(torch.equal(before["a0"][k], after["a0"][k]) for k in before["a0"])
+    assert all(torch.isfinite(v).all() for v in after["a0"].values())
+    assert metrics["agent/a1/updated"] == 1.0  # the other agent still trains
