@@ -146,7 +146,7 @@ def check_reload(out: Path, tok, texts: list[str], messages: list[dict]) -> None
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(OUT))
-    ap.add_argument("--threshold", type=float, default=0.35, help="stop at this held-out solver accuracy")
+    ap.add_argument("--threshold", type=float, default=0.45, help="stop at this held-out solver accuracy")
     ap.add_argument("--max-steps", type=int, default=3000)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--batch", type=int, default=128)

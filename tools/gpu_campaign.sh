@@ -57,5 +57,38 @@ case "${1:-}" in
     log "rollout throughput (hf)"; timeout 150 python benchmarks/rollout_throughput.py --device cuda \
       --shape qwen2.5-0.5b --backends hf --out "$OUT/rollout_throughput_hf.json" > "$OUT/rollout_hf.log" 2>&1
     tail -10 "$OUT/rollout_hf.log" ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra"; exit 2 ;;
+  x2_multilora)  # two GPUs: two chains of levers at once, one per GPU, merged into one table
+    m=/tmp/roll_ma_random_qwen2.5-7b
+    CUDA_VISIBLE_DEVICES=0 timeout 570 python benchmarks/multilora_cost.py --device cuda --budget-s 490 \
+      --levers "${LEVERS0:-baseline,targets+slots,targets+slots+specialize}" --out "$OUT/ml_gpu0.json" > "$OUT/ml_gpu0.log" 2>&1 &
+    while [ ! -f $m/.complete ] && kill -0 $! 2>/dev/null; do sleep 5; done  # the model is written once
+    CUDA_VISIBLE_DEVICES=1 timeout 495 python benchmarks/multilora_cost.py --device cuda --budget-s 470 \
+      --levers "${LEVERS1:-default,targets,targets+slots+graphs}" --out "$OUT/ml_gpu1.json" > "$OUT/ml_gpu1.log" 2>&1
+    wait
+    python - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+a, b = (json.load(open(f"{out}/ml_gpu{i}.json")) for i in (0, 1))
+a["levers"].update(b["levers"])
+json.dump(a, open(f"{out}/multilora_cost.json", "w"), indent=1)
+PY
+    python benchmarks/multilora_cost.py --device cuda --levers "" --out "$OUT/multilora_cost.json" 2>&1 | tail -25 ;;
+  x2_pipelines)  # math colocated on GPU 0 beside hanabi on GPU 1, then math split: rollout GPU 1, train GPU 0
+    q05b
+    common="model.path=/tmp/q05b trainer.max_steps=5 trainer.eval_every=5 trainer.save_every=5 \
+      rollout.max_new_tokens=32 rollout.enforce_eager=true rollout.gpu_memory_utilization=0.3"
+    math="env.num_workers=1 env.groups_per_step=4 env.group_size=4 env.data.num_eval_problems=16"
+    log "math colocated (GPU 0) + hanabi (GPU 1)"
+    CUDA_VISIBLE_DEVICES=0 timeout 300 python start_pipeline.py --config_name math_selfplay $common $math \
+      trainer.output_dir=/tmp/runs/math_coloc > "$OUT/math_colocated.log" 2>&1 &
+    CUDA_VISIBLE_DEVICES=1 timeout 330 python start_pipeline.py --config_name hanabi_selfplay $common \
+      env.num_workers=1 env.groups_per_step=2 env.group_size=4 env.eval_episodes=4 env.max_turns=16 \
+      trainer.output_dir=/tmp/runs/hanabi_selfplay > "$OUT/hanabi_selfplay.log" 2>&1
+    wait
+    log "math split: rollout on GPU 1, train + reference on GPU 0"
+    timeout 230 python start_pipeline.py --config_name math_selfplay $common $math resources.num_gpus=2 \
+      'resources.device_mapping={rollout:[1],train:[0]}' trainer.output_dir=/tmp/runs/math_split > "$OUT/math_split.log" 2>&1
+    for r in math_coloc hanabi_selfplay math_split; do cp /tmp/runs/$r/metrics.jsonl "$OUT/${r}_metrics.jsonl"; done
+    for f in math_colocated hanabi_selfplay math_split; do grep -E "^step|eval:|done|Error|error" "$OUT/$f.log" | tail -8; done ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|x2_multilora|x2_pipelines"; exit 2 ;;
 esac

@@ -196,9 +196,11 @@ class AlgorithmConfig:
     kl_mode: Literal["loss", "reward"] = _f("loss", "KL as a loss term or as a reward penalty")
     entropy_coef: float = _f(0.0, "entropy bonus weight", min=0.0)
     balance_reward_classes: bool = _f(
-        False, "weight advantages so each reward class the env labels (info['reward_class'], e.g. whether the "
-        "answer a critic judged was right) weighs the same per agent; keeps a verifier from collapsing to the "
-        "majority verdict")
+        False,
+        "weight advantages so each reward class the env labels (info['reward_class'], e.g. whether "
+        "the answer a critic judged was right) weighs the same per agent; keeps a verifier from "
+        "collapsing to the majority verdict",
+    )
     loss_agg: Literal["token_mean", "seq_mean"] = _f("token_mean", "how token losses are averaged")
 
 

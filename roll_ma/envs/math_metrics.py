@@ -11,6 +11,9 @@ its denominator is 0, so no NaN and no misleading 0.0; the counts are always rep
 - `critic_accuracy`: (tp + tn) / verdicts; `critic_always_correct_accuracy`: the accuracy of a
   critic that always says `Correct`, (fp + tn) / verdicts (= the share of judged answers
   that were right): the baseline a useful critic must beat.
+- `critic_balanced_accuracy`: the mean of the recall of `Incorrect` and the recall of `Correct`,
+  (tp / (tp + fn) + tn / (tn + fp)) / 2: 0.5 for any constant or random critic whatever the
+  solver's accuracy (plain accuracy rewards always saying `Correct` once the solver is good).
 - `refiner_fix_rate`: fixed / refiner turns whose input answer was wrong;
   `refiner_break_rate`: broke / refiner turns whose input answer was right.
 - `format_error_rate`: format errors / turns.
@@ -44,6 +47,8 @@ def aggregate_math_metrics(episodes: list[dict[str, float]]) -> dict[str, float]
     _ratio(out, "critic_recall", tp, tp + fn)
     _ratio(out, "critic_accuracy", tp + tn, verdicts)
     _ratio(out, "critic_always_correct_accuracy", fp + tn, verdicts)
+    if tp + fn > 0 and tn + fp > 0:
+        out["critic_balanced_accuracy"] = (tp / (tp + fn) + tn / (tn + fp)) / 2
     wrong_in, right_in = total("refiner_wrong_inputs"), total("refiner_right_inputs")
     out["refiner_wrong_inputs"] = wrong_in
     out["refiner_right_inputs"] = right_in

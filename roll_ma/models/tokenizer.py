@@ -25,7 +25,8 @@ CHAT_TEMPLATE = (
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # transformers' Qwen2Tokenizer.PRETOKENIZE_REGEX (kept here so a transformers upgrade cannot drift it)
 QWEN2_PRETOKENIZE_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
 DEFAULT_CORPUS = [
@@ -55,14 +56,15 @@ def build_tokenizer(
     ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        min_frequency=min_frequency, show_progress=False)
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), min_frequency=min_frequency,
+        show_progress=False)
     tok.train_from_iterator(list(corpus or DEFAULT_CORPUS), trainer=trainer)
     if pad_vocab_to is not None:
         tok = pad_vocab(tok, pad_vocab_to)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+        tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        unk_token=None, additional_special_tokens=["<|im_start|>", "<|im_end|>"])
     fast.chat_template = CHAT_TEMPLATE
     fast.padding_side = "left"
     return fast

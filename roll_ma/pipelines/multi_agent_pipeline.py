@@ -177,6 +177,8 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
             metrics.update(system_metrics())
             tokens = metrics.get("rollout/response_tokens", 0.0)
             metrics["system/rollout_tokens_per_s"] = tokens / max(metrics["timing/rollout"], 1e-9)
+            trained = sum(v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/tokens"))
+            metrics["system/train_tokens_per_s"] = trained / max(metrics["timing/update"], 1e-9)
             tracker.log(metrics, step)
             if step % cfg.trainer.log_every == 0:
                 print(console_summary(step, cfg.trainer.max_steps, metrics, agent_names), flush=True)

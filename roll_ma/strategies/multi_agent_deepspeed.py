@@ -18,6 +18,7 @@ How it works:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,7 +171,11 @@ class MultiAgentDeepSpeedStrategy:
 
     # ------------------------------------------------------------------ training
     def train_step(self, data: DataProto) -> dict[str, float]:
-        """Update every due policy from its agents' rows; returns ``agent/<name>/<metric>`` of every agent."""
+        """Update every due policy from its agents' rows.
+
+        Returns ``agent/<name>/<metric>`` of every agent and ``timing/update/<adapter>`` (seconds) of
+        every adapter updated.
+        """
         self._require_model()
         step = int(data.meta_info.get("step", 0))
         temperature = float(data.meta_info.get("temperature", 1.0))
@@ -195,7 +200,9 @@ class MultiAgentDeepSpeedStrategy:
             if len(idx) == 0:
                 continue
             updater = self.updaters[plan.name]
+            start = time.perf_counter()
             result = updater.update(data.select_idxs(idx), agent_ids[idx], due, step, temperature)
+            metrics[f"timing/update/{plan.name}"] = time.perf_counter() - start  # per adapter
             for agent_id, agent_metrics in result.agent_metrics.items():
                 if not (agent_ids[idx] == agent_id).any():
                     continue

@@ -72,7 +72,8 @@ class PolicyUpdater:
         deepspeed = setup_deepspeed(rank, world_size)
         activate()  # ZeRO keeps only the parameters that require grad when the engine is built
         bf16 = any(p.dtype == torch.bfloat16 for p in params)  # LoRA weights stay fp32 on a bf16 base (PEFT)
-        config = deepspeed_config(train_cfg, lr=lr, bf16=bf16, trainable_elements=sum(p.numel() for p in params))
+        config = deepspeed_config(train_cfg, lr=lr, bf16=bf16,
+                                  trainable_elements=sum(p.numel() for p in params))
         self.engine, *_ = deepspeed.initialize(
             model=model, model_parameters=params, config=config,
             lr_scheduler=lambda opt: make_lr_scheduler(opt, train_cfg.lr_schedule, train_cfg.warmup_steps,

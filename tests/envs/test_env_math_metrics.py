@@ -64,6 +64,7 @@ def test_aggregate_hand_table():
     assert math.isclose(m["critic_recall"], 3 / 5)  # tp / (tp + fn)
     assert math.isclose(m["critic_accuracy"], 4 / 7)  # (tp + tn) / 7
     assert math.isclose(m["critic_always_correct_accuracy"], 2 / 7)  # (fp + tn) / 7
+    assert math.isclose(m["critic_balanced_accuracy"], (3 / 5 + 1 / 2) / 2)  # (tp/(tp+fn) + tn/(tn+fp)) / 2
     # refiner: wrong inputs 1 + 1 + 2 = 4, fixed 1 + 1 = 2; right inputs 1, broke 1
     assert math.isclose(m["refiner_fix_rate"], 2 / 4)
     assert math.isclose(m["refiner_break_rate"], 1 / 1)
@@ -77,6 +78,7 @@ def test_zero_denominators_are_left_out():
         "critic_precision",
         "critic_recall",
         "critic_accuracy",
+        "critic_balanced_accuracy",
         "refiner_fix_rate",
         "refiner_break_rate",
         "format_error_rate",
@@ -87,3 +89,4 @@ def test_zero_denominators_are_left_out():
     # only false positives: precision 0 is a real value, recall has no positives -> left out
     m = aggregate_math_metrics([E(critic_fp=2)])
     assert m["critic_precision"] == 0.0 and "critic_recall" not in m
+    assert "critic_balanced_accuracy" not in m  # one class only: no balanced accuracy

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from roll_ma.config.schema import AgentConfig, LoraConfig, RolloutConfig
+from roll_ma.config.schema import AgentConfig, AgentLoraOverride, LoraConfig, RolloutConfig
 from roll_ma.protocol import DataProto
 
 SEED = 0
-LORA = LoraConfig(rank=4, alpha=8.0)
+# not every linear layer, and a different subset per adapter: vLLM then wraps only the union
+# (lora_target_modules), and its tokens must still equal HF + PEFT's
+LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"])
 # agents 0 and 2 share adapter "a0": rows of both must use the same weights and versions
 AGENTS = [
     AgentConfig(name="solver", adapter="a0"),
-    AgentConfig(name="critic", adapter="a1"),
+    AgentConfig(name="critic", adapter="a1", lora=AgentLoraOverride(target_modules=["q_proj", "v_proj"])),
     AgentConfig(name="solver2", adapter="a0"),
 ]
 

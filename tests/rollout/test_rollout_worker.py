@@ -32,7 +32,8 @@ def test_worker_without_ray(rollout_model_cfg, tokenizer, make_adapter_tensors):
     assert out.non_tensor["adapter_version"].tolist() == [1] * len(TEXTS)
     scored = worker.score(out)
     torch.testing.assert_close(
-        scored.batch["rollout_log_probs"], out.batch["rollout_log_probs"], atol=5e-5, rtol=0  # decode vs forward
+        # decode vs forward
+        scored.batch["rollout_log_probs"], out.batch["rollout_log_probs"], atol=5e-5, rtol=0
     )
     worker.sleep()
     worker.wake_up()

@@ -13,7 +13,11 @@ from rollout_helpers import TEXTS, make_request, responses_of, rollout_cfg
 pytest.importorskip("vllm")
 
 from roll_ma.strategies.hf_infer import HFInferStrategy  # noqa: E402
-from roll_ma.strategies.vllm_infer import VLLMInferStrategy, vllm_lora_rank  # noqa: E402
+from roll_ma.strategies.vllm_infer import (  # noqa: E402
+    VLLMInferStrategy,
+    engine_lora_targets,
+    vllm_lora_rank,
+)
 
 AGENT_IDS = [0, 1, 2, 1, 0, 1]
 # fp32 on both sides; the remaining gap is summation order (vLLM's CPU kernels vs torch)
@@ -51,6 +55,13 @@ def test_lora_rank_rounds_up_to_a_size_vllm_accepts():
     assert [vllm_lora_rank(r) for r in (1, 4, 8, 9, 64, 300)] == [1, 8, 8, 16, 64, 320]
     with pytest.raises(ValueError, match="lower lora.rank"):
         vllm_lora_rank(2048)
+
+
+def test_engine_wraps_only_the_adapters_target_modules(engines):
+    config = engines[0].llm.llm_engine.vllm_config.lora_config
+    assert sorted(config.target_modules) == ["down_proj", "k_proj", "o_proj", "q_proj", "v_proj"]
+    assert engine_lora_targets([("q_proj",), ("v_proj", "q_proj")]) == ["q_proj", "v_proj"]
+    assert engine_lora_targets([("q_proj", "embed_tokens")]) is None  # not a projection: vLLM decides
 
 
 def test_greedy_tokens_equal_hf_with_two_adapters(engines, tokenizer, make_adapter_tensors):
@@ -129,9 +140,17 @@ def test_seeded_sampling_is_reproducible_and_split_independent(engines, tokenize
 def test_stop_string_and_max_new_tokens(engines, tokenizer):
     vllm_s, hf_s, _ = engines
     plain = vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True}))
-    row = max(range(len(TEXTS)), key=lambda i: len(plain.non_tensor["response_text"][i]))
-    text = plain.non_tensor["response_text"][row]
-    stop = text[3:5]
+    # a 2-character ASCII stop string after the first characters of a response: a stop string holding
+    # half of a multi-byte character (decoded as U+FFFD) would test the tokenizer, not the stop logic
+    texts = plain.non_tensor["response_text"]
+    row, start = next(
+        (i, j)
+        for i in sorted(range(len(TEXTS)), key=lambda i: -len(texts[i]))
+        for j in range(2, len(texts[i]) - 1)
+        if texts[i][j : j + 2].isascii() and texts[i][j : j + 2].isprintable()
+    )
+    text = texts[row]
+    stop = text[start : start + 2]
     request = make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True, "stop": [stop]})
     out = vllm_s.generate(request)
     assert out.non_tensor["response_text"][row] == text[: text.find(stop)]

@@ -122,7 +122,8 @@ def test_rollout_follows_the_trainer_on_gpu(qwen05b_dir):
                 name,
                 report,
             )  # back at the noise floor after the sync
-        # greedy tokens are reported, not asserted: on a random bf16 model many steps are near-ties that
-        # HF's and vLLM's kernels break differently (measured 0.5 on an H100); the log-prob gaps above are the check
+        # greedy tokens are reported, not asserted: on a random bf16 model many steps are near-ties
+        # that HF's and vLLM's kernels break differently (measured 0.5 on an H100); the log-prob gaps
+        # above are the check
     finally:
         vllm.shutdown()
