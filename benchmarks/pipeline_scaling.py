@@ -308,7 +308,8 @@ def memory_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
             "--lora-rank",
             str(args.lora_rank),
         ]
-        measured = run_child(__file__, [*argv, "--memory-agents", agents])
+        # --memory-child: without it the child would run main() again and spawn a child of its own
+        measured = run_child(__file__, [*argv, "--memory-child", "--memory-agents", agents])
         log(f"measured GPU memory: {json.dumps(measured)}")
     rows = []
     for n in args.memory_agents:
@@ -342,6 +343,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.memory_child:
         measure_memory_child(args)
         return {}
+    if args.child_out:
+        raise SystemExit("pipeline_scaling: --child-out is only for the memory child (--memory-child)")
     model_label = args.model or f"random {args.shape}"
     args.model = prepare_model(args)
     previous = json.loads(Path(args.out).read_text()) if args.out and Path(args.out).exists() else {}

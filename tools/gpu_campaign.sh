@@ -57,6 +57,15 @@ case "${1:-}" in
     log "rollout throughput (hf)"; timeout 150 python benchmarks/rollout_throughput.py --device cuda \
       --shape qwen2.5-0.5b --backends hf --out "$OUT/rollout_throughput_hf.json" > "$OUT/rollout_hf.log" 2>&1
     tail -10 "$OUT/rollout_hf.log" ;;
+  extra2)  # what 'extra' left open: step time vs agents and batch, HF rollout, adapter sync vs a full reload
+    log "pipeline scaling"; timeout 230 python benchmarks/pipeline_scaling.py --device cuda --shape qwen2.5-0.5b \
+      --agents 1,2,4,8 --batches 16,32,64 --steps 3 --repeats 1 --skip-memory --out "$OUT/pipeline_scaling.json" \
+      > "$OUT/pipeline_scaling.log" 2>&1; tail -15 "$OUT/pipeline_scaling.log"
+    log "rollout throughput (hf)"; timeout 120 python benchmarks/rollout_throughput.py --device cuda \
+      --shape qwen2.5-0.5b --backends hf --repeats 1 --out "$OUT/rollout_throughput_hf.json" > "$OUT/rollout_hf.log" 2>&1
+    tail -10 "$OUT/rollout_hf.log"
+    log "adapter sync"; timeout 190 python benchmarks/adapter_sync.py --device cuda --shape qwen2.5-0.5b \
+      --out "$OUT/adapter_sync.json" > "$OUT/adapter_sync.log" 2>&1; tail -15 "$OUT/adapter_sync.log" ;;
   x2_multilora)  # two GPUs: two chains of levers at once, one per GPU, merged into one table
     m=/tmp/roll_ma_random_qwen2.5-7b
     CUDA_VISIBLE_DEVICES=0 timeout 570 python benchmarks/multilora_cost.py --device cuda --budget-s 490 \
@@ -90,5 +99,5 @@ PY
       'resources.device_mapping={rollout:[1],train:[0]}' trainer.output_dir=/tmp/runs/math_split > "$OUT/math_split.log" 2>&1
     for r in math_coloc hanabi_selfplay math_split; do cp /tmp/runs/$r/metrics.jsonl "$OUT/${r}_metrics.jsonl"; done
     for f in math_colocated hanabi_selfplay math_split; do grep -E "^step|eval:|done|Error|error" "$OUT/$f.log" | tail -8; done ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|x2_multilora|x2_pipelines"; exit 2 ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines"; exit 2 ;;
 esac

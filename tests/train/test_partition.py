@@ -83,6 +83,8 @@ def test_no_rows_and_one_row(make_strategy):
     assert metrics["agent/a0/rows"] == 1 and metrics["agent/a0/updated"] == 1.0
     for name in ("policy_loss", "entropy", "clip_frac", "grad_norm", "lr"):
         assert f"agent/a0/{name}" in metrics
+    # wall-clock seconds of each adapter that was updated, and only of those
+    assert {k for k in metrics if k.startswith("timing/update/")} == {"timing/update/a0", "timing/update/a2"}
     empty = s.train_step(make_batch([], seed=5))  # a batch with no rows at all
     assert all_finite(empty) and all(empty[f"agent/{a}/rows"] == 0 for a in ("a0", "a1", "a2"))
 

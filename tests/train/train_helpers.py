@@ -64,3 +64,8 @@ def snapshot(strategy: Any) -> dict[str, dict[str, torch.Tensor]]:
 
 def all_finite(metrics: dict[str, float]) -> bool:
     return all(np.isfinite(v) for v in metrics.values())
+
+
+def learning_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """A train_step's metrics without the wall-clock ones (``timing/...``), for equality checks."""
+    return {k: v for k, v in metrics.items() if not k.startswith("timing/")}
