@@ -7,6 +7,7 @@ from typing import Any
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.distributed.cluster import Cluster
+from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
 from roll_ma.distributed.resources import ResourceManager
 
 
@@ -33,7 +34,7 @@ class RunWorkers:
 
 
 def worker_env(cfg: RunConfig) -> dict[str, str]:
-    env = {"TOKENIZERS_PARALLELISM": "false"}
+    env = {"TOKENIZERS_PARALLELISM": "false", PROGRESS_FLAG: "1" if cfg.trainer.progress_bars else "0"}
     if cfg.resources.num_gpus == 0:
         env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks gloo on CPU only when told it has no GPU
     return env

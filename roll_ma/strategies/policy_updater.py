@@ -26,6 +26,7 @@ import torch
 
 from roll_ma.algorithms.losses import aggregate, kl_estimate, ppo_clip_loss
 from roll_ma.config.schema import AlgorithmConfig, TrainConfig
+from roll_ma.distributed.progress import NoBar, progress_bar
 from roll_ma.models.logprobs import response_log_probs
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.ds_utils import all_reduce_sum, deepspeed_config, setup_deepspeed
@@ -122,6 +123,9 @@ class PolicyUpdater:
 
         self.activate()
         self.engine.train()
+        # one bar per policy, from rank 0 only (every rank runs the same steps)
+        bar = (progress_bar(f"update {self.name}, step {step}", cfg.ppo_epochs * math.ceil(n / mini), "batch")
+               if self.rank == 0 else NoBar())
         for epoch in range(cfg.ppo_epochs):
             # shuffle only when mini-batches are a real subset; the same permutation on every rank
             order = (np.arange(n) if mini >= n
@@ -129,6 +133,7 @@ class PolicyUpdater:
             for start in range(0, n, mini):
                 batch_idx = order[start:start + mini]
                 tokens = float(row_tokens[batch_idx].sum())
+                bar.update()
                 if tokens == 0:
                     continue  # no signal; an Adam step on zero gradients would still move by momentum
                 denom = tokens if algo.loss_agg == "token_mean" else float(len(batch_idx))
@@ -160,6 +165,7 @@ class PolicyUpdater:
                     norm = float(ds_norm) if ds_norm is not None else 0.0
                 norms.append(norm)
 
+        bar.close()
         sums = all_reduce_sum(sums, self.device)
         mean_norm = float(np.mean(norms)) if norms else 0.0
         result = PolicyUpdate(optimizer_steps=len(norms) - nonfinite, grad_norm=mean_norm, lr=lr,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
+from roll_ma.distributed.progress import progress_bar
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
 from roll_ma.workers.turn_samples import TurnSample, collate_turns
@@ -166,10 +167,15 @@ class EnvWorker(Worker):
             episodes.append(_Episode(spec, env, turn, random.Random(spec.seed)))
         samples: list[TurnSample] = []
         round_idx = 0
+        bar = progress_bar(f"{'eval' if greedy else 'rollout'} step {step}, env worker {self.rank}",
+                           len(episodes), "episode")
+        finished = 0
         while True:
             for ep in episodes:
                 self._play_builtin_turns(ep)
             waiting = [ep for ep in episodes if ep.turn is not None]
+            bar.update(len(episodes) - len(waiting) - finished)
+            finished = len(episodes) - len(waiting)
             if not waiting:
                 break
             prompts = [self._encode(ep.turn.messages) for ep in waiting]
@@ -201,6 +207,7 @@ class EnvWorker(Worker):
                 )
                 self._step(ep, sample.response_text, samples, sample)
             round_idx += 1
+        bar.close()
         meta = {
             "episodes": [self._summary(ep) for ep in episodes],
             "rounds": round_idx,

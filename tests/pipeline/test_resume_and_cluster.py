@@ -48,12 +48,19 @@ def _launch(config_dir: Path, *overrides: str, env: dict | None = None) -> subpr
     )
 
 
-def _kill_when(proc: subprocess.Popen, out: Path, lines: int, delay: float, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while len(steps_logged(out)) < lines:
-        assert proc.poll() is None, f"the run ended before it could be killed:\n{proc.stdout.read()}"
-        assert time.time() < deadline, "the run made no progress"
-        time.sleep(0.05)  # polling a file the run writes: there is no event to wait on
+def _kill_after_step(proc: subprocess.Popen, step: int, delay: float) -> None:
+    """SIGKILL the run (driver and its Ray processes) ``delay`` s after it printed step ``step``'s summary.
+
+    The driver prints a step's summary after writing its metrics line and before its checkpoint, so
+    delay 0 kills between the two, and a short delay lands inside the next step.
+    """
+    seen = []
+    for line in proc.stdout:  # the driver's own output: the event to act on, no polling
+        seen.append(line)
+        if line.startswith(f"step {step}/"):
+            break
+    else:
+        pytest.fail(f"the run ended before step {step}:\n{''.join(seen)}")
     time.sleep(delay)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -71,8 +78,8 @@ def test_kill9_at_any_moment_then_resume_logs_each_step_once_and_ends_identical(
     cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": steps, "resume": "auto"})
     config_dir, out = write_config(tmp_path, cfg), tmp_path / "out"
     # killed right after a step is logged (before its checkpoint), then in the middle of a later step
-    _kill_when(_launch(config_dir), out, lines=2, delay=0.0)
-    _kill_when(_launch(config_dir), out, lines=4, delay=0.4)
+    _kill_after_step(_launch(config_dir), step=2, delay=0.0)
+    _kill_after_step(_launch(config_dir), step=4, delay=0.4)
     final = _launch(config_dir)
     log, _ = final.communicate(timeout=600)
     assert final.returncode == 0, log
@@ -120,6 +127,8 @@ def test_runs_unchanged_on_a_ray_head_node(tiny_model_dir, tmp_path):
         assert run.returncode == 0, log
         assert steps_logged(tmp_path / "out") == [1, 2]
         assert f"joined the Ray cluster at {address}" in log, log
+        # progress bars drawn on the driver for work inside the actors (trainer.progress_bars)
+        assert "rollout step 1, env worker 0" in log and "update alice, step 1" in log, log
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:
