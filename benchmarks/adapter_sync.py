@@ -14,8 +14,12 @@ rank-16 adapter each, all linear layers) and measures, median of ``--repeats`` a
   prefix cache; the GPU slot is filled at the next request that uses the adapter, so the first generate
   after a sync (every agent, 1 token) is timed too, next to the same generate without a sync.
   HF: an in-place copy of the PEFT tensors.
-- the full base: vLLM ``llm.collective_rpc("reload_weights")`` (vLLM 0.25 and 0.32: the worker re-reads
-  every safetensors file of the model dir, page cache warm, and loads it in place); HF: ``load_state_dict``
+- the full base: vLLM ``llm.collective_rpc("reload_weights")`` (the worker re-reads every safetensors file
+  of the model dir, page cache warm, and loads it in place). vLLM 0.32 (CPU) does this in the LoRA engine;
+  vLLM 0.25 (GPU) cannot (its loader looks for ``...down_proj.weight`` where LoRA wrapping put
+  ``...down_proj.base_layer.weight``), so there the LoRA engine is shut down and the reload is timed on a
+  plain engine of the same model, which is what a full-weight sync (merged weights) runs on anyway;
+  ``--full-reload plain`` forces that path. HF: ``load_state_dict``
   of the full base state dict from CPU tensors (a full-weight sync's copy, without any transfer between
   processes).
 - ``sleep(level=1)`` / ``wake_up()`` and the device-wide GPU memory in use before, asleep and awake
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 from common import (
@@ -54,6 +59,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = base_parser(__doc__)
     p.add_argument("--backends", type=str_list, default=["vllm", "hf"])
     p.add_argument("--backend", default=None, help=argparse.SUPPRESS)  # the child's one backend
+    p.add_argument(
+        "--full-reload",
+        choices=["inplace", "plain"],
+        default="inplace",
+        help="vllm: time reload_weights in the LoRA engine (falls back to a plain engine) or in a plain one",
+    )
     add_rollout_args(p, eager_default=True)
     args = p.parse_args(argv)
     unknown = sorted(set(args.backends) - {"vllm", "hf"})
@@ -170,23 +181,64 @@ def child_main(args: argparse.Namespace) -> None:
 
     # last: an engine that breaks on an in-place reload costs only this row
     reload, how, base_bytes = full_reload(backend, strategy)
-    try:
-        row("full base reload", repeat(reload, reps), bytes=base_bytes, how=how)
-        first_token_all_agents(strategy)  # the engine still serves after the reload
-    except Exception as err:  # a vLLM without in-place reload (or one that breaks on it) loses this row only
-        log(f"{backend} full base reload failed: {err!r}")
-        rows.append(
-            {
-                "backend": backend,
-                "operation": "full base reload",
-                "median_ms": None,
-                "how": f"{how}: FAILED {err!r}"[:300],
-                "bytes": base_bytes,
-            }
-        )
     result = {"rows": rows, "start_s": start_s, "adapter_bytes": adapter_bytes, "base_bytes": base_bytes}
+
+    def reload_row(fn: Any, how: str) -> str | None:
+        """Time ``fn`` as the full base reload row; the error instead when it fails."""
+        try:
+            row("full base reload", repeat(fn, reps), bytes=base_bytes, how=how)
+            return None
+        except Exception as err:
+            log(f"{backend} full base reload failed ({how}): {err!r}")
+            return repr(err)[:200]
+
+    inplace_error = "--full-reload plain" if backend == "vllm" and args.full_reload == "plain" else None
+    if inplace_error is None:
+        inplace_error = reload_row(reload, how)
+        if inplace_error is None:
+            first_token_all_agents(strategy)  # the engine still serves after the reload
     write_json(args.child_out, result)  # before the shutdown, which a broken engine may fail
     strategy.shutdown()
+    if inplace_error is None or backend != "vllm":
+        if inplace_error is not None:
+            rows.append(_failed_reload(backend, f"{how}: FAILED {inplace_error}", base_bytes))
+            write_json(args.child_out, result)
+        return
+    # vLLM 0.25 cannot reload a LoRA-wrapped model in place: time it on a plain engine of the same model
+    llm = plain_vllm_engine(args)
+    plain_how = (
+        f"vllm: collective_rpc('reload_weights') on a plain engine (in the LoRA engine: {inplace_error})"
+    )
+    plain_error = reload_row(lambda: llm.collective_rpc("reload_weights"), plain_how)
+    if plain_error is not None:
+        rows.append(_failed_reload(backend, f"plain engine: FAILED {plain_error}", base_bytes))
+    write_json(args.child_out, result)
+
+
+def _failed_reload(backend: str, how: str, base_bytes: int) -> dict[str, Any]:
+    return {
+        "backend": backend,
+        "operation": "full base reload",
+        "median_ms": None,
+        "how": how,
+        "bytes": base_bytes,
+    }
+
+
+def plain_vllm_engine(args: argparse.Namespace) -> Any:
+    """A vLLM engine of the same model and settings without LoRA (what a full-weight sync serves from)."""
+    from vllm import LLM
+
+    t0 = time.perf_counter()
+    llm = LLM(
+        model=args.model,
+        dtype=args.dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enforce_eager=args.eager or args.device == "cpu",
+        seed=args.seed,
+    )
+    log(f"vllm: plain engine (no LoRA) ready in {time.perf_counter() - t0:.1f} s")
+    return llm
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

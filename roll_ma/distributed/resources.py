@@ -69,6 +69,15 @@ class ResourceManager:
         mapping = {r: g for r, g in mapping.items() if workers.get(r, 0) > 0}
         return cls(res.num_gpus, mapping, res.num_cpus_per_worker)
 
+    def release(self) -> None:
+        """Give the GPU bundles back to Ray: a later run in the same process (a notebook, a sweep) can
+        place its own; without this the bundles stay reserved until the driver exits."""
+        if self.placement_group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.placement_group)
+            self.placement_group = None
+
     def gpus_of(self, role: str) -> list[int]:
         return self.device_mapping.get(role, [])
 

@@ -31,6 +31,7 @@ class RunWorkers:
         for c in (self.env, self.rollout, self.reference, self.train):
             if c is not None:
                 c.shutdown()
+        self.resources.release()
 
 
 def worker_env(cfg: RunConfig) -> dict[str, str]:
@@ -42,58 +43,74 @@ def worker_env(cfg: RunConfig) -> dict[str, str]:
 
 def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
     """Create every actor (models are loaded by init_model calls, which the pipeline makes)."""
-    from roll_ma.workers.env_worker import EnvWorker
-    from roll_ma.workers.reference_worker import ReferenceWorker
-    from roll_ma.workers.rollout_worker import RolloutWorker
-    from roll_ma.workers.train_worker import TrainWorker
-
     ref_workers = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
     resources = ResourceManager.from_config(
         cfg.resources,
         {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers},
     )
+    try:
+        return _build_clusters(cfg, seats, resources, ref_workers)
+    except BaseException:
+        resources.release()  # the clusters built so far are killed by _build_clusters
+        raise
+
+
+def _build_clusters(
+    cfg: RunConfig, seats: list[str], resources: ResourceManager, ref_workers: int
+) -> RunWorkers:
+    from roll_ma.workers.env_worker import EnvWorker
+    from roll_ma.workers.reference_worker import ReferenceWorker
+    from roll_ma.workers.rollout_worker import RolloutWorker
+    from roll_ma.workers.train_worker import TrainWorker
+
     env = worker_env(cfg)
     common: dict[str, Any] = {"model_cfg": cfg.model, "seed": cfg.seed}
-    train = Cluster(
-        "train",
-        TrainWorker,
-        cfg.train.num_workers,
-        resources,
-        env_vars=env,
-        init_kwargs={
-            **common,
-            "lora_cfg": cfg.lora,
-            "agents": cfg.agents,
-            "train_cfg": cfg.train,
-            "algo_cfg": cfg.algorithm,
-        },
-    )
-    rollout = Cluster(
-        "rollout",
-        RolloutWorker,
-        cfg.rollout.num_workers,
-        resources,
-        env_vars=env,
-        init_kwargs={**common, "lora_cfg": cfg.lora, "agents": cfg.agents, "rollout_cfg": cfg.rollout},
-    )
-    reference = None
-    if ref_workers:
-        reference = Cluster(
-            "reference", ReferenceWorker, ref_workers, resources, env_vars=env, init_kwargs=common
+    built: list[Cluster] = []
+
+    def cluster(role: str, cls: type, n: int, res: ResourceManager, init_kwargs: dict) -> Cluster:
+        built.append(Cluster(role, cls, n, res, env_vars=env, init_kwargs=init_kwargs))
+        return built[-1]
+
+    try:
+        train = cluster(
+            "train",
+            TrainWorker,
+            cfg.train.num_workers,
+            resources,
+            {
+                **common,
+                "lora_cfg": cfg.lora,
+                "agents": cfg.agents,
+                "train_cfg": cfg.train,
+                "algo_cfg": cfg.algorithm,
+            },
         )
-    envs = Cluster(
-        "env",
-        EnvWorker,
-        cfg.env.num_workers,
-        ResourceManager.cpu_only(),
-        env_vars=env,
-        init_kwargs={
-            "env_cfg": cfg.env,
-            "model_cfg": cfg.model,
-            "agents": cfg.agents,
-            "seats": seats,
-            "rollout_cfg": cfg.rollout,
-            "seed": cfg.seed,
-        },
-    )
+        rollout = cluster(
+            "rollout",
+            RolloutWorker,
+            cfg.rollout.num_workers,
+            resources,
+            {**common, "lora_cfg": cfg.lora, "agents": cfg.agents, "rollout_cfg": cfg.rollout},
+        )
+        reference = (
+            cluster("reference", ReferenceWorker, ref_workers, resources, common) if ref_workers else None
+        )
+        envs = cluster(
+            "env",
+            EnvWorker,
+            cfg.env.num_workers,
+            ResourceManager.cpu_only(),
+            {
+                "env_cfg": cfg.env,
+                "model_cfg": cfg.model,
+                "agents": cfg.agents,
+                "seats": seats,
+                "rollout_cfg": cfg.rollout,
+                "seed": cfg.seed,
+            },
+        )
+    except BaseException:
+        for c in built:  # a half-built run leaves no actors behind
+            c.shutdown()
+        raise
     return RunWorkers(rollout, train, reference, envs, resources)

@@ -1,4 +1,7 @@
-"""A 2-rank cluster on CPU Ray: dispatch modes, rank env, non-blocking calls, actor errors."""
+"""A 2-rank cluster on CPU Ray: dispatch modes, rank env, non-blocking calls, actor errors, GPU bundles."""
+
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -104,3 +107,28 @@ def test_device_mapping_shares_colocated_gpus():
     assert gpu_shares({"rollout": [0], "train": [1]}) == {0: 1.0, 1: 1.0}
     cpu = ResourceManager.cpu_only()
     assert cpu.actor_options("train", 0) == {"num_cpus": 0.1, "num_gpus": 0}
+
+
+RELEASE_SCRIPT = """
+import ray
+from roll_ma.distributed.resources import ResourceManager
+
+ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)  # one declared GPU: bundles, no CUDA
+first = ResourceManager(1, {"train": [0]}, placement_timeout_s=30)
+try:
+    ResourceManager(1, {"train": [0]}, placement_timeout_s=3)
+    print("SECOND_PLACED_WHILE_HELD")
+except RuntimeError as e:
+    print("HELD:", e)
+first.release()
+first.release()  # twice is harmless
+ResourceManager(1, {"train": [0]}, placement_timeout_s=30).release()
+print("PLACED_AFTER_RELEASE")
+"""
+
+
+def test_released_gpu_bundles_can_be_placed_again():
+    # a second run in the same driver (a sweep, a notebook) must get the GPU back
+    out = subprocess.run([sys.executable, "-c", RELEASE_SCRIPT], capture_output=True, text=True, timeout=180)
+    assert "PLACED_AFTER_RELEASE" in out.stdout, out.stdout + out.stderr
+    assert "HELD: Ray could not place 1 GPU bundles" in out.stdout
