@@ -297,7 +297,7 @@ def memory_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     width = {"float32": 4, "bfloat16": 2, "float16": 2}[args.dtype]
     measured = {}
     if args.device == "cuda":
-        agents = ",".join(str(n) for n in args.agents)
+        agents = ",".join(str(n) for n in args.memory_agents)
         argv = [
             "--device",
             "cuda",
