@@ -71,3 +71,14 @@ def kl_estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator:
         delta = (ref_log_probs - log_probs).clamp(-20.0, 20.0)
         return torch.exp(delta) - delta - 1.0
     raise ValueError(f"unknown KL estimator {estimator!r}; use k1 or k3")
+
+
+def entropy_coef_at(coef: float, decay_steps: int, step: int) -> float:
+    """The entropy bonus weight at ``step`` (1-based): ``coef`` decayed linearly to 0 at ``decay_steps``.
+
+    ``decay_steps=0`` keeps it constant. Annealed, not constant: a constant bonus keeps the agents
+    at the softened optimum; a decaying one explores early and then lets them commit.
+    """
+    if decay_steps <= 0:
+        return coef
+    return coef * max(0.0, 1.0 - (step - 1) / decay_steps)

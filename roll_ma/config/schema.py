@@ -195,6 +195,12 @@ class AlgorithmConfig:
     kl_estimator: Literal["k1", "k3"] = _f("k3", "KL estimator")
     kl_mode: Literal["loss", "reward"] = _f("loss", "KL as a loss term or as a reward penalty")
     entropy_coef: float = _f(0.0, "entropy bonus weight", min=0.0)
+    entropy_decay_steps: int = _f(
+        0,
+        "decay entropy_coef linearly to 0 at this step (0: constant); explore early, then let the "
+        "agents commit (gets independent learners out of a safe joint action, e.g. tiny Hanabi)",
+        min=0,
+    )
     balance_reward_classes: bool = _f(
         False,
         "weight advantages so each reward class the env labels (info['reward_class'], e.g. whether "

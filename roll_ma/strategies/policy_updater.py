@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_ma.algorithms.losses import aggregate, kl_estimate, ppo_clip_loss
+from roll_ma.algorithms.losses import aggregate, entropy_coef_at, kl_estimate, ppo_clip_loss
 from roll_ma.config.schema import AlgorithmConfig, TrainConfig
 from roll_ma.distributed.progress import NoBar, progress_bar
 from roll_ma.models.logprobs import response_log_probs
@@ -120,6 +120,7 @@ class PolicyUpdater:
         norms: list[float] = []
         nonfinite = 0
         lr = self.current_lr
+        entropy_coef = entropy_coef_at(algo.entropy_coef, algo.entropy_decay_steps, step)
 
         self.activate()
         self.engine.train()
@@ -146,7 +147,7 @@ class PolicyUpdater:
                     self.engine.set_gradient_accumulation_boundary(j == len(bounds) - 1)
                     loss, micro_sums = self._micro_loss(
                         cols, torch.from_numpy(local[sl]), torch.from_numpy(real[sl]), row_slot, local_denom,
-                        temperature, len(agent_ids))
+                        temperature, len(agent_ids), entropy_coef)
                     self.engine.backward(loss, scale_wrt_gas=False)
                     sums += micro_sums
                 lr = self.current_lr  # the lr this step uses (the scheduler advances inside step())
@@ -195,7 +196,7 @@ class PolicyUpdater:
 
     def _micro_loss(self, cols: dict[str, torch.Tensor], idx: torch.Tensor, real: torch.Tensor,
                     row_slot: torch.Tensor, local_denom: float, temperature: float,
-                    num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+                    num_slots: int, entropy_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss of one micro-batch (already divided by the mini-batch's count) and per-agent metric sums."""
         algo, dev = self.algo_cfg, self.device
         ids = cols["input_ids"][idx].to(dev)  # (b, T)
@@ -213,8 +214,8 @@ class PolicyUpdater:
             kl = kl_estimate(log_probs, ref, algo.kl_estimator)  # (b, R)
             if algo.kl_coef > 0 and algo.kl_mode == "loss":
                 loss = loss + algo.kl_coef * aggregate(kl, mask, algo.loss_agg, local_denom)
-        if algo.entropy_coef > 0:
-            loss = loss - algo.entropy_coef * aggregate(entropy, mask, algo.loss_agg, local_denom)
+        if entropy_coef > 0:
+            loss = loss - entropy_coef * aggregate(entropy, mask, algo.loss_agg, local_denom)
 
         sums = torch.zeros(num_slots, len(_SUMS), dtype=torch.float64)
         with torch.no_grad():

@@ -15,7 +15,7 @@ from roll_ma.algorithms.advantages import (
     reinforce_pp_advantages,
     reverse_cumsum,
 )
-from roll_ma.algorithms.losses import aggregate, kl_estimate, ppo_clip_loss
+from roll_ma.algorithms.losses import aggregate, entropy_coef_at, kl_estimate, ppo_clip_loss
 
 
 def test_turn_returns_discount_only_through_the_same_players_turns():
@@ -120,3 +120,12 @@ def test_class_balance_weights_by_hand():
     assert np.allclose(w, [2 / 3, 2 / 3, 2 / 3, 2, 1, 1, 1])
     # each class of agent 0 now weighs the same in total: 3 * 2/3 = 1 * 2
     assert np.isclose(w[:3].sum(), w[3])
+
+
+def test_entropy_coef_decays_linearly_to_zero():
+    # coef 0.2 over 10 steps: step 1 -> 0.2, step 6 -> 0.2 * (1 - 5/10) = 0.1, step 11 on -> 0
+    assert entropy_coef_at(0.2, 10, 1) == pytest.approx(0.2)
+    assert entropy_coef_at(0.2, 10, 6) == pytest.approx(0.1)
+    assert entropy_coef_at(0.2, 10, 11) == 0.0
+    assert entropy_coef_at(0.2, 10, 50) == 0.0
+    assert entropy_coef_at(0.2, 0, 50) == pytest.approx(0.2)  # 0: constant
