@@ -132,3 +132,24 @@ def test_released_gpu_bundles_can_be_placed_again():
     out = subprocess.run([sys.executable, "-c", RELEASE_SCRIPT], capture_output=True, text=True, timeout=180)
     assert "PLACED_AFTER_RELEASE" in out.stdout, out.stdout + out.stderr
     assert "HELD: Ray could not place 1 GPU bundles" in out.stdout
+
+
+def test_run_workers_shutdown_kills_every_cluster_then_releases_the_gpus():
+    from roll_ma.pipelines.workers import RunWorkers
+
+    calls = []
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def shutdown(self):
+            calls.append(self.name)
+
+        def release(self):
+            calls.append("release")
+
+    RunWorkers(
+        Recorder("rollout"), Recorder("train"), None, Recorder("env"), Recorder("resources")
+    ).shutdown()
+    assert calls == ["env", "rollout", "train", "release"]
