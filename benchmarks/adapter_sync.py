@@ -192,37 +192,28 @@ def child_main(args: argparse.Namespace) -> None:
             log(f"{backend} full base reload failed ({how}): {err!r}")
             return repr(err)[:200]
 
-    inplace_error = "--full-reload plain" if backend == "vllm" and args.full_reload == "plain" else None
-    if inplace_error is None:
-        inplace_error = reload_row(reload, how)
-        if inplace_error is None:
-            first_token_all_agents(strategy)  # the engine still serves after the reload
+    forced_plain = backend == "vllm" and args.full_reload == "plain"
+    error = "--full-reload plain" if forced_plain else reload_row(reload, how)
+    if error is None:
+        first_token_all_agents(strategy)  # the engine still serves after the reload
     write_json(args.child_out, result)  # before the shutdown, which a broken engine may fail
     strategy.shutdown()
-    if inplace_error is None or backend != "vllm":
-        if inplace_error is not None:
-            rows.append(_failed_reload(backend, f"{how}: FAILED {inplace_error}", base_bytes))
-            write_json(args.child_out, result)
-        return
-    # vLLM 0.25 cannot reload a LoRA-wrapped model in place: time it on a plain engine of the same model
-    llm = plain_vllm_engine(args)
-    plain_how = (
-        f"vllm: collective_rpc('reload_weights') on a plain engine (in the LoRA engine: {inplace_error})"
-    )
-    plain_error = reload_row(lambda: llm.collective_rpc("reload_weights"), plain_how)
-    if plain_error is not None:
-        rows.append(_failed_reload(backend, f"plain engine: FAILED {plain_error}", base_bytes))
+    if error is not None and backend == "vllm":
+        # vLLM 0.25 cannot reload a LoRA-wrapped model in place: time it on a plain engine of the same model
+        llm = plain_vllm_engine(args)
+        how = f"vllm: collective_rpc('reload_weights') on a plain engine (in the LoRA engine: {error})"
+        error = reload_row(lambda: llm.collective_rpc("reload_weights"), how)
+    if error is not None:
+        rows.append(
+            {
+                "backend": backend,
+                "operation": "full base reload",
+                "median_ms": None,
+                "how": f"{how}: FAILED {error}",
+                "bytes": base_bytes,
+            }
+        )
     write_json(args.child_out, result)
-
-
-def _failed_reload(backend: str, how: str, base_bytes: int) -> dict[str, Any]:
-    return {
-        "backend": backend,
-        "operation": "full base reload",
-        "median_ms": None,
-        "how": how,
-        "bytes": base_bytes,
-    }
 
 
 def plain_vllm_engine(args: argparse.Namespace) -> Any:

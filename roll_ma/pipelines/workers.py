@@ -42,27 +42,20 @@ def worker_env(cfg: RunConfig) -> dict[str, str]:
 
 
 def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
-    """Create every actor (models are loaded by init_model calls, which the pipeline makes)."""
-    ref_workers = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
-    resources = ResourceManager.from_config(
-        cfg.resources,
-        {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers},
-    )
-    try:
-        return _build_clusters(cfg, seats, resources, ref_workers)
-    except BaseException:
-        resources.release()  # the clusters built so far are killed by _build_clusters
-        raise
+    """Create every actor (models are loaded by init_model calls, which the pipeline makes).
 
-
-def _build_clusters(
-    cfg: RunConfig, seats: list[str], resources: ResourceManager, ref_workers: int
-) -> RunWorkers:
+    If any cluster fails to start, the ones already started are killed and the GPU bundles released.
+    """
     from roll_ma.workers.env_worker import EnvWorker
     from roll_ma.workers.reference_worker import ReferenceWorker
     from roll_ma.workers.rollout_worker import RolloutWorker
     from roll_ma.workers.train_worker import TrainWorker
 
+    ref_workers = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
+    resources = ResourceManager.from_config(
+        cfg.resources,
+        {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers},
+    )
     env = worker_env(cfg)
     common: dict[str, Any] = {"model_cfg": cfg.model, "seed": cfg.seed}
     built: list[Cluster] = []
@@ -110,7 +103,8 @@ def _build_clusters(
             },
         )
     except BaseException:
-        for c in built:  # a half-built run leaves no actors behind
+        for c in built:
             c.shutdown()
+        resources.release()
         raise
     return RunWorkers(rollout, train, reference, envs, resources)
