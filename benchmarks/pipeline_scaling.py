@@ -209,6 +209,8 @@ def summarize_run(metrics: list[dict[str, Any]], agents: int) -> dict[str, Any]:
         "update_s": med("timing/update"),
         "sync_s": med("timing/sync"),
         "sync_adapter_ms": 1e3 * median(per_adapter) if per_adapter else None,
+        "sync_export_s": med("timing/sync_export"),  # train worker -> object store
+        "sync_install_s": med("timing/sync_install"),  # object store -> engines, all adapters installed
         "rows": med("rollout/turns"),
         "rollout_tok_s": med("system/rollout_tokens_per_s"),
     }
@@ -367,7 +369,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{' (eager)' if args.backend == 'vllm' and args.eager else ''}, LoRA rank {args.lora_rank} on all "
         f"linear layers; {args.turns} turns per episode, <= {args.new_tokens} new tokens, "
         f"{args.steps} steps per run (median over steps 2..{args.steps})",
-        "update/agent = update / agents; other = step - (rollout + old_log_probs + update + sync)",
+        "update/agent = update / agents; other = step - (rollout + old_log_probs + update + sync); "
+        "sync = wake-up + export (train worker -> object store) + install (-> every engine); "
+        "sync_adapter_ms = the engine's own install of one adapter",
         "memory (weights only):\n\n" + (markdown_table(mem_cols, mem) if mem else "skipped"),
     ]
     columns = [
@@ -380,6 +384,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "update_s",
         "update_agent_s",
         "sync_s",
+        "sync_export_s",
+        "sync_install_s",
         "sync_adapter_ms",
         "other_s",
         "step_vs_fewest_agents",

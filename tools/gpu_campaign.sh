@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU runs behind docs/benchmarks.md and docs/runs/, in parts that each fit one 10-minute
 # device command (results under $OUT, at most 8 files per part). On the lent GPU machine:
-#   source tools/device_install.sh; bash tools/gpu_campaign.sh tests|pipelines|multilora1|multilora2|extra
+#   source tools/device_install.sh; bash tools/gpu_campaign.sh tests|pipelines|multilora1|multilora2|extra|graphs
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -99,5 +99,12 @@ PY
       'resources.device_mapping={rollout:[1],train:[0]}' trainer.output_dir=/tmp/runs/math_split > "$OUT/math_split.log" 2>&1
     for r in math_coloc hanabi_selfplay math_split; do cp /tmp/runs/$r/metrics.jsonl "$OUT/${r}_metrics.jsonl"; done
     for f in math_colocated hanabi_selfplay math_split; do grep -E "^step|eval:|done|Error|error" "$OUT/$f.log" | tail -8; done ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines"; exit 2 ;;
+  graphs)  # the agent sweep with vLLM's CUDA graphs (the shipped default); ~220 s per agent count
+    # (compile + capture), so two calls on one warm machine: AGENTS=1,2 then AGENTS=4,8
+    a=${AGENTS:-1,2}; log "pipeline scaling, CUDA graphs, agents $a"
+    timeout 560 python benchmarks/pipeline_scaling.py --device cuda --shape qwen2.5-0.5b --agents "$a" \
+      --batches 32 --steps 3 --repeats 1 --skip-memory --cuda-graphs \
+      --out "$OUT/pipeline_scaling_graphs_${a//,/_}.json" > "$OUT/pipeline_scaling_graphs_${a//,/_}.log" 2>&1
+    tail -20 "$OUT/pipeline_scaling_graphs_${a//,/_}.log" ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs"; exit 2 ;;
 esac

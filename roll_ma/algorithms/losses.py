@@ -82,3 +82,19 @@ def entropy_coef_at(coef: float, decay_steps: int, step: int) -> float:
     if decay_steps <= 0:
         return coef
     return coef * max(0.0, 1.0 - (step - 1) / decay_steps)
+
+
+def choice_entropy(choice_log_probs: torch.Tensor, choice_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) entropy of each row's distribution over its K choices, renormalised over the choices.
+
+    choice_log_probs: (B, K) log pi(choice | prompt) of each legal action's whole answer;
+    choice_mask: (B, K) 1 on a row's real choices (rows may have fewer than K). The
+    renormalisation makes this the entropy of the action the policy picks among well-formed
+    answers: raising it spreads mass over the actions, never onto malformed text.
+    """
+    mask = choice_mask.bool()
+    # why a finite fill, not -inf: 0 * -inf is NaN, and its gradient would spread to the real choices
+    logits = choice_log_probs.float().masked_fill(~mask, -1e9)
+    log_q = torch.log_softmax(logits, dim=-1)  # (B, K)
+    terms = torch.where(mask, log_q.exp() * log_q, torch.zeros_like(log_q))
+    return -terms.sum(-1)  # a row without choices gets 0

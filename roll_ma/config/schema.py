@@ -197,9 +197,18 @@ class AlgorithmConfig:
     entropy_coef: float = _f(0.0, "entropy bonus weight", min=0.0)
     entropy_decay_steps: int = _f(
         0,
-        "decay entropy_coef linearly to 0 at this step (0: constant); explore early, then let the "
-        "agents commit (gets independent learners out of a safe joint action, e.g. tiny Hanabi)",
+        "decay entropy_coef and action_entropy_coef linearly to 0 at this step (0: constant); "
+        "explore early, then let the agents commit (gets independent learners out of a safe "
+        "joint action, e.g. tiny Hanabi)",
         min=0,
+    )
+    action_entropy_coef: float = _f(
+        0.0,
+        "bonus on the entropy of each game turn's choice among its legal actions: every legal "
+        "action's answer is scored under the policy and the scores renormalised, so unlike "
+        "entropy_coef it never pushes mass onto malformed answers (one extra forward per legal "
+        "action and row; decays with entropy_decay_steps; games only)",
+        min=0.0,
     )
     balance_reward_classes: bool = _f(
         False,

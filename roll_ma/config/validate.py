@@ -214,6 +214,14 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
     except (ValueError, ImportError) as err:
         problems.append(ConfigProblem("env.name", str(err)))
         return None
+    if cfg.algorithm.action_entropy_coef > 0 and not getattr(cls, "has_action_choices", False):
+        problems.append(
+            ConfigProblem(
+                "algorithm.action_entropy_coef",
+                f"{cfg.env.name} answers in free text, so its turns have no legal actions to spread "
+                "the bonus over; use algorithm.entropy_coef, or set action_entropy_coef=0",
+            )
+        )
     known = env_parameters(cls)
     if known is not None:
         for key in cfg.env.kwargs:

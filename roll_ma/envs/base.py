@@ -29,12 +29,15 @@ class Turn:
             ("random", "scripted") that the caller resolves through `builtin_action`.
         messages: Chat messages `[{"role": "system"|"user", "content": str}]` for the agent.
         legal_actions: Legal action strings (games); `[]` for free-form text (math).
+        action_responses: The answer a well-behaved model writes to choose each legal action
+            (same order as `legal_actions`); what the action entropy bonus scores.
     """
 
     player: int
     agent: str
     messages: list[dict]
     legal_actions: list[str] = field(default_factory=list)
+    action_responses: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -66,10 +69,13 @@ class MultiAgentEnv(ABC):
     Attributes:
         num_players: Number of seats.
         seat_agents: Agent name per seat.
+        has_action_choices: Whether turns fill `Turn.action_responses` (games with legal actions).
     """
 
     num_players: int
     seat_agents: list[str]
+    # why: config validation refuses algorithm.action_entropy_coef for envs whose turns list no actions
+    has_action_choices: bool = False
 
     @abstractmethod
     def reset(self, seed: int) -> Turn:

@@ -29,6 +29,7 @@ class OpenSpielEnv(MultiAgentEnv):
     """
 
     game_name: str = ""
+    has_action_choices = True
 
     def __init__(
         self,
@@ -189,13 +190,23 @@ class OpenSpielEnv(MultiAgentEnv):
         player = state.current_player()
         self._legal = {self.action_label(state, player, a): a for a in state.legal_actions()}
         assert len(self._legal) == len(state.legal_actions()), "action labels must be unique"
+        return self.turn_at(state)
+
+    def turn_at(self, state) -> Turn:
+        """The turn the acting player sees at ``state`` (any state of this game; the episode is untouched).
+
+        For inspection (e.g. scoring a trained policy at every information set). Games whose
+        observation text quotes the episode's recent moves (Hanabi) quote the current episode's.
+        """
+        player = state.current_player()
         agent = self.seat_agents[player]
         system = self.system_prompts.get(agent)
         if system is None:
             if self._rules_text is None:  # why: fixed per env; built once
                 self._rules_text = self.rules_prompt()
             system = self._rules_text
-        legal = list(self._legal)
+        legal = [self.action_label(state, player, a) for a in state.legal_actions()]
         user = self.render_observation(state, player) + "\nLegal actions: " + ", ".join(legal)
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        return Turn(player=player, agent=agent, messages=messages, legal_actions=legal)
+        return Turn(player=player, agent=agent, messages=messages, legal_actions=legal,
+                    action_responses=[self.parser.wrap(label) for label in legal])

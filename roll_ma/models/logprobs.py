@@ -6,6 +6,7 @@ backend (scoring), so that both compute the same numbers the same way.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -61,3 +62,42 @@ def response_log_probs(
     log_probs = token_log_probs(logits, targets)
     entropy = entropy_from_logits(logits) if with_entropy else None
     return log_probs, entropy
+
+
+def choice_log_probs(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    choices: Sequence[Sequence[Sequence[int]]],
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, K) log pi(choice | prompt) of whole candidate answers, and the (B, K) mask of real choices.
+
+    prompt_ids, prompt_mask: (B, P) left-padded prompts; ``choices[i]`` lists row i's candidate
+    answers as token ids (rows may have different numbers of candidates). Every candidate is
+    scored as its own sequence, in one forward: B x K rows.
+    """
+    flat = [(i, k, ids) for i, row in enumerate(choices) for k, ids in enumerate(row)]
+    width = max((len(row) for row in choices), default=0)
+    log_probs = torch.zeros(len(choices), width, device=prompt_ids.device)  # (B, K)
+    mask = torch.zeros(len(choices), width, device=prompt_ids.device)  # (B, K)
+    if not flat:
+        return log_probs, mask
+    length = max(len(ids) for _, _, ids in flat)
+    answers = torch.zeros(len(flat), length, dtype=prompt_ids.dtype, device=prompt_ids.device)  # (N, L)
+    answer_mask = torch.zeros(len(flat), length, dtype=prompt_mask.dtype, device=prompt_ids.device)
+    for n, (_, _, ids) in enumerate(flat):
+        answers[n, : len(ids)] = torch.as_tensor(list(ids), dtype=prompt_ids.dtype)
+        answer_mask[n, : len(ids)] = 1
+    row = torch.tensor([i for i, _, _ in flat], device=prompt_ids.device)  # (N,)
+    col = torch.tensor([k for _, k, _ in flat], device=prompt_ids.device)  # (N,)
+    token_lp, _ = response_log_probs(
+        model,
+        torch.cat([prompt_ids[row], answers], dim=1),
+        torch.cat([prompt_mask[row], answer_mask], dim=1),
+        length,
+        temperature=temperature,
+    )  # (N, L)
+    log_probs = log_probs.index_put((row, col), (token_lp * answer_mask).sum(-1))
+    mask[row, col] = 1.0
+    return log_probs, mask

@@ -109,7 +109,7 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
             resume_step=start_step if resume_from is not None else None,
         )
         # version = the step whose update produced the weights; the first sync serves the initial adapters
-        workers.rollout.update_adapters(workers.train.adapter_tensors(sorted(all_adapters)), start_step)
+        workers.rollout.update_adapters(workers.train.export_adapters(sorted(all_adapters))[0], start_step)
         expected = {i: (start_step if a.adapter_name in trainable else 0) for i, a in enumerate(cfg.agents)}
         if cfg.trainer.eval_every > 0 and start_step == 0:
             tracker.log(evaluate(workers, planner, seats, cfg.env.eval_opponent, 0), step=0)
@@ -153,9 +153,12 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
                 # 5. push every trainable adapter into the rollout engine under version = step
                 with timer("sync"):
                     if workers.colocated():
-                        workers.rollout.wake_up()
-                    tensors = workers.train.adapter_tensors(sorted(trainable))
-                    sync_times = workers.rollout.update_adapters(tensors, step)[0]
+                        with timer("sync_wake"):
+                            workers.rollout.wake_up()
+                    with timer("sync_export"):  # train worker -> Ray's object store (not the driver)
+                        tensors_ref = workers.train.export_adapters(sorted(trainable))[0]
+                    with timer("sync_install"):  # object store -> every rollout worker's engine
+                        sync_times = workers.rollout.update_adapters(tensors_ref, step)[0]
                     metrics.update({f"timing/sync/{k}": v for k, v in (sync_times or {}).items()})
                     versions = workers.rollout.adapter_versions()
                     wrong = {a: v for a, v in versions.items() if a in trainable and v != step}

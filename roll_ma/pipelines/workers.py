@@ -100,6 +100,7 @@ def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
                 "seats": seats,
                 "rollout_cfg": cfg.rollout,
                 "seed": cfg.seed,
+                "action_choices": cfg.algorithm.action_entropy_coef > 0,
             },
         )
     except BaseException:

@@ -24,17 +24,37 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_ma.algorithms.losses import aggregate, entropy_coef_at, kl_estimate, ppo_clip_loss
+from roll_ma.algorithms.losses import aggregate, choice_entropy, entropy_coef_at, kl_estimate, ppo_clip_loss
 from roll_ma.config.schema import AlgorithmConfig, TrainConfig
 from roll_ma.distributed.progress import NoBar, progress_bar
-from roll_ma.models.logprobs import response_log_probs
+from roll_ma.models.logprobs import choice_log_probs, response_log_probs
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.ds_utils import all_reduce_sum, deepspeed_config, setup_deepspeed
 from roll_ma.strategies.lr_schedule import make_lr_scheduler
 
 TRAIN_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages", "old_log_probs")
 # per-agent sums gathered over micro-batches, epochs and ranks
-_SUMS = ("policy_loss", "kl", "entropy", "clipped", "tokens", "units")
+_SUMS = ("policy_loss", "kl", "entropy", "clipped", "tokens", "units", "action_entropy", "choice_rows")
+
+
+@dataclass
+class _ActionBonus:
+    """The action entropy bonus of one update: its weight at this step and each row's legal answers."""
+
+    coef: float
+    choices: list[list[list[int]]]  # per row: token ids of each legal action's answer
+    has_choice: np.ndarray  # (N,) float32: 1 where a row has two or more legal actions
+
+    @classmethod
+    def of(cls, rows: DataProto, coef: float) -> _ActionBonus | None:
+        if coef <= 0:
+            return None
+        if "action_choices" not in rows.non_tensor:
+            raise ValueError("algorithm.action_entropy_coef > 0 but the rows carry no 'action_choices' "
+                             "(env workers fill them for games when the bonus is on)")
+        choices = [list(c) for c in rows.non_tensor["action_choices"]]
+        has_choice = np.array([len(c) >= 2 for c in choices], dtype=np.float32)
+        return cls(coef, choices, has_choice)
 
 
 @dataclass
@@ -121,6 +141,8 @@ class PolicyUpdater:
         nonfinite = 0
         lr = self.current_lr
         entropy_coef = entropy_coef_at(algo.entropy_coef, algo.entropy_decay_steps, step)
+        action_coef = entropy_coef_at(algo.action_entropy_coef, algo.entropy_decay_steps, step)
+        bonus = _ActionBonus.of(rows, action_coef)  # None while off
 
         self.activate()
         self.engine.train()
@@ -141,13 +163,16 @@ class PolicyUpdater:
                 # DeepSpeed averages gradients over ranks: each rank's sum / (global count / world size)
                 local_denom = denom / self.world_size
                 local, real = self._rank_share(batch_idx)
+                # the action bonus is a mean over decisions (rows with a choice), whatever loss_agg is
+                choice_denom = (float(bonus.has_choice[batch_idx].sum()) / self.world_size
+                                if bonus is not None else 0.0)
                 bounds = list(range(0, len(local), cfg.micro_batch_size))
                 for j, lo in enumerate(bounds):
                     sl = slice(lo, lo + cfg.micro_batch_size)
                     self.engine.set_gradient_accumulation_boundary(j == len(bounds) - 1)
                     loss, micro_sums = self._micro_loss(
                         cols, torch.from_numpy(local[sl]), torch.from_numpy(real[sl]), row_slot, local_denom,
-                        temperature, len(agent_ids), entropy_coef)
+                        temperature, len(agent_ids), entropy_coef, bonus, choice_denom)
                     self.engine.backward(loss, scale_wrt_gas=False)
                     sums += micro_sums
                 lr = self.current_lr  # the lr this step uses (the scheduler advances inside step())
@@ -173,7 +198,7 @@ class PolicyUpdater:
                               skipped_nonfinite=nonfinite)
         has_ref = "ref_log_probs" in cols
         for s, agent_id in enumerate(agent_ids):
-            pl, kl, ent, clipped, toks, units = sums[s].tolist()
+            pl, kl, ent, clipped, toks, units, action_ent, choice_rows = sums[s].tolist()
             metrics = {
                 "policy_loss": pl / units if units > 0 else 0.0,
                 "entropy": ent / units if units > 0 else 0.0,
@@ -181,6 +206,8 @@ class PolicyUpdater:
             }
             if has_ref:
                 metrics["kl"] = kl / units if units > 0 else 0.0
+            if choice_rows > 0:  # only while the action bonus is on (it costs a forward per action)
+                metrics["action_entropy"] = action_ent / choice_rows
             result.agent_metrics[agent_id] = metrics
         return result
 
@@ -196,7 +223,8 @@ class PolicyUpdater:
 
     def _micro_loss(self, cols: dict[str, torch.Tensor], idx: torch.Tensor, real: torch.Tensor,
                     row_slot: torch.Tensor, local_denom: float, temperature: float,
-                    num_slots: int, entropy_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+                    num_slots: int, entropy_coef: float, bonus: _ActionBonus | None,
+                    choice_denom: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss of one micro-batch (already divided by the mini-batch's count) and per-agent metric sums."""
         algo, dev = self.algo_cfg, self.device
         ids = cols["input_ids"][idx].to(dev)  # (b, T)
@@ -216,6 +244,11 @@ class PolicyUpdater:
                 loss = loss + algo.kl_coef * aggregate(kl, mask, algo.loss_agg, local_denom)
         if entropy_coef > 0:
             loss = loss - entropy_coef * aggregate(entropy, mask, algo.loss_agg, local_denom)
+        action_ent = choice_rows = None
+        if bonus is not None and choice_denom > 0:
+            choice_rows = torch.from_numpy(bonus.has_choice[idx.numpy()]).to(dev) * real.to(dev)  # (b,)
+            action_ent = self._action_entropy(cols, idx, bonus, temperature)  # (b,)
+            loss = loss - bonus.coef * (action_ent * choice_rows).sum() / choice_denom
 
         sums = torch.zeros(num_slots, len(_SUMS), dtype=torch.float64)
         with torch.no_grad():
@@ -230,9 +263,23 @@ class PolicyUpdater:
                 units = toks if algo.loss_agg == "token_mean" else float(((slots == s) & (real > 0)).sum())
                 kl_sum = 0.0 if kl is None else float(aggregate(kl.detach(), agent_mask, algo.loss_agg, 1.0))
                 ent_sum = float(aggregate(ent, agent_mask, algo.loss_agg, 1.0))
-                sums[s] = torch.tensor([float(pl), kl_sum, ent_sum, stats["clip_frac"] * toks, toks, units],
-                                       dtype=torch.float64)
+                a_ent = a_rows = 0.0
+                if action_ent is not None:
+                    agent_rows = choice_rows * (slots == s).to(dev, choice_rows.dtype)  # (b,)
+                    a_ent, a_rows = float((action_ent.detach() * agent_rows).sum()), float(agent_rows.sum())
+                sums[s] = torch.tensor([float(pl), kl_sum, ent_sum, stats["clip_frac"] * toks, toks, units,
+                                        a_ent, a_rows], dtype=torch.float64)
         return loss, sums
+
+    def _action_entropy(self, cols: dict[str, torch.Tensor], idx: torch.Tensor, bonus: _ActionBonus,
+                        temperature: float) -> torch.Tensor:
+        """(b,) entropy of each row's choice among its legal actions, under the policy being trained."""
+        prompt_len = cols["input_ids"].shape[1] - cols["responses"].shape[1]
+        prompt_ids = cols["input_ids"][idx, :prompt_len].to(self.device)  # (b, P) left-padded
+        prompt_mask = cols["attention_mask"][idx, :prompt_len].to(self.device)  # (b, P)
+        lp, mask = choice_log_probs(self.engine, prompt_ids, prompt_mask,
+                                    [bonus.choices[int(i)] for i in idx], temperature)  # (b, K) each
+        return choice_entropy(lp, mask)
 
     def _local_grad_norm(self) -> float | None:
         """ZeRO-0 leaves the (rank-averaged) gradients on the parameters and reports no norm: compute it."""

@@ -84,6 +84,7 @@ class EnvWorker(Worker):
         seats: list[str],
         rollout_cfg: RolloutConfig,
         seed: int,
+        action_choices: bool = False,
     ):
         super().__init__(role, rank, world_size, env_vars)
         from roll_ma.envs.registry import resolve_env_class
@@ -97,6 +98,10 @@ class EnvWorker(Worker):
         self.tokenizer = load_tokenizer(model_cfg)
         self.max_prompt_tokens = model_cfg.max_prompt_tokens
         self._reset_takes_problem = "problem" in inspect.signature(self.env_cls.reset).parameters
+        # why opt-in: tokenizing every legal action of every turn costs time that only the
+        # action entropy bonus (algorithm.action_entropy_coef) needs
+        self.action_choices = action_choices
+        self._choice_ids: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ prompts
     def _encode(self, messages: list[dict]) -> tuple[list[int], bool]:
@@ -128,6 +133,15 @@ class EnvWorker(Worker):
                 f"{self.max_prompt_tokens}; raise model.max_prompt_tokens or shorten the prompt"
             )
         return ids, True
+
+    def _encode_choices(self, responses: list[str]) -> list[list[int]]:
+        """Token ids of each legal action's answer (cached: games repeat their labels), or [] when off."""
+        if not self.action_choices:
+            return []
+        for text in responses:
+            if text not in self._choice_ids:
+                self._choice_ids[text] = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return [self._choice_ids[text] for text in responses]
 
     def _template(self, messages: list[dict]) -> list[int]:
         return list(
@@ -204,6 +218,7 @@ class EnvWorker(Worker):
                     env_name=self.env_cfg.name,
                     response_text=str(out.non_tensor["response_text"][row]),
                     prompt_truncated=truncated,
+                    action_choices=self._encode_choices(ep.turn.action_responses),
                 )
                 self._step(ep, sample.response_text, samples, sample)
             round_idx += 1

@@ -87,6 +87,19 @@ class TrainWorker(Worker):
     def adapter_tensors(self, adapters: list[str] | None = None) -> dict[str, dict[str, torch.Tensor]]:
         return self._strategy().adapter_tensors(adapters)
 
+    @register(Dispatch.RANK_ZERO)
+    def export_adapters(self, adapters: list[str] | None = None) -> list[Any]:
+        """``adapter_tensors`` put into Ray's object store by this worker: returns ``[ref]``.
+
+        The driver passes the ref on to the rollout workers, which read the tensors from the object
+        store themselves, so the adapters (35 MB each at 0.5B) never pass through the driver and
+        are stored once however many rollout workers read them. The list keeps Ray from resolving
+        the ref on its way back to the driver.
+        """
+        import ray
+
+        return [ray.put(self._strategy().adapter_tensors(adapters))]
+
     @register(Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, ckpt_dir: str) -> None:
         self._strategy().save_checkpoint(ckpt_dir)

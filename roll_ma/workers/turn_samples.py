@@ -7,7 +7,7 @@ prompts on the left, responses on the right (the layout documented in roll_ma.pr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -35,6 +35,8 @@ class TurnSample:
     format_error: bool = False
     prompt_truncated: bool = False
     reward_class: str = ""  # the env's label for class-balanced advantages ("" = none)
+    # token ids of each legal action's answer (filled only for the action entropy bonus)
+    action_choices: list[list[int]] = field(default_factory=list)
 
 
 _NON_TENSOR = [

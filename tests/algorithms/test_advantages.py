@@ -15,7 +15,7 @@ from roll_ma.algorithms.advantages import (
     reinforce_pp_advantages,
     reverse_cumsum,
 )
-from roll_ma.algorithms.losses import aggregate, entropy_coef_at, kl_estimate, ppo_clip_loss
+from roll_ma.algorithms.losses import aggregate, choice_entropy, entropy_coef_at, kl_estimate, ppo_clip_loss
 
 
 def test_turn_returns_discount_only_through_the_same_players_turns():
@@ -129,3 +129,23 @@ def test_entropy_coef_decays_linearly_to_zero():
     assert entropy_coef_at(0.2, 10, 11) == 0.0
     assert entropy_coef_at(0.2, 10, 50) == 0.0
     assert entropy_coef_at(0.2, 0, 50) == pytest.approx(0.2)  # 0: constant
+
+
+def test_choice_entropy_renormalises_over_a_rows_legal_answers():
+    # row 0: answers with probabilities 0.05, 0.025, 0.025 (the rest of the mass is malformed text);
+    #   renormalised 0.5, 0.25, 0.25 -> H = 0.5 ln 2 + 2 * 0.25 ln 4 = 1.5 ln 2
+    # row 1: two equal answers and a padded third slot -> ln 2
+    # row 2: no choices (a free-text turn) -> 0
+    log_probs = torch.tensor([[math.log(0.05), math.log(0.025), math.log(0.025)],
+                              [-3.0, -3.0, 0.0],
+                              [0.0, 0.0, 0.0]], requires_grad=True)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [0, 0, 0]])
+    h = choice_entropy(log_probs, mask)
+    assert h.tolist() == pytest.approx([1.5 * math.log(2), math.log(2), 0.0], abs=1e-6)
+    h.sum().backward()
+    # raising H moves mass from the likelier answer to the others; padding gets no gradient, nothing is NaN
+    g = log_probs.grad
+    assert torch.isfinite(g).all()
+    assert g[0, 0] < 0 < g[0, 1] and g[0, 1] == pytest.approx(float(g[0, 2]))
+    assert g[0].sum().item() == pytest.approx(0.0, abs=1e-6)  # a shift of all scores changes nothing
+    assert g[1].abs().max() < 1e-6 and g[2].abs().max() == 0  # row 1 is at its maximum already

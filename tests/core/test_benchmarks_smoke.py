@@ -73,12 +73,15 @@ def test_pipeline_scaling_summary_skips_the_first_step():
             "timing/sync": 0.05,
             "timing/sync/agent0": 0.01,
             "timing/sync/agent1": 0.03,
+            "timing/sync_export": 0.02,
+            "timing/sync_install": 0.03,
             "rollout/turns": 16.0,
         }
 
     out = pipeline_scaling.summarize_run([step(100.0), step(1.0), step(3.0)], agents=2)
     assert out["step_s"] == 2.0 and out["rollout_s"] == 1.0 and out["update_agent_s"] == 0.1
     assert out["sync_adapter_ms"] == pytest.approx(20.0)
+    assert (out["sync_export_s"], out["sync_install_s"]) == (0.02, 0.03)
     assert out["other_s"] == pytest.approx(2.0 - (1.0 + 0.1 + 0.2 + 0.05))
 
 
@@ -201,6 +204,35 @@ def test_tiny_hanabi_tabular_script():
     }
     assert len(rows) == 4
     assert rows["entropy bonus 2.0, decayed to 0 at half-way"] == "3/3"  # the claim docs/benchmarks.md makes
+
+
+def test_tiny_hanabi_shared_features_script():
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "tiny_hanabi_shared_features.py"), "--seeds", "1", "--steps", "5"],
+        capture_output=True, text=True, timeout=120, check=True, cwd=BENCH,
+    ).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "setting" not in line]
+    assert len(rows) == 5 and all(line.endswith("/1 |") for line in rows)
+
+
+def test_tiny_hanabi_policy_exact_return_and_script():
+    import tiny_hanabi_policy as tp
+
+    from roll_ma.envs.tiny_hanabi import TinyHanabiEnv
+
+    env = TinyHanabiEnv()
+    best, policy0, policy1 = env.optimal_policy()
+    onehot = lambda a: [float(a == b) for b in range(3)]  # noqa: E731
+    signal = tp.expected_return(env, {(0, c): onehot(a) for c, a in policy0.items()},
+                                {(1, c, a0): onehot(a) for (c, a0), a in policy1.items()})
+    safe = tp.expected_return(env, {(0, c): onehot(1) for c in range(2)},
+                              {(1, c, a0): onehot(1) for c in range(2) for a0 in range(3)})
+    assert (signal, safe) == (pytest.approx(best), pytest.approx(8.0))  # 10 and the safe middle actions' 8
+    out = subprocess.run([sys.executable, str(BENCH / "tiny_hanabi_policy.py")], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("  d")]
+    assert len(rows) == 2 + 6  # player 0: two cards; player 1: two cards x three partner actions
+    assert "best achievable 10.00" in out
 
 
 @pytest.mark.slow

@@ -77,6 +77,10 @@ def test_cross_field_checks():
         "math_selfplay_tiny", ["algorithm.kl_coef=0.1"]
     )  # the config sets reference.mode=none
     assert any(p.startswith("algorithm.kl_coef: a KL term needs reference log-probs") for p in found)
+    found = problems_of("math_selfplay_tiny", ["algorithm.action_entropy_coef=0.1"])
+    assert any(p.startswith("algorithm.action_entropy_coef: math_selfplay answers in free text")
+               for p in found)
+    load_config("tiny_hanabi_selfplay", overrides=["algorithm.action_entropy_coef=0.1"])  # a game: fine
     found = problems_of("math_selfplay_tiny", ["env.kwargs.roundz=2"])
     assert any("takes no setting 'roundz' (did you mean 'rounds'?)" in p for p in found)
 

@@ -27,7 +27,7 @@ def _rollout(model_dir, agents):
     return worker
 
 
-def _env_worker(model_dir, env_cfg, agents, seats, max_prompt_tokens=256):
+def _env_worker(model_dir, env_cfg, agents, seats, max_prompt_tokens=256, action_choices=False):
     return EnvWorker(
         "env",
         0,
@@ -39,6 +39,7 @@ def _env_worker(model_dir, env_cfg, agents, seats, max_prompt_tokens=256):
         seats,
         RolloutConfig(),
         seed=0,
+        action_choices=action_choices,
     )
 
 
@@ -85,6 +86,17 @@ def test_builtin_opponent_produces_no_rows(hanabi):
     rollout, env = hanabi
     batch = env.run_episodes(rollout, _specs(3), step=1, seats=["p0", "random"])
     assert len(batch) == 3 and set(batch.non_tensor["agent_id"].tolist()) == {0}
+
+
+def test_rows_carry_each_legal_actions_answer_when_asked(hanabi, tiny_model_dir):
+    rollout, plain = hanabi
+    assert all(c == [] for c in plain.run_episodes(rollout, _specs(2), step=1).non_tensor["action_choices"])
+    env = _env_worker(tiny_model_dir, EnvConfig(name="tiny_hanabi"), HANABI_AGENTS, ["p0", "p1"],
+                      action_choices=True)
+    batch = env.run_episodes(rollout, _specs(2), step=1)
+    for choices in batch.non_tensor["action_choices"]:
+        texts = [env.tokenizer.decode(ids) for ids in choices]
+        assert texts == ["<answer>a0</answer>", "<answer>a1</answer>", "<answer>a2</answer>"]
 
 
 def test_math_roles_act_in_order(tiny_model_dir):
