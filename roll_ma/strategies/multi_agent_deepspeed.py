@@ -215,10 +215,11 @@ class MultiAgentDeepSpeedStrategy:
         return metrics
 
     # ------------------------------------------------------------------ weights out
-    def adapter_tensors(self, adapters: list[str] | None = None) -> dict[str, dict[str, torch.Tensor]]:
-        """PEFT-format CPU tensors of the named adapters (default: all of them), for the rollout engine."""
+    def adapter_tensors(self, adapters: list[str] | None = None, packed: bool = False) -> dict[str, Any]:
+        """PEFT-format CPU tensors of the named adapters (default: all of them), for the rollout engine;
+        ``packed``: each adapter as one ``PackedTensors`` buffer (what crosses Ray fastest)."""
         self._require_model()
-        return self.weights.adapter_tensors(adapters)
+        return self.weights.adapter_tensors(adapters, packed=packed)
 
     def optimizer_state(self, policy: str) -> dict[str, Any]:
         """CPU copies of one policy's Adam moments and step counts (for checks and tests)."""

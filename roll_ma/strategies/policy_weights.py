@@ -22,6 +22,7 @@ from roll_ma.models.adapters import (
     adapter_state_dict,
     inject_adapters,
     load_adapter_dir,
+    packed_adapter_state,
     save_adapter,
     set_trainable,
 )
@@ -70,13 +71,15 @@ class LoraWeights:
         self.activate(None)  # scoring trains nothing
         return contextlib.nullcontext()
 
-    def adapter_tensors(self, names: Sequence[str] | None) -> dict[str, dict[str, torch.Tensor]]:
+    def adapter_tensors(self, names: Sequence[str] | None, packed: bool = False) -> dict[str, Any]:
+        """Adapter name -> its PEFT-format CPU tensors, or (``packed``) one ``PackedTensors`` buffer."""
         known = [a.name for a in self.adapters]
         names = list(names) if names is not None else known
         unknown = [n for n in names if n not in known]
         if unknown:
             raise ValueError(f"unknown adapters {unknown}; adapters are {known}")
-        return {name: adapter_state_dict(self.model, name) for name in names}
+        export = packed_adapter_state if packed else adapter_state_dict
+        return {name: export(self.model, name) for name in names}
 
     def save(self, root: Path) -> None:
         for spec in self.adapters:
@@ -118,7 +121,7 @@ class FullWeights:
         self.activate(None)
         return contextlib.nullcontext()
 
-    def adapter_tensors(self, names: Sequence[str] | None) -> dict[str, dict[str, torch.Tensor]]:
+    def adapter_tensors(self, names: Sequence[str] | None, packed: bool = False) -> dict[str, Any]:
         raise ValueError("full fine-tuning has no adapters to export; its weights are the whole model "
                          "(see save_checkpoint)")
 

@@ -71,7 +71,11 @@ class RolloutWorker(Worker):
         return self._ready().score(data, temperature=temperature)
 
     @register(Dispatch.ONE_TO_ALL)
-    def update_adapters(self, tensors: dict[str, dict[str, Any]], version: int) -> dict[str, float]:
+    def update_adapters(self, tensors: dict[str, Any], version: int) -> dict[str, float]:
+        """Install adapters: name -> PEFT-format tensors, or the ``PackedTensors`` train workers export."""
+        from roll_ma.distributed.tensor_transfer import PackedTensors, unpack_tensors
+
+        tensors = {n: unpack_tensors(t) if isinstance(t, PackedTensors) else t for n, t in tensors.items()}
         return self._ready().update_adapters(tensors, version)
 
     @register(Dispatch.RANK_ZERO)

@@ -1,0 +1,50 @@
+"""Named tensors packed into one byte buffer: the form in which adapters cross Ray between workers.
+
+Ray pickles torch tensors one by one, but stores a numpy buffer as raw bytes and hands readers a
+zero-copy view of it. Measured on the 2-core CPU box with 8 adapters of 35 MB (0.5B shape, rank 16):
+``ray.put`` 2.42 s as torch tensors vs 0.93 s as numpy, ``ray.get`` 0.94 s vs 0.01 s. Packing on
+the device also replaces one device-to-host copy per tensor (~340 per adapter) by one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class PackedTensors:
+    """Tensors as one uint8 buffer plus, per tensor, (name, dtype, shape, byte offset, byte count)."""
+
+    buffer: np.ndarray  # (nbytes,) uint8, on the host
+    entries: list[tuple[str, str, tuple[int, ...], int, int]]
+
+
+def pack_tensors(tensors: dict[str, torch.Tensor]) -> PackedTensors:
+    """One host buffer holding every tensor's bytes (any dtype, any device; one copy off the device)."""
+    flat = [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors.values()]
+    buffer = torch.cat(flat).cpu().numpy() if flat else np.zeros(0, dtype=np.uint8)
+    entries, offset = [], 0
+    for (name, tensor), raw in zip(tensors.items(), flat, strict=True):
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        entries.append((name, dtype, tuple(tensor.shape), offset, raw.numel()))
+        offset += raw.numel()
+    return PackedTensors(buffer, entries)
+
+
+def unpack_tensors(packed: PackedTensors) -> dict[str, torch.Tensor]:
+    """CPU tensors equal to the packed ones, each with its own writable storage.
+
+    Own storage, not views of the buffer: the buffer Ray hands out is read-only, and safetensors
+    (which writes adapters for vLLM) refuses tensors that share memory.
+    """
+    out = {}
+    for name, dtype, shape, offset, nbytes in packed.entries:
+        if nbytes == 0:  # torch cannot reinterpret an empty byte tensor
+            out[name] = torch.empty(shape, dtype=getattr(torch, dtype))
+            continue
+        raw = torch.from_numpy(packed.buffer[offset : offset + nbytes].copy())
+        out[name] = raw.view(getattr(torch, dtype)).reshape(shape)
+    return out
