@@ -186,11 +186,10 @@ class OpenSpielEnv(MultiAgentEnv):
             state.apply_action(self._rng.choices(ids, probs)[0])
 
     def _make_turn(self) -> Turn:
-        state = self._state
-        player = state.current_player()
-        self._legal = {self.action_label(state, player, a): a for a in state.legal_actions()}
-        assert len(self._legal) == len(state.legal_actions()), "action labels must be unique"
-        return self.turn_at(state)
+        turn = self.turn_at(self._state)
+        self._legal = dict(zip(turn.legal_actions, self._state.legal_actions(), strict=True))
+        assert len(self._legal) == len(turn.legal_actions), "action labels must be unique"
+        return turn
 
     def turn_at(self, state) -> Turn:
         """The turn the acting player sees at ``state`` (any state of this game; the episode is untouched).
