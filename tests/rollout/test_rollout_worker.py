@@ -6,6 +6,7 @@ import pytest
 import torch
 from rollout_helpers import AGENTS, LORA, SEED, TEXTS, make_request, responses_of, rollout_cfg
 
+from roll_ma.distributed.tensor_transfer import pack_tensors
 from roll_ma.workers.rollout_worker import RolloutWorker
 
 AGENT_IDS = [0, 1, 2, 1, 0, 1]
@@ -35,6 +36,14 @@ def test_worker_without_ray(rollout_model_cfg, tokenizer, make_adapter_tensors):
         # decode vs forward
         scored.batch["rollout_log_probs"], out.batch["rollout_log_probs"], atol=5e-5, rtol=0
     )
+    # the packed form train workers export installs the very same weights
+    packed = {name: pack_tensors(t) for name, t in make_adapter_tensors(1).items()}
+    assert set(worker.update_adapters(packed, 2)) == {"a0", "a1"}
+    rescored = worker.score(out)
+    assert worker.adapter_versions() == {"a0": 2, "a1": 2}
+    assert torch.equal(rescored.batch["rollout_log_probs"], scored.batch["rollout_log_probs"])
+    worker.update_adapters({n: pack_tensors(t) for n, t in make_adapter_tensors(2).items()}, 3)
+    assert not torch.equal(worker.score(out).batch["rollout_log_probs"], scored.batch["rollout_log_probs"])
     worker.sleep()
     worker.wake_up()
 
