@@ -84,6 +84,11 @@ class TrainWorker(Worker):
         return metrics
 
     @register(Dispatch.RANK_ZERO)
+    def adapter_tensors(self, adapters: list[str] | None = None) -> dict[str, dict[str, torch.Tensor]]:
+        """The adapters' PEFT-format CPU tensors, to the caller (checks; the sync uses export_adapters)."""
+        return self._strategy().adapter_tensors(adapters)
+
+    @register(Dispatch.RANK_ZERO)
     def export_adapters(self, adapters: list[str] | None = None) -> list[Any]:
         """The adapters, packed (``PackedTensors``), put into Ray's object store by this worker: ``[ref]``.
 
