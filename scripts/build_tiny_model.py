@@ -3,7 +3,8 @@
 A 1.04M-parameter Qwen2 and its own byte-level BPE tokenizer, supervised on text rendered by
 the real envs (math self-play in every role, tiny Hanabi turns), stopped as soon as the
 solver's greedy accuracy on the held-out split reaches ``--threshold``: a base that can do
-the tasks a little, with room for RL to show. About 5-7 minutes on 2 idle cores.
+the tasks a little, with room for RL to show. About 5-7 minutes on 2 idle cores (the habits
+base took 1520 steps, ~15 minutes).
 
     python scripts/build_tiny_model.py                      # writes roll_ma/assets/tiny_model
     python scripts/build_tiny_model.py --out /tmp/tiny --threshold 0.3
@@ -14,6 +15,10 @@ What the data teaches (findings of the research spike, see docs/tiny_model.md):
   ones mostly near misses). A verdict-only or ``\\boxed{}``-style critic stayed at chance;
 - refiner: after ``Incorrect``, the right answer in ``\\boxed{}``;
 - tiny Hanabi: a uniformly random legal action, well formed, so RL starts from legal play.
+  `--hanabi-answers habits` draws the answers from fixed random habits instead, one preference
+  per information set (`hanabi_habits`): a base whose card matters to it, on which tiny Hanabi
+  self-play gets past 8 (see docs/tiny_model.md). Not the default yet: on the one habits base
+  built so far the math demo gained 13 points, not 15.
 """
 
 from __future__ import annotations
@@ -61,13 +66,40 @@ def draw_problem(rng: random.Random) -> dict:
             return p
 
 
+def hanabi_habits(env, rng: random.Random) -> dict[str, list[float]]:
+    """A fixed random preference over the legal actions at each information set of a game.
+
+    Keyed by the acting player's prompt (its information set), drawn once per build in game-tree
+    order: Dirichlet(1) weights, so some habits are strong and some nearly uniform. Like a
+    pretrained model's priors they carry no knowledge of the payoffs; they make the model's
+    answer depend on what it sees. Uniform answers do not: a LoRA step that raises an answer
+    for one card raises it 0.98 as much for the other (0.28 on the seed-0 habits base;
+    `benchmarks/tiny_hanabi_card_tie.py`).
+    """
+    habits, frontier = {}, [env.game.new_initial_state()]
+    while frontier:
+        state = frontier.pop(0)
+        if state.is_terminal():
+            continue
+        if not state.is_chance_node():
+            turn = env.turn_at(state)
+            key = turn.messages[-1]["content"]
+            if key not in habits:  # why: several deals share one information set
+                weights = [rng.expovariate(1.0) for _ in turn.legal_actions]
+                habits[key] = [w / sum(weights) for w in weights]
+        frontier.extend(state.child(a) for a in state.legal_actions())
+    return habits
+
+
 class Examples:
     """(prompt text, reply) pairs rendered by the real envs, so pre-training sees the run's prompts."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, hanabi_answers: str = "uniform"):
         self.rng = random.Random(seed)
         self.math = make_env("math_selfplay")
         self.hanabi = make_env("tiny_hanabi")
+        # why: a separate stream, so the habits do not shift the examples' draws
+        self.habits = hanabi_habits(self.hanabi, random.Random(seed + 1)) if hanabi_answers == "habits" else None
 
     def solver(self, problem: dict) -> tuple[str, str]:
         turn = self.math.reset(0, problem=problem)
@@ -95,7 +127,11 @@ class Examples:
         turn = self.hanabi.reset(self.rng.randrange(1 << 30))
         if self.rng.random() < 0.5:  # the second player's turn, after a random first move
             turn = self.hanabi.step(f"<answer>{self.rng.choice(turn.legal_actions)}</answer>").next_turn
-        return render(turn.messages), f"<answer>{self.rng.choice(turn.legal_actions)}</answer>"
+        if self.habits is None:
+            answer = self.rng.choice(turn.legal_actions)
+        else:
+            answer = self.rng.choices(turn.legal_actions, self.habits[turn.messages[-1]["content"]])[0]
+        return render(turn.messages), f"<answer>{answer}</answer>"
 
     def sample(self, mix: dict[str, float]) -> tuple[str, str]:
         role = self.rng.choices(list(mix), weights=list(mix.values()))[0]
@@ -154,6 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--hanabi-answers", choices=["uniform", "habits"], default="uniform",
+                    help="tiny Hanabi answers: uniformly random (the shipped base), or fixed random habits "
+                    "per information set (a base whose card matters to it; see docs/tiny_model.md)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -162,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     from roll_ma.models.tokenizer import build_tokenizer
 
     mix = {"solver": 0.4, "critic": 0.3, "refiner": 0.2, "hanabi": 0.1}
-    examples = Examples(args.seed)
+    examples = Examples(args.seed, args.hanabi_answers)
     heldout, rng = [], random.Random(12345)
     while len(heldout) < 200:  # the stopping eval: held-out 2-digit a+b / a-b
         p = arithmetic_problem(rng, 2)

@@ -235,6 +235,14 @@ def test_tiny_hanabi_policy_exact_return_and_script():
     assert "best achievable 10.00" in out
 
 
+def test_tiny_hanabi_card_tie_script():
+    out = subprocess.run([sys.executable, str(BENCH / "tiny_hanabi_card_tie.py")], capture_output=True,
+                         text=True, timeout=120, check=True, cwd=BENCH).stdout
+    ties = [float(line.split()[-2]) for line in out.splitlines() if line.startswith("  seat")]
+    assert len(ties) == 4 * 3  # four pairs of information sets differing in the card, three answers each
+    assert all(abs(t) < 10 for t in ties) and "mean tie" in out
+
+
 @pytest.mark.slow
 def test_pipeline_scaling_script(tmp_path):
     out = tmp_path / "scaling.json"
