@@ -66,6 +66,11 @@ def draw_problem(rng: random.Random) -> dict:
             return p
 
 
+def info_set(turn) -> str:
+    """The acting player's prompt text: what it sees, so one key per information set."""
+    return turn.messages[-1]["content"]
+
+
 def hanabi_habits(env, rng: random.Random) -> dict[str, list[float]]:
     """A fixed random preference over the legal actions at each information set of a game.
 
@@ -82,10 +87,9 @@ def hanabi_habits(env, rng: random.Random) -> dict[str, list[float]]:
         if state.is_terminal():
             continue
         if not state.is_chance_node():
-            turn = env.turn_at(state)
-            key = turn.messages[-1]["content"]
+            key = info_set(env.turn_at(state))
             if key not in habits:  # why: several deals share one information set
-                weights = [rng.expovariate(1.0) for _ in turn.legal_actions]
+                weights = [rng.expovariate(1.0) for _ in state.legal_actions()]
                 habits[key] = [w / sum(weights) for w in weights]
         frontier.extend(state.child(a) for a in state.legal_actions())
     return habits
@@ -130,7 +134,7 @@ class Examples:
         if self.habits is None:
             answer = self.rng.choice(turn.legal_actions)
         else:
-            answer = self.rng.choices(turn.legal_actions, self.habits[turn.messages[-1]["content"]])[0]
+            answer = self.rng.choices(turn.legal_actions, self.habits[info_set(turn)])[0]
         return render(turn.messages), f"<answer>{answer}</answer>"
 
     def sample(self, mix: dict[str, float]) -> tuple[str, str]:

@@ -240,7 +240,35 @@ def test_tiny_hanabi_card_tie_script():
                          text=True, timeout=120, check=True, cwd=BENCH).stdout
     ties = [float(line.split()[-2]) for line in out.splitlines() if line.startswith("  seat")]
     assert len(ties) == 4 * 3  # four pairs of information sets differing in the card, three answers each
-    assert all(abs(t) < 10 for t in ties) and "mean tie" in out
+    # the claim docs/benchmarks.md makes: the built-in base barely tells its cards apart (mean 0.977)
+    assert sum(ties) / len(ties) > 0.9 and min(ties) > 0.9
+
+
+def test_card_tie_is_one_for_the_same_prompt_and_lower_for_the_other_card():
+    import tiny_hanabi_card_tie as ct
+    import torch
+    from tiny_hanabi_policy import info_set_prompts
+
+    from roll_ma.config.schema import ModelConfig
+    from roll_ma.envs.tiny_hanabi import TinyHanabiEnv
+    from roll_ma.models.adapters import AdapterSpec, inject_adapters, set_trainable
+    from roll_ma.models.loading import load_base_model, load_tokenizer
+
+    cfg = ModelConfig(path="builtin:tiny")
+    tokenizer, env = load_tokenizer(cfg), TinyHanabiEnv()
+    model = inject_adapters(load_base_model(cfg), [AdapterSpec("p", 4, 8.0, 0.0, ("q_proj", "v_proj"))])
+    set_trainable(model, "p")
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.02)
+    prompts = info_set_prompts(env, tokenizer)
+    answers = [tokenizer(env.parser.wrap(f"a{a}"), add_special_tokens=False)["input_ids"] for a in range(3)]
+    g0 = ct.answer_gradient(model, prompts[(0, 0)], answers, 2)
+    assert torch.equal(g0, ct.answer_gradient(model, prompts[(0, 0)], answers, 2))
+    g1 = ct.answer_gradient(model, prompts[(0, 1)], answers, 2)
+    assert 0 < float(g0 @ g1 / (g0 @ g0)) < 1  # the other card: related, not the same
+    assert not torch.allclose(g0, g1)
 
 
 @pytest.mark.slow
