@@ -41,7 +41,9 @@ def init_ray(
     else:
         # "local": always a fresh Ray of our own, even if a `ray start` cluster runs on this machine (join
         # that one with RAY_ADDRESS). Actors ask for fractions of a CPU, so a 2-core laptop fits every role.
-        ray.init(address="local", num_cpus=num_cpus or max(2, os.cpu_count() or 2), include_dashboard=False,
+        from roll_ma.distributed.resources import usable_cpus
+
+        ray.init(address="local", num_cpus=num_cpus or max(2, usable_cpus()), include_dashboard=False,
                  **kwargs)
         where = "started a local Ray"
     res = ray.cluster_resources()

@@ -8,12 +8,21 @@ CUDA_VISIBLE_DEVICES of the actor to that GPU.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
 from roll_ma.config.schema import ResourcesConfig
 
 GPU_ROLES = ("rollout", "train", "reference")
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on: its affinity mask (taskset, a cpuset), not the host's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity masks
+        return os.cpu_count() or 1
 
 
 def gpu_shares(device_mapping: dict[str, list[int]]) -> dict[int, float]:

@@ -33,8 +33,10 @@ def training_device() -> torch.device:
 
 
 def cpu_threads_per_rank(world_size: int) -> int:
-    """Torch threads for one of ``world_size`` ranks sharing this machine's cores."""
-    return max(1, (os.cpu_count() or 1) // max(1, world_size))
+    """Torch threads for one of ``world_size`` ranks sharing the cores this process may use."""
+    from roll_ma.distributed.resources import usable_cpus
+
+    return max(1, usable_cpus() // max(1, world_size))
 
 
 def _ensure_dist_env(rank: int, world_size: int) -> None:

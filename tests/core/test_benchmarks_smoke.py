@@ -271,6 +271,35 @@ def test_card_tie_is_one_for_the_same_prompt_and_lower_for_the_other_card():
     assert not torch.allclose(g0, g1)
 
 
+def test_sweep_reads_each_evaluation_once_and_refuses_too_many_cores(tmp_path):
+    import tiny_hanabi_sweep as sweep
+
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"step": 0, "eval/selfplay/return_seat0": 4.0}, {"step": 1, "agent/player_0/reward": 3.0},
+            {"step": 2, "eval/selfplay/return_seat0": 8.0}, {"step": 2, "eval/selfplay/return_seat0": 8.0}]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert sweep.eval_returns(metrics) == [(0, 4.0), (2, 8.0)]
+    assert sweep.eval_returns(tmp_path / "missing.jsonl") == []
+    assert sweep.run_label("builtin:tiny", 3) == "builtin_seed3"
+    assert sweep.run_label("/tmp/bases/habits", 1) == "habits_seed1"
+    too_many = subprocess.run([sys.executable, str(BENCH / "tiny_hanabi_sweep.py"), "--cores-per-run",
+                               "100000"], capture_output=True, text=True, timeout=60)
+    assert too_many.returncode != 0 and "more than the" in too_many.stderr
+
+
+@pytest.mark.slow
+def test_sweep_runs_every_seed_on_its_own_cores(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "tiny_hanabi_sweep.py"), "--seeds", "1,2", "--cores-per-run", "1",
+         "--set", "trainer.max_steps=1", "--set", "env.eval_episodes=8", "--set", "env.groups_per_step=2",
+         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, check=True).stdout
+    assert "| builtin_seed1 | 0: " in out and "| builtin_seed2 | 0: " in out
+    assert "builtin:tiny: 2 runs with an evaluation" in out
+    for seed in (1, 2):  # both ran to the end and evaluated before and after their step
+        metrics = [json.loads(line) for line in (tmp_path / f"builtin_seed{seed}" / "metrics.jsonl").open()]
+        assert [r["step"] for r in metrics if "eval/selfplay/return_seat0" in r] == [0, 1]
+
+
 @pytest.mark.slow
 def test_pipeline_scaling_script(tmp_path):
     out = tmp_path / "scaling.json"

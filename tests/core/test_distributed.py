@@ -1,5 +1,6 @@
 """A 2-rank cluster on CPU Ray: dispatch modes, rank env, non-blocking calls, actor errors, GPU bundles."""
 
+import os
 import subprocess
 import sys
 
@@ -98,6 +99,20 @@ def test_unknown_method_is_a_clear_error(cluster):
 def test_worker_is_plain_python_without_ray():
     w = EchoWorker(role="echo", rank=0, world_size=1, scale=2.0)
     assert w.scaled(DataProto.from_dict({"x": torch.ones(2)})).batch["y"].tolist() == [2.0, 2.0]
+
+
+def test_threads_and_ray_cpus_follow_the_affinity_mask_not_the_host(monkeypatch):
+    # under taskset or a cpuset, os.cpu_count() is the host's count: threads sized to it oversubscribe
+    from roll_ma.distributed.resources import usable_cpus
+    from roll_ma.strategies.ds_utils import cpu_threads_per_rank
+
+    assert 1 <= usable_cpus() <= (os.cpu_count() or 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5, 6}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert usable_cpus() == 3
+    assert cpu_threads_per_rank(1) == 3 and cpu_threads_per_rank(2) == 1 and cpu_threads_per_rank(8) == 1
+    monkeypatch.delattr(os, "sched_getaffinity")  # macOS: no affinity masks, the core count it is
+    assert usable_cpus() == 64
 
 
 def test_device_mapping_shares_colocated_gpus():
