@@ -10,6 +10,11 @@ small step that raises the answer for card d0 raises it for card d1, the other i
 that differs only in the acting seat's own card. 1.0 means the seat cannot tell its cards
 apart by gradient steps; tiny Hanabi's best return (10) needs both seats to use their card,
 while the best card-blind joint policy earns 8.
+
+The signal tie is the same number for player 1's two signal answers: its information sets that
+differ only in the partner's action, a0 vs a2. The best joint policy answers them in opposite
+ways (a0 signals card d1, a2 card d0), so a tie near 1 there holds the seats at 9: player 1
+answers a0 as it learned to answer a2, and player 0 keeps the safe a1 for card d1.
 """
 
 from __future__ import annotations
@@ -40,13 +45,22 @@ def answer_gradient(model, prompt: list[int], answers: list[list[int]], target: 
 
 def card_ties(model, tokenizer, env: TinyHanabiEnv) -> list[tuple[tuple, int, float, float]]:
     """(information set of card d0, answer, tie, cosine) for every pair of sets that differ in the card."""
+    # keys: (0, card) and (1, card, partner's action)
+    pairs = [(key, (key[0], 1, *key[2:])) for key in sorted(info_set_prompts(env, tokenizer)) if key[1] == 0]
+    return ties(model, tokenizer, env, pairs)
+
+
+def signal_ties(model, tokenizer, env: TinyHanabiEnv) -> list[tuple[tuple, int, float, float]]:
+    """(player 1's set after a0, answer, tie, cosine) against the same card after a2."""
+    return ties(model, tokenizer, env, [((1, card, 0), (1, card, 2)) for card in range(2)])
+
+
+def ties(model, tokenizer, env: TinyHanabiEnv, pairs: list[tuple[tuple, tuple]]) -> list[tuple]:
+    """(first set, answer, <g, g'> / <g, g>, cosine) for each pair of information sets and answer."""
     prompts = info_set_prompts(env, tokenizer)
     answers = [tokenizer(env.parser.wrap(f"a{a}"), add_special_tokens=False)["input_ids"] for a in range(3)]
     rows = []
-    for key in sorted(prompts):
-        if key[1] != 0:  # keys: (0, card) and (1, card, partner's action)
-            continue
-        other = (key[0], 1, *key[2:])
+    for key, other in pairs:
         for target in range(3):
             g0 = answer_gradient(model, prompts[key], answers, target)
             g1 = answer_gradient(model, prompts[other], answers, target)
@@ -80,6 +94,11 @@ def main() -> None:
         where = "seat 0" if key[0] == 0 else f"seat 1, partner a{key[2]}"
         print(f"  {where:20s} a{target}: {tie:6.3f}  {cos:6.3f}")
     print(f"mean tie {sum(r[2] for r in rows) / len(rows):.3f}")
+    rows = signal_ties(model, tokenizer, TinyHanabiEnv())
+    print("player 1's answer to partner a0 vs a2, same card: tie  cosine")
+    for key, target, tie, cos in rows:
+        print(f"  card d{key[1]}, answer a{target}: {tie:6.3f}  {cos:6.3f}")
+    print(f"mean signal tie {sum(r[2] for r in rows) / len(rows):.3f}")
 
 
 if __name__ == "__main__":
