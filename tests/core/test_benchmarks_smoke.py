@@ -212,7 +212,7 @@ def test_tiny_hanabi_shared_features_script():
         capture_output=True, text=True, timeout=120, check=True, cwd=BENCH,
     ).stdout
     rows = [line for line in out.splitlines() if line.startswith("| ") and "setting" not in line]
-    assert len(rows) == 5 and all(line.endswith("/1 |") for line in rows)
+    assert len(rows) == 7 and all(line.endswith("/1 |") for line in rows)
 
 
 def test_tiny_hanabi_policy_exact_return_and_script():
