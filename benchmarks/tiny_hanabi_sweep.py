@@ -4,13 +4,13 @@
         --set algorithm.action_entropy_coef=0.25 --set algorithm.entropy_decay_steps=200 \\
         --set trainer.max_steps=260 --out outputs/sweep
 
-One tiny Hanabi run says little: the same settings end on 8, 9 or 10 depending on the seed. This
+One tiny Hanabi run says little: the same settings end on 8 or on ~9 depending on the seed. This
 starts one `start_pipeline.py` run per (model, seed), ``--cores-per-run`` cores each (its Ray and
 torch threads size themselves to those cores), queueing runs when there are more than core
 groups. ``--time-limit`` stops every run (SIGKILL) after that many seconds; running the same
 command again resumes each from its last checkpoint (``trainer.resume=auto``), so a sweep can be
 spread over several time-limited sessions. Printed: per run the greedy self-play return at each
-evaluation; per model how many runs ended at >= 9 and at 10.
+evaluation; per model how many runs ended past 8 (the card-blind trap), at >= 9 and at 10.
 """
 
 from __future__ import annotations
@@ -105,8 +105,8 @@ def main() -> None:
         print(f"| {run_label(model, seed)} | {cells} | {last:.2f} |")
     for model, values in finals.items():
         done = [v for v in values if v == v]
-        print(f"{model}: {len(done)} runs with an evaluation, {sum(v >= 8.95 for v in done)} at >= 9, "
-              f"{sum(v >= 9.95 for v in done)} at 10")
+        print(f"{model}: {len(done)} runs with an evaluation, {sum(v > 8.05 for v in done)} past 8, "
+              f"{sum(v >= 8.95 for v in done)} at >= 9, {sum(v >= 9.95 for v in done)} at 10")
 
 
 if __name__ == "__main__":
