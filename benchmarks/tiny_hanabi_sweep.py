@@ -48,10 +48,10 @@ def launch(model: str, seed: int, cores: list[int], out: Path, sets: list[str],
     run_dir = out / run_label(model, seed)
     cmd = [sys.executable, str(ROOT / "start_pipeline.py"), "--config_name", config, f"model.path={model}",
            f"seed={seed}", f"trainer.output_dir={run_dir}", *sets]
-    log = open(out / f"{run_label(model, seed)}.log", "a")  # noqa: SIM115 - the child writes to it
-    # the affinity is inherited by the run's Ray and its actors, which size their threads to it
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    with open(out / f"{run_label(model, seed)}.log", "a") as log:  # the child keeps its own copy
+        # the affinity is inherited by the run's Ray and its actors, which size their threads to it
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=lambda: os.sched_setaffinity(0, cores))
 
 
 def main() -> None:

@@ -6,6 +6,8 @@ import logging
 import os
 from typing import Any
 
+from roll_ma.distributed.resources import usable_cpus
+
 # Variables every actor process needs; set before any library reads them.
 WORKER_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
@@ -41,8 +43,6 @@ def init_ray(
     else:
         # "local": always a fresh Ray of our own, even if a `ray start` cluster runs on this machine (join
         # that one with RAY_ADDRESS). Actors ask for fractions of a CPU, so a 2-core laptop fits every role.
-        from roll_ma.distributed.resources import usable_cpus
-
         ray.init(address="local", num_cpus=num_cpus or max(2, usable_cpus()), include_dashboard=False,
                  **kwargs)
         where = "started a local Ray"

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from roll_ma.config.schema import TrainConfig
+from roll_ma.distributed.resources import usable_cpus
 
 # DeepSpeed needs a train_batch_size triple; roll_ma feeds micro-batches itself, so these are placeholders.
 _PLACEHOLDER_MICRO_BATCH = 1
@@ -34,8 +35,6 @@ def training_device() -> torch.device:
 
 def cpu_threads_per_rank(world_size: int) -> int:
     """Torch threads for one of ``world_size`` ranks sharing the cores this process may use."""
-    from roll_ma.distributed.resources import usable_cpus
-
     return max(1, usable_cpus() // max(1, world_size))
 
 
