@@ -43,27 +43,28 @@ def answer_gradient(model, prompt: list[int], answers: list[list[int]], target: 
     return torch.cat([g.flatten() for g in torch.autograd.grad(score, params)])
 
 
-def card_ties(model, tokenizer, env: TinyHanabiEnv) -> list[tuple[tuple, int, float, float]]:
-    """(information set of card d0, answer, tie, cosine) for every pair of sets that differ in the card."""
-    # keys: (0, card) and (1, card, partner's action)
-    pairs = [(key, (key[0], 1, *key[2:])) for key in sorted(info_set_prompts(env, tokenizer)) if key[1] == 0]
-    return ties(model, tokenizer, env, pairs)
-
-
-def signal_ties(model, tokenizer, env: TinyHanabiEnv) -> list[tuple[tuple, int, float, float]]:
-    """(player 1's set after a0, answer, tie, cosine) against the same card after a2."""
-    return ties(model, tokenizer, env, [((1, card, 0), (1, card, 2)) for card in range(2)])
-
-
-def ties(model, tokenizer, env: TinyHanabiEnv, pairs: list[tuple[tuple, tuple]]) -> list[tuple]:
-    """(first set, answer, <g, g'> / <g, g>, cosine) for each pair of information sets and answer."""
+def all_gradients(model, tokenizer, env: TinyHanabiEnv) -> dict[tuple, list[torch.Tensor]]:
+    """Information set -> the gradient of each of the three answers there, each computed once."""
     prompts = info_set_prompts(env, tokenizer)
     answers = [tokenizer(env.parser.wrap(f"a{a}"), add_special_tokens=False)["input_ids"] for a in range(3)]
+    return {key: [answer_gradient(model, prompt, answers, t) for t in range(3)]
+            for key, prompt in prompts.items()}
+
+
+def card_pairs(keys) -> list[tuple[tuple, tuple]]:
+    """Sets that differ only in the acting seat's card; keys: (0, card) and (1, card, partner's action)."""
+    return [(key, (key[0], 1, *key[2:])) for key in sorted(keys) if key[1] == 0]
+
+
+# player 1's sets that differ only in the partner's signal, a0 vs a2
+SIGNAL_PAIRS = [((1, card, 0), (1, card, 2)) for card in range(2)]
+
+
+def ties(grads: dict[tuple, list[torch.Tensor]], pairs: list[tuple[tuple, tuple]]) -> list[tuple]:
+    """(first set, answer, <g, g'> / <g, g>, cosine) for each pair of information sets and answer."""
     rows = []
     for key, other in pairs:
-        for target in range(3):
-            g0 = answer_gradient(model, prompts[key], answers, target)
-            g1 = answer_gradient(model, prompts[other], answers, target)
+        for target, (g0, g1) in enumerate(zip(grads[key], grads[other], strict=True)):
             rows.append((key, target, float(g0 @ g1 / (g0 @ g0)),
                          float(torch.nn.functional.cosine_similarity(g0, g1, dim=0))))
     return rows
@@ -88,13 +89,14 @@ def main() -> None:
         for name, param in model.named_parameters():
             if "lora_B" in name:
                 param.normal_(0.0, 0.02)
-    rows = card_ties(model, tokenizer, TinyHanabiEnv())
+    grads = all_gradients(model, tokenizer, TinyHanabiEnv())
+    rows = ties(grads, card_pairs(grads))
     print("information set (card d0 vs d1), answer: tie  cosine")
     for key, target, tie, cos in rows:
         where = "seat 0" if key[0] == 0 else f"seat 1, partner a{key[2]}"
         print(f"  {where:20s} a{target}: {tie:6.3f}  {cos:6.3f}")
     print(f"mean tie {sum(r[2] for r in rows) / len(rows):.3f}")
-    rows = signal_ties(model, tokenizer, TinyHanabiEnv())
+    rows = ties(grads, SIGNAL_PAIRS)
     print("player 1's answer to partner a0 vs a2, same card: tie  cosine")
     for key, target, tie, cos in rows:
         print(f"  card d{key[1]}, answer a{target}: {tie:6.3f}  {cos:6.3f}")

@@ -84,6 +84,7 @@ def main() -> None:
             if pending:
                 run = pending.pop(0)
                 running[g] = (run, launch(run[0], run[1], groups[g], out, args.set, args.config))
+                print(f"{run_label(*run)} started on cores {groups[g]}", flush=True)
         for g, (run, proc) in list(running.items()):
             if proc.poll() is not None:
                 del running[g]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -298,6 +299,9 @@ def test_sweep_runs_every_seed_on_its_own_cores(tmp_path):
          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, check=True).stdout
     assert "| builtin_seed1 | 0: " in out and "| builtin_seed2 | 0: " in out
     assert "builtin:tiny: 2 runs with an evaluation" in out
+    started = [line.split(" on cores ")[1] for line in out.splitlines() if " started on cores " in line]
+    # each run on a core of its own while there are cores for both
+    assert len(started) == 2 and len(set(started)) == min(2, len(os.sched_getaffinity(0)))
     for seed in (1, 2):  # both ran to the end and evaluated before and after their step
         metrics = [json.loads(line) for line in (tmp_path / f"builtin_seed{seed}" / "metrics.jsonl").open()]
         assert [r["step"] for r in metrics if "eval/selfplay/return_seat0" in r] == [0, 1]
