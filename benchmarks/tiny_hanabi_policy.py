@@ -1,6 +1,6 @@
 """What the two seats of a tiny_hanabi_selfplay checkpoint learned: their exact policy tables.
 
-    python benchmarks/tiny_hanabi_policy.py outputs/tiny_hanabi_selfplay/checkpoints/step_000060
+    python benchmarks/tiny_hanabi_policy.py outputs/tiny_hanabi_selfplay/checkpoints/step_000260
 
 For every information set (player 0: its card; player 1: its card and player 0's action) the
 prompt the env would show is scored against the three answers `<answer>a0</answer>` ..
@@ -68,7 +68,7 @@ def expected_return(env: TinyHanabiEnv, p0: dict, p1: dict) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", nargs="?", help="a checkpoint dir (holding trainer/adapters/<agent>)")
-    p.add_argument("--model", default="builtin:tiny")
+    p.add_argument("--model", default="builtin:tiny-habits", help="the base the run trained on")
     p.add_argument("--agents", default="player_0,player_1", help="the adapter of seat 0 and of seat 1")
     args = p.parse_args()
     cfg = ModelConfig(path=args.model)

@@ -1,66 +1,141 @@
-"""Why the LM's tiny Hanabi seats stop at 8: a policy that shares its features across cards.
+"""Why the LM's tiny Hanabi seats stop at 8 or 9: a policy that shares its features across cards and signals.
 
-    python benchmarks/tiny_hanabi_shared_features.py            # ~20 s on one core
+    python benchmarks/tiny_hanabi_shared_features.py            # ~1 min on one core
 
-`tiny_hanabi_tabular.py` gives each card its own logits. An LM does not: "Card d0" and "Card d1"
-differ by one digit of the prompt, and an update for one card moves the other almost as much
-(`tiny_hanabi_policy.py` shows trained seats whose tables are the same for both cards). Here each
-seat's logits are a card-blind part plus a card part that starts at 0 (the base model ignores the
-card) and learns ``k`` times slower than the card-blind part (``k=1``: as free as a table). The
-rest is what roll_ma does: 64 sampled episodes a step in groups of 8 sharing a deal, GRPO advantages
-(mean and std within the group), an entropy bonus on each seat's action (as
-`algorithm.action_entropy_coef`, decayed linearly to 0), Adam. Printed per setting: the exact
-expected return of each seed's final policy and how many reach 10.
+`tiny_hanabi_tabular.py` gives each information set its own logits. An LM does not: "Card d0"
+and "Card d1" differ by one digit of the prompt, and an update for one card moves the other
+almost as much (`tiny_hanabi_card_tie.py`); so do "Partner chose a0" and "Partner chose a2" for
+player 1 (the signal tie). Here each seat's logits are a shared part plus a card part that starts
+at 0 (the base ignores the card) and learns ``k`` times slower than the shared part (``k=1``: as
+free as a table). With ``k_sig`` set, player 1's logits also share a part across the partner's
+actions, and the part that depends on the action learns ``k_sig`` times slower; without it each
+partner action has its own logits. ``sad`` adds the Simplified Action Decoder's input
+(`env.show_greedy_moves`): player 1 also conditions on player 0's greedy action, through parts
+that learn as slowly as the signal part. The rest is what roll_ma does: 64 sampled episodes a
+step in groups of 8 sharing a deal, GRPO advantages (mean and std within the group), an entropy
+bonus on each seat's action (as `algorithm.action_entropy_coef`, decayed linearly to 0), Adam.
+Printed per setting: the exact expected return of each seed's final policy and how many reach 10.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 import numpy as np
 from tiny_hanabi_tabular import entropy_grad, payoff_table, softmax
 
-CARD_SIGN = np.array([1.0, -1.0])  # the card part enters as +u for d0 and -u for d1
+CARD_SIGN = np.array([1.0, -1.0])  # a card part enters as +u for d0 and -u for d1
 
 
-def joint_policy(params: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(2, 3) player 0 card -> action, (2, 3, 3) player 1 (card, partner action) -> action."""
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    k: float  # card parts' learning-rate factor
+    beta: float  # entropy bonus at step 1
+    decay: int  # steps over which the bonus falls to 0 (0: constant)
+    steps: int
+    k_sig: float | None = None  # signal parts' factor; None: player 1 has logits per partner action
+    sad: bool = False
+
+
+def init_params(rng: np.random.Generator, s: Setting) -> tuple[dict, dict]:
+    """Parameters and their learning-rate factors; card and signal parts start at 0."""
+    params = {"blind0": rng.normal(0, 0.1, 3), "card0": np.zeros(3)}
+    rates = {"blind0": 1.0, "card0": s.k}
+    if s.k_sig is None:  # (partner action, answer) tables: no sharing across signals
+        params |= {"blind1": rng.normal(0, 0.1, (3, 3)), "card1": np.zeros((3, 3))}
+        rates |= {"blind1": 1.0, "card1": s.k}
+        return params, rates
+    params |= {"blind1": rng.normal(0, 0.1, 3), "card1": np.zeros(3),
+               "signal1": np.zeros((3, 3)), "card_signal1": np.zeros((3, 3))}
+    rates |= {"blind1": 1.0, "card1": s.k, "signal1": s.k_sig, "card_signal1": s.k * s.k_sig}
+    if s.sad:
+        params |= {"greedy1": np.zeros((3, 3)), "card_greedy1": np.zeros((3, 3))}
+        rates |= {"greedy1": s.k_sig, "card_greedy1": s.k * s.k_sig}
+    return params, rates
+
+
+def joint_policy(params: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(2, 3) player 0 card -> action; its greedy action per card (2,); (2, 3, 3, 3) player 1
+    (card, partner action, partner greedy action) -> answer."""
     p0 = softmax(params["blind0"][None, :] + CARD_SIGN[:, None] * params["card0"][None, :])
-    p1 = softmax(params["blind1"][None] + CARD_SIGN[:, None, None] * params["card1"][None])
-    return p0, p1
+    sign = CARD_SIGN[:, None, None]
+    if params["blind1"].ndim == 2:
+        logits1 = params["blind1"][None] + sign * params["card1"][None]  # (card, action, answer)
+    else:
+        blind = params["blind1"] + params["signal1"]  # (action, answer)
+        logits1 = blind[None] + sign * (params["card1"] + params["card_signal1"])[None]
+    logits1 = np.repeat(logits1[:, :, None, :], 3, axis=2)  # (card, action, greedy action, answer)
+    if "greedy1" in params:
+        greedy = params["greedy1"][None, None] + sign[..., None] * params["card_greedy1"][None, None]
+        logits1 = logits1 + greedy
+    return p0, p0.argmax(1), softmax(logits1)
 
 
-def train(table: np.ndarray, seed: int, k: float, beta: float, decay: int, steps: int,
-          groups: int = 8, group_size: int = 8, lr: float = 0.05) -> float:
+def parameter_grads(g0: np.ndarray, g1: np.ndarray, params: dict) -> dict[str, np.ndarray]:
+    """Chain rule from the per-information-set logit gradients to each part."""
+    sign = CARD_SIGN[:, None, None, None]
+    grads = {"blind0": g0.sum(0), "card0": (CARD_SIGN[:, None] * g0).sum(0)}
+    if params["blind1"].ndim == 2:
+        grads |= {"blind1": g1.sum((0, 2)), "card1": (sign * g1).sum((0, 2))}
+        return grads
+    grads |= {"blind1": g1.sum((0, 1, 2)), "card1": (sign * g1).sum((0, 1, 2)),
+              "signal1": g1.sum((0, 2)), "card_signal1": (sign * g1).sum((0, 2))}
+    if "greedy1" in params:
+        grads |= {"greedy1": g1.sum((0, 1)), "card_greedy1": (sign * g1).sum((0, 1))}
+    return grads
+
+
+def train(table: np.ndarray, seed: int, s: Setting, groups: int = 8, group_size: int = 8,
+          lr: float = 0.05) -> float:
     """Sampled GRPO + Adam from a card-blind start; returns the final policy's exact expected return."""
     rng = np.random.default_rng(seed)
-    params = {"blind0": rng.normal(0, 0.1, 3), "card0": np.zeros(3),
-              "blind1": rng.normal(0, 0.1, (3, 3)), "card1": np.zeros((3, 3))}
-    lrs = {"blind0": lr, "card0": k * lr, "blind1": lr, "card1": k * lr}
+    params, rates = init_params(rng, s)
     moments = {n: (np.zeros_like(v), np.zeros_like(v)) for n, v in params.items()}
     rows = groups * group_size
-    for t in range(1, steps + 1):
-        coef = beta * max(0.0, 1.0 - (t - 1) / decay) if decay else beta
-        p0, p1 = joint_policy(params)
-        g0, g1 = np.zeros((2, 3)), np.zeros((2, 3, 3))  # gradients w.r.t. each card's logits
+    for t in range(1, s.steps + 1):
+        coef = s.beta * max(0.0, 1.0 - (t - 1) / s.decay) if s.decay else s.beta
+        p0, greedy0, p1 = joint_policy(params)
+        g0, g1 = np.zeros((2, 3)), np.zeros((2, 3, 3, 3))  # gradients w.r.t. each information set's logits
         for _ in range(groups):
             c0, c1 = rng.integers(2), rng.integers(2)  # the group's deal
+            g = greedy0[c0]
             a0 = np.array([rng.choice(3, p=p0[c0]) for _ in range(group_size)])
-            a1 = np.array([rng.choice(3, p=p1[c1, a]) for a in a0])
+            a1 = np.array([rng.choice(3, p=p1[c1, a, g]) for a in a0])
             returns = table[c0, c1, a0, a1]
             adv = (returns - returns.mean()) / (returns.std() + 1e-6)
             for x0, x1, a in zip(a0, a1, adv, strict=True):
                 g0[c0] += (a * (np.eye(3)[x0] - p0[c0]) + coef * entropy_grad(p0[c0])) / rows
-                g1[c1, x0] += (a * (np.eye(3)[x1] - p1[c1, x0]) + coef * entropy_grad(p1[c1, x0])) / rows
-        grads = {"blind0": g0.sum(0), "card0": (CARD_SIGN[:, None] * g0).sum(0),
-                 "blind1": g1.sum(0), "card1": (CARD_SIGN[:, None, None] * g1).sum(0)}
-        for name, g in grads.items():  # Adam ascent
+                q = p1[c1, x0, g]
+                g1[c1, x0, g] += (a * (np.eye(3)[x1] - q) + coef * entropy_grad(q)) / rows
+        for name, grad in parameter_grads(g0, g1, params).items():  # Adam ascent
             m, v = moments[name]
-            m[:] = 0.9 * m + 0.1 * g
-            v[:] = 0.999 * v + 0.001 * g * g
-            params[name] += lrs[name] * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
-    p0, p1 = joint_policy(params)
-    return float((0.25 * p0[:, None, :, None] * p1[None, :, :, :] * table).sum())
+            m[:] = 0.9 * m + 0.1 * grad
+            v[:] = 0.999 * v + 0.001 * grad * grad
+            params[name] += rates[name] * lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
+    p0, greedy0, p1 = joint_policy(params)
+    # player 1 sees player 0's greedy action for player 0's card
+    p1_seen = p1[:, :, greedy0, :].transpose(2, 0, 1, 3)  # (card0, card1, action, answer)
+    return float((0.25 * p0[:, None, :, None] * p1_seen * table).sum())
+
+
+SETTINGS = [
+    Setting("independent cards (k=1), no bonus, 120 steps", 1.0, 0.0, 0, 120),
+    Setting("shared features (k=0.3), no bonus, 120 steps", 0.3, 0.0, 0, 120),
+    Setting("k=0.3, bonus 1.0 decayed over 60 of 120 steps", 0.3, 1.0, 60, 120),
+    Setting("k=0.3, bonus 1.0 decayed over 160 of 220 steps", 0.3, 1.0, 160, 220),
+    Setting("k=0.1, bonus 1.0 decayed over 160 of 220 steps", 0.1, 1.0, 160, 220),
+    Setting("k=0.3, bonus 1.0 decayed over 300 of 400 steps", 0.3, 1.0, 300, 400),
+    Setting("k=0.1, bonus 1.0 decayed over 450 of 600 steps", 0.1, 1.0, 450, 600),
+    # player 1's signals share features too: the LM's outcomes
+    Setting("k=0.3, signal tie k_sig=1, bonus over 160 of 220", 0.3, 1.0, 160, 220, k_sig=1.0),
+    Setting("k=0.3, signal tie k_sig=0.3, bonus over 160 of 220", 0.3, 1.0, 160, 220, k_sig=0.3),
+    Setting("k=0.3, k_sig=0.3, bonus over 300 of 400", 0.3, 1.0, 300, 400, k_sig=0.3),
+    Setting("k=0.3, k_sig=0.1, bonus over 160 of 220", 0.3, 1.0, 160, 220, k_sig=0.1),
+    Setting("k=0.3, k_sig=0.3, SAD, bonus over 160 of 220", 0.3, 1.0, 160, 220, k_sig=0.3, sad=True),
+    Setting("k=0.6, k_sig=0.6, bonus over 160 of 220", 0.6, 1.0, 160, 220, k_sig=0.6),
+]
 
 
 def main() -> None:
@@ -69,24 +144,15 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=None, help="override every setting's steps (smoke runs)")
     args = p.parse_args()
     table = payoff_table()
-    # (name, k, entropy bonus, decay steps, steps)
-    settings = [
-        ("independent cards (k=1), no bonus, 120 steps", 1.0, 0.0, 0, 120),
-        ("shared features (k=0.3), no bonus, 120 steps", 0.3, 0.0, 0, 120),
-        ("k=0.3, bonus 1.0 decayed over 60 of 120 steps", 0.3, 1.0, 60, 120),
-        ("k=0.3, bonus 1.0 decayed over 160 of 220 steps", 0.3, 1.0, 160, 220),
-        ("k=0.1, bonus 1.0 decayed over 160 of 220 steps", 0.1, 1.0, 160, 220),
-        ("k=0.3, bonus 1.0 decayed over 300 of 400 steps", 0.3, 1.0, 300, 400),
-        ("k=0.1, bonus 1.0 decayed over 450 of 600 steps", 0.1, 1.0, 450, 600),
-    ]
     print(f"tiny_hanabi, sampled GRPO + Adam, 64 episodes a step, {args.seeds} seeds")
     print("| setting | final returns (one decimal) | runs at 10 |")
     print("|---|---|---|")
-    for name, k, beta, decay, steps in settings:
-        steps = args.steps or steps
-        finals = [train(table, seed, k, beta, min(decay, steps), steps) for seed in range(args.seeds)]
+    for s in SETTINGS:
+        steps = args.steps or s.steps
+        s = Setting(s.name, s.k, s.beta, min(s.decay, steps), steps, s.k_sig, s.sad)
+        finals = [train(table, seed, s) for seed in range(args.seeds)]
         shown = ", ".join(f"{f:.1f}" for f in sorted(finals))
-        print(f"| {name} | {shown} | {sum(f > 9.5 for f in finals)}/{args.seeds} |", flush=True)
+        print(f"| {s.name} | {shown} | {sum(f > 9.5 for f in finals)}/{args.seeds} |", flush=True)
 
 
 if __name__ == "__main__":

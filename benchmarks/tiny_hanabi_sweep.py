@@ -1,8 +1,7 @@
 """Many tiny_hanabi_selfplay runs at once (bases x seeds), each pinned to its own cores; where each ends.
 
-    python benchmarks/tiny_hanabi_sweep.py --models builtin:tiny --seeds 1,2,3 \\
-        --set algorithm.action_entropy_coef=0.25 --set algorithm.entropy_decay_steps=200 \\
-        --set trainer.max_steps=260 --out outputs/sweep
+    python benchmarks/tiny_hanabi_sweep.py --models builtin:tiny-habits,builtin:tiny --seeds 1,2,3 \\
+        --out outputs/sweep
 
 One tiny Hanabi run says little: the same settings end on 8 or on ~9 depending on the seed. This
 starts one `start_pipeline.py` run per (model, seed), ``--cores-per-run`` cores each (its Ray and
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_label(model: str, seed: int) -> str:
-    name = "builtin" if model.startswith("builtin:") else Path(model).name
+    name = model.removeprefix("builtin:") if model.startswith("builtin:") else Path(model).name
     return f"{name}_seed{seed}"
 
 
@@ -56,7 +55,7 @@ def launch(model: str, seed: int, cores: list[int], out: Path, sets: list[str],
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="builtin:tiny", help="comma-separated model paths")
+    p.add_argument("--models", default="builtin:tiny-habits", help="comma-separated model paths")
     p.add_argument("--seeds", default="1,2,3", help="comma-separated run seeds")
     p.add_argument("--set", action="append", default=[], help="a config override for every run (repeatable)")
     p.add_argument("--config", default="tiny_hanabi_selfplay")

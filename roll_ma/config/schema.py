@@ -29,7 +29,8 @@ class ModelConfig:
     path: str = _f(
         "builtin:tiny",
         "local directory or hub name (e.g. Qwen/Qwen2.5-1.5B-Instruct); "
-        "'builtin:tiny' is the model shipped with roll_ma",
+        "'builtin:tiny' is the model shipped with roll_ma, 'builtin:tiny-habits' its variant whose "
+        "tiny Hanabi answers depend on what it sees (the tiny Hanabi demo's base)",
     )
     tokenizer_path: str | None = _f(None, "tokenizer location if it differs from path")
     dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "weights and compute dtype")
@@ -118,6 +119,12 @@ class EnvConfig:
     data: DataConfig = _f(help="math problems", factory=DataConfig)
     eval_episodes: int = _f(64, "episodes per evaluation (games) ", min=1)
     eval_opponent: str = _f("random", "built-in opponent for game evaluation: random or scripted")
+    show_greedy_moves: bool = _f(
+        False,
+        "SAD (Hu & Foerster, 2020): also decode every sampled model move greedily and show the "
+        "other players that greedy move next to the sampled one, so exploration does not blur "
+        "the signal; envs that support it only (tiny_hanabi)",
+    )
 
 
 @dataclass

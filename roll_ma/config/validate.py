@@ -9,6 +9,9 @@ from pathlib import Path
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.typed import ConfigProblem, suggest
+from roll_ma.models.builtin import BUILTIN_MODELS
+
+BUILTIN_MODEL_NAMES = list(BUILTIN_MODELS)
 
 BUILTIN_POLICIES = ("random", "scripted")
 ROLES = ("rollout", "train", "reference")
@@ -182,8 +185,12 @@ def validate(cfg: RunConfig, check_env: bool = True) -> list[ConfigProblem]:
             f"{path} does not exist; give a local model directory, a hub name like "
             "Qwen/Qwen2.5-0.5B-Instruct, or builtin:tiny",
         )
-    if path.startswith("builtin:") and path != "builtin:tiny":
-        add("model.path", f"unknown built-in model {path!r}; the built-in model is 'builtin:tiny'")
+    if path.startswith("builtin:") and path not in BUILTIN_MODEL_NAMES:
+        add(
+            "model.path",
+            f"unknown built-in model {path!r}{suggest(path, BUILTIN_MODEL_NAMES)}; "
+            f"the built-in models are {list(BUILTIN_MODEL_NAMES)}",
+        )
 
     _check_resources(cfg, problems)
     return problems
@@ -222,11 +229,20 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
                 "the bonus over; use algorithm.entropy_coef, or set action_entropy_coef=0",
             )
         )
+    if cfg.env.show_greedy_moves and not getattr(cls, "shows_greedy_moves", False):
+        problems.append(
+            ConfigProblem(
+                "env.show_greedy_moves",
+                f"{cfg.env.name} does not show other players' greedy moves (SAD); envs that do: tiny_hanabi",
+            )
+        )
+    if "show_greedy_moves" in cfg.env.kwargs:  # why: the env would show moves nobody decodes
+        problems.append(ConfigProblem("env.kwargs.show_greedy_moves", "set env.show_greedy_moves instead"))
     known = env_parameters(cls)
     if known is not None:
         for key in cfg.env.kwargs:
             if key not in known:
-                options = sorted(known - {"seat_agents", "system_prompts", "role_kinds"})
+                options = sorted(known - {"seat_agents", "system_prompts", "role_kinds", "show_greedy_moves"})
                 problems.append(
                     ConfigProblem(
                         f"env.kwargs.{key}",

@@ -70,12 +70,16 @@ class MultiAgentEnv(ABC):
         num_players: Number of seats.
         seat_agents: Agent name per seat.
         has_action_choices: Whether turns fill `Turn.action_responses` (games with legal actions).
+        shows_greedy_moves: Whether the env takes `show_greedy_moves=True` and then uses the
+            `greedy_text` of `step` (the mover's greedy answer) in what the other players see.
     """
 
     num_players: int
     seat_agents: list[str]
     # why: config validation refuses algorithm.action_entropy_coef for envs whose turns list no actions
     has_action_choices: bool = False
+    # why: config validation refuses env.show_greedy_moves for envs that would ignore it
+    shows_greedy_moves: bool = False
 
     @abstractmethod
     def reset(self, seed: int) -> Turn:
@@ -83,7 +87,11 @@ class MultiAgentEnv(ABC):
 
     @abstractmethod
     def step(self, action_text: str) -> StepResult:
-        """Apply the raw model text of the acting player. Never raises on bad text."""
+        """Apply the raw model text of the acting player. Never raises on bad text.
+
+        Envs with `shows_greedy_moves` also take ``greedy_text=``: what the mover's policy
+        answers greedily (the caller passes it only when env.show_greedy_moves is on).
+        """
 
     @abstractmethod
     def episode_returns(self) -> list[float]:

@@ -95,10 +95,13 @@ class OpenSpielEnv(MultiAgentEnv):
         self._ended_by_format_error = False
         self._done = False
         self.history: list[tuple[int, str]] = []  # (player, applied action label)
+        # why: SAD shows the other players each move's greedy label next to the sampled one;
+        # None where no greedy answer was given or it did not parse
+        self.greedy_history: list[str | None] = []
         self._resolve_chance()
         return self._make_turn()
 
-    def step(self, action_text: str) -> StepResult:
+    def step(self, action_text: str, greedy_text: str | None = None) -> StepResult:
         if self._state is None or self._done:
             raise RuntimeError("step() called on a finished episode; call reset(seed) first")
         state = self._state
@@ -115,8 +118,10 @@ class OpenSpielEnv(MultiAgentEnv):
                 action = fallback_rng(self._seed, self._turn_index).choice(labels)
         before = state.returns()
         if action is not None:
+            greedy = self.parser.parse(greedy_text, labels).action if greedy_text is not None else None
             state.apply_action(self._legal[action])
             self.history.append((player, action))
+            self.greedy_history.append(greedy)
             self._resolve_chance()
         after = state.returns()
         rewards = [float(a - b) for a, b in zip(after, before, strict=True)]
@@ -149,6 +154,9 @@ class OpenSpielEnv(MultiAgentEnv):
             "ended_by_format_error": float(self._ended_by_format_error),
             "finished": float(self._state.is_terminal()),
         }
+        pairs = [(g, a) for g, (_, a) in zip(self.greedy_history, self.history, strict=True) if g is not None]
+        if pairs:  # how often the sampled move was the greedy one (1.0 once a policy is settled)
+            metrics["greedy_agreement"] = sum(g == a for g, a in pairs) / len(pairs)
         for i in range(self.num_players):
             metrics[f"game_return_p{i}"] = float(game_returns[i])
             metrics[f"format_errors_p{i}"] = float(self._format_errors[i])

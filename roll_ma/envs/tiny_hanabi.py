@@ -26,11 +26,23 @@ class TinyHanabiEnv(OpenSpielEnv):
 
     OpenSpiel's labels (`p0a1`) carry the player; the acting player is known, so the label
     drops it. Observations read e.g. `Player 1. Card d0. Partner chose a2.`
+
+    Args:
+        show_greedy_moves: SAD (Hu & Foerster, 2020): player 1 also sees the move player 0's
+            policy takes greedily, `Partner chose a0, greedy a2.` (the `greedy_text` given to
+            `step`; the chosen move where none was given, as at greedy evaluation or for a
+            built-in opponent). Player 0's exploration then no longer blurs its signal.
+        **kwargs: See `OpenSpielEnv`.
     """
 
     game_name = "tiny_hanabi"
+    shows_greedy_moves = True
     # why: one search per process is enough; the table is fixed by the game parameters
     _optimal_cache: ClassVar[dict[str, tuple[float, dict, dict]]] = {}
+
+    def __init__(self, *, show_greedy_moves: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.show_greedy_moves = bool(show_greedy_moves)
 
     def rules_prompt(self) -> str:
         # why: a ~1M-parameter model is trained on this: one short line
@@ -41,7 +53,14 @@ class TinyHanabiEnv(OpenSpielEnv):
         history = state.history()
         text = f"Player {player}. Card d{history[player]}."
         if player == 1:
-            text += f" Partner chose a{history[2]}."
+            chosen = f"a{history[2]}"
+            if self.show_greedy_moves:
+                # why: the recorded greedy move belongs to this episode's state only (turn_at may
+                # render any state); elsewhere the chosen move stands in, as under a greedy policy
+                greedy = self.greedy_history[0] if state is self._state and self.greedy_history else None
+                text += f" Partner chose {chosen}, greedy {greedy or chosen}."
+            else:
+                text += f" Partner chose {chosen}."
         return text
 
     def action_label(self, state, player: int, action: int) -> str:

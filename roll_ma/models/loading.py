@@ -5,19 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from roll_ma.config.schema import ModelConfig
-
-BUILTIN_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny_model"
+from roll_ma.models.builtin import ASSETS, BUILTIN_MODELS
 
 
 def resolve_model_path(path: str) -> str:
-    """'builtin:tiny' -> the shipped model directory; anything else as given (a dir or a hub name)."""
-    if path == "builtin:tiny":
-        if not (BUILTIN_DIR / "config.json").exists():
+    """'builtin:tiny' / 'builtin:tiny-habits' -> the shipped model directory; anything else as given."""
+    if path in BUILTIN_MODELS:
+        folder, build_args = BUILTIN_MODELS[path]
+        if not (ASSETS / folder / "config.json").exists():
             raise FileNotFoundError(
-                f"the built-in tiny model is missing at {BUILTIN_DIR}; rebuild it with "
-                "`python scripts/build_tiny_model.py`"
+                f"the built-in model {path} is missing at {ASSETS / folder}; rebuild it with "
+                f"`python scripts/build_tiny_model.py{build_args}`"
             )
-        return str(BUILTIN_DIR)
+        return str(ASSETS / folder)
     return str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
 
 

@@ -37,6 +37,8 @@ def env_kwargs(env_cfg: EnvConfig, agents: list[AgentConfig], seats: list[str] |
     kinds = {a.name: a.kind for a in agents if a.kind}
     if kinds and "role_kinds" in params:
         kwargs["role_kinds"] = {**kinds, **kwargs.get("role_kinds", {})}
+    if env_cfg.show_greedy_moves:
+        kwargs["show_greedy_moves"] = True
     return kwargs
 
 
@@ -202,6 +204,7 @@ class EnvWorker(Worker):
                 meta_info={"greedy": greedy, "seed": self.seed * 1_000_003 + step},
             )
             out = rollout.generate(request)
+            greedy_texts = self._greedy_texts(rollout, request, out)
             mask = out.batch["response_mask"].bool()
             for row, (ep, (prompt_ids, truncated)) in enumerate(zip(waiting, prompts)):
                 n = int(mask[row].sum())
@@ -220,7 +223,8 @@ class EnvWorker(Worker):
                     prompt_truncated=truncated,
                     action_choices=self._encode_choices(ep.turn.action_responses),
                 )
-                self._step(ep, sample.response_text, samples, sample)
+                self._step(ep, sample.response_text, samples, sample,
+                           greedy_texts[row] if greedy_texts is not None else None)
             round_idx += 1
         bar.close()
         meta = {
@@ -231,15 +235,38 @@ class EnvWorker(Worker):
         }
         return collate_turns(samples, self.tokenizer.pad_token_id, meta)
 
+    def _greedy_texts(self, rollout: Any, request: DataProto, out: DataProto) -> list[str] | None:
+        """SAD: each row's greedy answer, which the envs show the other players; None when off.
+
+        A greedy rollout (evaluation) already is its own greedy answer: no second call.
+        """
+        if not self.env_cfg.show_greedy_moves:
+            return None
+        if request.meta_info["greedy"]:
+            return [str(t) for t in out.non_tensor["response_text"]]
+        greedy_request = DataProto.from_dict(
+            non_tensors=dict(request.non_tensor), meta_info={**request.meta_info, "greedy": True}
+        )
+        return [str(t) for t in rollout.generate(greedy_request).non_tensor["response_text"]]
+
     def _play_builtin_turns(self, ep: _Episode) -> None:
         while ep.turn is not None and ep.turn.agent in BUILTIN_POLICIES:
-            self._step(ep, ep.env.builtin_action(ep.turn.agent, ep.rng), None, None)
+            text = ep.env.builtin_action(ep.turn.agent, ep.rng)
+            self._step(ep, text, None, None, greedy_text=text)
 
     def _step(
-        self, ep: _Episode, text: str, samples: list[TurnSample] | None, sample: TurnSample | None
+        self,
+        ep: _Episode,
+        text: str,
+        samples: list[TurnSample] | None,
+        sample: TurnSample | None,
+        greedy_text: str | None = None,
     ) -> None:
         player, agent = ep.turn.player, ep.turn.agent
-        result = ep.env.step(text)
+        if self.env_cfg.show_greedy_moves:  # why: only envs that show greedy moves take it (validated)
+            result = ep.env.step(text, greedy_text=greedy_text)
+        else:
+            result = ep.env.step(text)
         if sample is not None and samples is not None:
             sample.format_error = bool(result.info.get("format_error", False))
             sample.reward_class = str(result.info.get("reward_class", ""))

@@ -213,7 +213,7 @@ def test_tiny_hanabi_shared_features_script():
         capture_output=True, text=True, timeout=120, check=True, cwd=BENCH,
     ).stdout
     rows = [line for line in out.splitlines() if line.startswith("| ") and "setting" not in line]
-    assert len(rows) == 7 and all(line.endswith("/1 |") for line in rows)
+    assert len(rows) == 13 and all(line.endswith("/1 |") for line in rows)
 
 
 def test_tiny_hanabi_policy_exact_return_and_script():
@@ -284,7 +284,8 @@ def test_sweep_reads_each_evaluation_once_and_refuses_too_many_cores(tmp_path):
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert sweep.eval_returns(metrics) == [(0, 4.0), (2, 8.0)]
     assert sweep.eval_returns(tmp_path / "missing.jsonl") == []
-    assert sweep.run_label("builtin:tiny", 3) == "builtin_seed3"
+    assert sweep.run_label("builtin:tiny", 3) == "tiny_seed3"
+    assert sweep.run_label("builtin:tiny-habits", 3) == "tiny-habits_seed3"  # two built-ins, two labels
     assert sweep.run_label("/tmp/bases/habits", 1) == "habits_seed1"
     too_many = subprocess.run([sys.executable, str(BENCH / "tiny_hanabi_sweep.py"), "--cores-per-run",
                                "100000"], capture_output=True, text=True, timeout=60)
@@ -297,13 +298,14 @@ def test_sweep_runs_every_seed_on_its_own_cores(tmp_path):
         [sys.executable, str(BENCH / "tiny_hanabi_sweep.py"), "--seeds", "1,2", "--cores-per-run", "1",
          "--set", "trainer.max_steps=1", "--set", "env.eval_episodes=8", "--set", "env.groups_per_step=2",
          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, check=True).stdout
-    assert "| builtin_seed1 | 0: " in out and "| builtin_seed2 | 0: " in out
-    assert "builtin:tiny: 2 runs with an evaluation" in out
+    assert "| tiny-habits_seed1 | 0: " in out and "| tiny-habits_seed2 | 0: " in out
+    assert "builtin:tiny-habits: 2 runs with an evaluation" in out
     started = [line.split(" on cores ")[1] for line in out.splitlines() if " started on cores " in line]
     # each run on a core of its own while there are cores for both
     assert len(started) == 2 and len(set(started)) == min(2, len(os.sched_getaffinity(0)))
     for seed in (1, 2):  # both ran to the end and evaluated before and after their step
-        metrics = [json.loads(line) for line in (tmp_path / f"builtin_seed{seed}" / "metrics.jsonl").open()]
+        lines = (tmp_path / f"tiny-habits_seed{seed}" / "metrics.jsonl").open()
+        metrics = [json.loads(line) for line in lines]
         assert [r["step"] for r in metrics if "eval/selfplay/return_seat0" in r] == [0, 1]
 
 

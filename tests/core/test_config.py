@@ -83,6 +83,22 @@ def test_cross_field_checks():
     load_config("tiny_hanabi_selfplay", overrides=["algorithm.action_entropy_coef=0.1"])  # a game: fine
     found = problems_of("math_selfplay_tiny", ["env.kwargs.roundz=2"])
     assert any("takes no setting 'roundz' (did you mean 'rounds'?)" in p for p in found)
+    found = problems_of("math_selfplay_tiny", ["env.show_greedy_moves=true"])
+    assert any(p.startswith("env.show_greedy_moves: math_selfplay does not show") for p in found)
+    load_config("tiny_hanabi_selfplay", overrides=["env.show_greedy_moves=true"])  # tiny_hanabi does
+    found = problems_of("tiny_hanabi_selfplay", ["+env.kwargs.show_greedy_moves=true"])
+    assert "env.kwargs.show_greedy_moves: set env.show_greedy_moves instead" in found
+
+
+def test_built_in_models_resolve_and_a_typo_is_named():
+    from roll_ma.models.loading import BUILTIN_MODELS, resolve_model_path
+
+    for name in BUILTIN_MODELS:  # both ship in the package: no build, no download
+        assert (Path(resolve_model_path(name)) / "model.safetensors").exists()
+    assert load_config("tiny_hanabi_selfplay").model.path == "builtin:tiny-habits"
+    found = problems_of("tiny_hanabi_selfplay", ["model.path=builtin:tiny-habit"])
+    assert any("unknown built-in model 'builtin:tiny-habit' (did you mean 'builtin:tiny-habits'?)" in p
+               for p in found)
 
 
 def test_missing_backend_names_the_extra(monkeypatch):

@@ -48,3 +48,29 @@ def test_rendering_is_short_and_parses_back():
     assert "Partner chose a2." in result.next_turn.messages[1]["content"]
     # OpenSpiel's own label is not accepted: the env speaks a0/a1/a2
     assert env.step("<answer>p1a0</answer>").info["format_error"]
+
+
+def test_greedy_moves_are_shown_to_the_partner_only_when_asked():
+    env = make_env("tiny_hanabi", seat_agents=["a", "b"], show_greedy_moves=True)
+    env.reset(0)
+    turn = env.step("<answer>a0</answer>", greedy_text="<answer>a2</answer>").next_turn
+    assert "Partner chose a0, greedy a2." in turn.messages[1]["content"]
+    env.step("<answer>a1</answer>", greedy_text="<answer>a1</answer>")
+    assert env.episode_metrics()["greedy_agreement"] == 0.5  # player 0 explored, player 1 did not
+    # no greedy answer (greedy evaluation, a built-in opponent) or an unparseable one: the chosen move
+    env.reset(0)
+    turn = env.step("<answer>a1</answer>", greedy_text="no answer here").next_turn
+    assert "Partner chose a1, greedy a1." in turn.messages[1]["content"]
+    assert "greedy_agreement" not in env.episode_metrics()
+    # another state (inspection through turn_at) never borrows this episode's greedy move
+    env.reset(0)
+    env.step("<answer>a0</answer>", greedy_text="<answer>a2</answer>")
+    other = env.game.new_initial_state()
+    for action in env.state.history()[:2] + [1]:  # the same deal, player 0 chose a1
+        other.apply_action(action)
+    assert "Partner chose a1, greedy a1." in env.turn_at(other).messages[1]["content"]
+    # off by default: the plain observation, and step takes greedy_text without showing it
+    plain = make_env("tiny_hanabi", seat_agents=["a", "b"])
+    plain.reset(0)
+    turn = plain.step("<answer>a0</answer>", greedy_text="<answer>a2</answer>").next_turn
+    assert turn.messages[1]["content"].split("\n")[0].endswith("Partner chose a0.")

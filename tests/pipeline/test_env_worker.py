@@ -99,6 +99,46 @@ def test_rows_carry_each_legal_actions_answer_when_asked(hanabi, tiny_model_dir)
         assert texts == ["<answer>a0</answer>", "<answer>a1</answer>", "<answer>a2</answer>"]
 
 
+class _RecordingRollout:
+    """The real rollout worker, with a log of every generate call (greedy flag, prompts, answers)."""
+
+    def __init__(self, rollout):
+        self.rollout, self.calls = rollout, []
+
+    def generate(self, request):
+        out = self.rollout.generate(request)
+        self.calls.append((request.meta_info["greedy"], [list(p) for p in request.non_tensor["prompt_ids"]],
+                           list(request.non_tensor["agent_id"]), list(out.non_tensor["response_text"])))
+        return out
+
+
+def test_greedy_moves_are_decoded_and_shown_for_sampled_rollouts_only(hanabi, tiny_model_dir):
+    import re
+
+    from roll_ma.envs.parsing import ActionParser
+
+    rollout, _ = hanabi
+    env = _env_worker(tiny_model_dir, EnvConfig(name="tiny_hanabi", show_greedy_moves=True), HANABI_AGENTS,
+                      ["p0", "p1"])
+    spy = _RecordingRollout(rollout)
+    batch = env.run_episodes(spy, _specs(6), step=1)
+    assert len(batch) == 12  # the greedy answers add no training rows
+    # each round: the sampled call, then the same prompts and agents decoded greedily
+    assert [greedy for greedy, *_ in spy.calls] == [False, True, False, True]
+    for (_, prompts_a, agents_a, _), (_, prompts_b, agents_b, _) in (spy.calls[0:2], spy.calls[2:4]):
+        assert prompts_a == prompts_b and agents_a == agents_b
+    # player 1 sees player 0's greedy move where it parses, else the chosen one
+    parser = ActionParser(("<answer>", "</answer>"))
+    for greedy_text, p1_prompt in zip(spy.calls[1][3], spy.calls[2][1], strict=True):
+        text = env.tokenizer.decode(p1_prompt)
+        chosen, shown = re.search(r"Partner chose (a\d), greedy (a\d)\.", text).groups()
+        assert shown == (parser.parse(greedy_text, ["a0", "a1", "a2"]).action or chosen)
+    # a greedy rollout (evaluation) is its own greedy answer: one call a round
+    spy.calls.clear()
+    env.run_episodes(spy, _specs(2), step=1, greedy=True)
+    assert [greedy for greedy, *_ in spy.calls] == [True, True]
+
+
 def test_math_roles_act_in_order(tiny_model_dir):
     rollout = _rollout(tiny_model_dir, MATH_AGENTS)
     env = _env_worker(
