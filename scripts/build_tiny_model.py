@@ -20,7 +20,7 @@ What the data teaches (findings of the research spike, see docs/tiny_model.md):
   per information set (`hanabi_habits`): a base whose card matters to it, on which tiny Hanabi
   self-play gets past 8 (see docs/tiny_model.md). Shipped as `builtin:tiny-habits`, the tiny
   Hanabi demo's base (bit-identical rebuild on 2 cores); not the math demo's, whose gain on it
-  is 13-19 points across seeds (15 needed; +21 on `builtin:tiny` at the demo's seed).
+  is 13-19 points across seeds (15 needed; +18.5 on `builtin:tiny` at the demo's seed).
 """
 
 from __future__ import annotations

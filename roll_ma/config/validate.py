@@ -189,7 +189,7 @@ def validate(cfg: RunConfig, check_env: bool = True) -> list[ConfigProblem]:
         add(
             "model.path",
             f"unknown built-in model {path!r}{suggest(path, BUILTIN_MODEL_NAMES)}; "
-            f"the built-in models are {list(BUILTIN_MODEL_NAMES)}",
+            f"the built-in models are {BUILTIN_MODEL_NAMES}",
         )
 
     _check_resources(cfg, problems)

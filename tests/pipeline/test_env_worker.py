@@ -112,27 +112,33 @@ class _RecordingRollout:
         return out
 
 
-def test_greedy_moves_are_decoded_and_shown_for_sampled_rollouts_only(hanabi, tiny_model_dir):
+def test_greedy_moves_are_decoded_and_shown_for_sampled_rollouts_only():
     import re
 
     from roll_ma.envs.parsing import ActionParser
 
-    rollout, _ = hanabi
-    env = _env_worker(tiny_model_dir, EnvConfig(name="tiny_hanabi", show_greedy_moves=True), HANABI_AGENTS,
-                      ["p0", "p1"])
-    spy = _RecordingRollout(rollout)
-    batch = env.run_episodes(spy, _specs(6), step=1)
-    assert len(batch) == 12  # the greedy answers add no training rows
+    # the shipped tiny Hanabi base answers in the game's format, so its greedy answers parse
+    model = "builtin:tiny-habits"
+    env_cfg = EnvConfig(name="tiny_hanabi", show_greedy_moves=True)
+    env = _env_worker(model, env_cfg, HANABI_AGENTS, ["p0", "p1"])
+    spy = _RecordingRollout(_rollout(model, HANABI_AGENTS))
+    batch = env.run_episodes(spy, _specs(16), step=1)
+    assert len(batch) == 32  # the greedy answers add no training rows
     # each round: the sampled call, then the same prompts and agents decoded greedily
     assert [greedy for greedy, *_ in spy.calls] == [False, True, False, True]
     for (_, prompts_a, agents_a, _), (_, prompts_b, agents_b, _) in (spy.calls[0:2], spy.calls[2:4]):
         assert prompts_a == prompts_b and agents_a == agents_b
-    # player 1 sees player 0's greedy move where it parses, else the chosen one
-    parser = ActionParser(("<answer>", "</answer>"))
-    for greedy_text, p1_prompt in zip(spy.calls[1][3], spy.calls[2][1], strict=True):
+    # player 1 sees player 0's parsed greedy move (the chosen one where it does not parse)
+    parser, labels = ActionParser(("<answer>", "</answer>")), ["a0", "a1", "a2"]
+    greedy_moves = [parser.parse(text, labels).action for text in spy.calls[1][3]]
+    shown_pairs = []
+    for greedy_move, p1_prompt in zip(greedy_moves, spy.calls[2][1], strict=True):
         text = env.tokenizer.decode(p1_prompt)
         chosen, shown = re.search(r"Partner chose (a\d), greedy (a\d)\.", text).groups()
-        assert shown == (parser.parse(greedy_text, ["a0", "a1", "a2"]).action or chosen)
+        assert shown == (greedy_move or chosen)
+        shown_pairs.append((chosen, shown))
+    assert all(greedy_moves)  # the base's greedy answers are well formed ...
+    assert any(chosen != shown for chosen, shown in shown_pairs)  # ... and sampling strays from them
     # a greedy rollout (evaluation) is its own greedy answer: one call a round
     spy.calls.clear()
     env.run_episodes(spy, _specs(2), step=1, greedy=True)
