@@ -204,7 +204,7 @@ class EnvWorker(Worker):
                 meta_info={"greedy": greedy, "seed": self.seed * 1_000_003 + step},
             )
             out = rollout.generate(request)
-            greedy_texts = self._greedy_texts(rollout, request, out)
+            greedy_texts = self._greedy_texts(rollout, request)
             mask = out.batch["response_mask"].bool()
             for row, (ep, (prompt_ids, truncated)) in enumerate(zip(waiting, prompts)):
                 n = int(mask[row].sum())
@@ -235,15 +235,14 @@ class EnvWorker(Worker):
         }
         return collate_turns(samples, self.tokenizer.pad_token_id, meta)
 
-    def _greedy_texts(self, rollout: Any, request: DataProto, out: DataProto) -> list[str] | None:
-        """SAD: each row's greedy answer, which the envs show the other players; None when off.
+    def _greedy_texts(self, rollout: Any, request: DataProto) -> list[str] | None:
+        """SAD: each row's greedy answer, which the envs show the other players.
 
-        A greedy rollout (evaluation) already is its own greedy answer: no second call.
+        None when off, and for a greedy rollout (evaluation), whose moves are their own greedy
+        answers: the envs then show the chosen move, with no second generate call.
         """
-        if not self.env_cfg.show_greedy_moves:
+        if not self.env_cfg.show_greedy_moves or request.meta_info["greedy"]:
             return None
-        if request.meta_info["greedy"]:
-            return [str(t) for t in out.non_tensor["response_text"]]
         greedy_request = DataProto.from_dict(
             non_tensors=dict(request.non_tensor), meta_info={**request.meta_info, "greedy": True}
         )
@@ -251,8 +250,7 @@ class EnvWorker(Worker):
 
     def _play_builtin_turns(self, ep: _Episode) -> None:
         while ep.turn is not None and ep.turn.agent in BUILTIN_POLICIES:
-            text = ep.env.builtin_action(ep.turn.agent, ep.rng)
-            self._step(ep, text, None, None, greedy_text=text)
+            self._step(ep, ep.env.builtin_action(ep.turn.agent, ep.rng), None, None)
 
     def _step(
         self,
@@ -263,10 +261,8 @@ class EnvWorker(Worker):
         greedy_text: str | None = None,
     ) -> None:
         player, agent = ep.turn.player, ep.turn.agent
-        if self.env_cfg.show_greedy_moves:  # why: only envs that show greedy moves take it (validated)
-            result = ep.env.step(text, greedy_text=greedy_text)
-        else:
-            result = ep.env.step(text)
+        # why: given only under env.show_greedy_moves, which validation allows only for envs taking it
+        result = ep.env.step(text) if greedy_text is None else ep.env.step(text, greedy_text=greedy_text)
         if sample is not None and samples is not None:
             sample.format_error = bool(result.info.get("format_error", False))
             sample.reward_class = str(result.info.get("reward_class", ""))

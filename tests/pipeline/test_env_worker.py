@@ -139,10 +139,14 @@ def test_greedy_moves_are_decoded_and_shown_for_sampled_rollouts_only():
         shown_pairs.append((chosen, shown))
     assert all(greedy_moves)  # the base's greedy answers are well formed ...
     assert any(chosen != shown for chosen, shown in shown_pairs)  # ... and sampling strays from them
-    # a greedy rollout (evaluation) is its own greedy answer: one call a round
+    # the agreement metric counts sampled model moves against their greedy answers
+    agreement = [e["metrics"]["greedy_agreement"] for e in batch.meta_info["episodes"]]
+    assert len(agreement) == 16 and min(agreement) < 1.0
+    # a greedy rollout (evaluation) is its own greedy answer: one call a round, nothing to compare
     spy.calls.clear()
-    env.run_episodes(spy, _specs(2), step=1, greedy=True)
+    evaluation = env.run_episodes(spy, _specs(2), step=1, greedy=True)
     assert [greedy for greedy, *_ in spy.calls] == [True, True]
+    assert all("greedy_agreement" not in e["metrics"] for e in evaluation.meta_info["episodes"])
 
 
 def test_math_roles_act_in_order(tiny_model_dir):
