@@ -9,18 +9,24 @@ player 1 (the signal tie). Here each seat's logits are a shared part plus a card
 at 0 (the base ignores the card) and learns ``k`` times slower than the shared part (``k=1``: as
 free as a table). With ``k_sig`` set, player 1's logits also share a part across the partner's
 actions, and the part that depends on the action learns ``k_sig`` times slower; without it each
-partner action has its own logits. ``sad`` adds the Simplified Action Decoder's input
-(`env.show_greedy_moves`): player 1 also conditions on player 0's greedy action, through parts
-that learn as slowly as the signal part. The rest is what roll_ma does: 64 sampled episodes a
-step in groups of 8 sharing a deal, GRPO advantages (mean and std within the group), an entropy
-bonus on each seat's action (as `algorithm.action_entropy_coef`, decayed linearly to 0), Adam.
-Printed per setting: the exact expected return of each seed's final policy and how many reach 10.
+partner action has its own logits. ``shown`` gives player 1 one more public input, through
+parts that learn as slowly as the signal part: ``"greedy"``, the Simplified Action Decoder's
+(`env.show_greedy_moves`: player 0's greedy action), or ``"belief"``, the Bayesian Action
+Decoder's public belief in its simplest form (player 0's move is drawn for both cards, a plan,
+and player 1 is told the partner's card whenever the plan tells the two apart).
+``partner_samples`` > 1 draws several answers of player 1 to each move of player 0 and credits
+the move with mean + ``optimism`` x (max - mean) of their returns (lenient / optimistic
+learners: a move counts as good if the partner can answer it well). The rest is what roll_ma
+does: 64 sampled episodes a step in groups of 8 sharing a deal, GRPO advantages (mean and std
+within the group), an entropy bonus on each seat's action (as `algorithm.action_entropy_coef`,
+decayed linearly to 0), Adam. Printed per setting: the exact expected return of each seed's
+final policy and how many reach 10.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tiny_hanabi_tabular import entropy_grad, payoff_table, softmax
@@ -36,7 +42,10 @@ class Setting:
     decay: int  # steps over which the bonus falls to 0 (0: constant)
     steps: int
     k_sig: float | None = None  # signal parts' factor; None: player 1 has logits per partner action
-    sad: bool = False
+    k_inter: float | None = None  # player 1's card x signal part's factor (default k * k_sig)
+    shown: str | None = None  # player 1's extra public input: None, "greedy" (SAD) or "belief" (BAD)
+    partner_samples: int = 1  # answers of player 1 drawn for each move of player 0
+    optimism: float = 0.0  # player 0's credit: mean + optimism * (max - mean) over those answers
 
 
 def init_params(rng: np.random.Generator, s: Setting) -> tuple[dict, dict]:
@@ -49,8 +58,9 @@ def init_params(rng: np.random.Generator, s: Setting) -> tuple[dict, dict]:
         return params, rates
     params |= {"blind1": rng.normal(0, 0.1, 3), "card1": np.zeros(3),
                "signal1": np.zeros((3, 3)), "card_signal1": np.zeros((3, 3))}
-    rates |= {"blind1": 1.0, "card1": s.k, "signal1": s.k_sig, "card_signal1": s.k * s.k_sig}
-    if s.sad:
+    inter = s.k * s.k_sig if s.k_inter is None else s.k_inter
+    rates |= {"blind1": 1.0, "card1": s.k, "signal1": s.k_sig, "card_signal1": inter}
+    if s.shown:
         params |= {"greedy1": np.zeros((3, 3)), "card_greedy1": np.zeros((3, 3))}
         rates |= {"greedy1": s.k_sig, "card_greedy1": s.k * s.k_sig}
     return params, rates
@@ -58,7 +68,8 @@ def init_params(rng: np.random.Generator, s: Setting) -> tuple[dict, dict]:
 
 def joint_policy(params: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(2, 3) player 0 card -> action; its greedy action per card (2,); (2, 3, 3, 3) player 1
-    (card, partner action, partner greedy action) -> answer."""
+    (card, partner action, shown input) -> answer. The shown input is the partner's greedy action
+    (SAD) or its card as the public belief tells it (BAD: d0, d1, or 2 for either)."""
     p0 = softmax(params["blind0"][None, :] + CARD_SIGN[:, None] * params["card0"][None, :])
     sign = CARD_SIGN[:, None, None]
     if params["blind1"].ndim == 2:
@@ -87,37 +98,61 @@ def parameter_grads(g0: np.ndarray, g1: np.ndarray, params: dict) -> dict[str, n
     return grads
 
 
+def shown_input(s: Setting, rng: np.random.Generator, p0: np.ndarray, greedy0: np.ndarray,
+                c0: int, a0: int) -> int:
+    """What player 1 is shown beside the move (index into its policy's third axis)."""
+    if s.shown == "greedy":
+        return int(greedy0[c0])
+    if s.shown == "belief":  # the plan's move for the other card decides whether a0 tells c0
+        return c0 if rng.choice(3, p=p0[1 - c0]) != a0 else 2
+    return int(greedy0[c0])  # nothing shown: player 1's policy is the same along that axis
+
+
+def exact_return(table: np.ndarray, s: Setting, p0: np.ndarray, greedy0: np.ndarray, p1: np.ndarray) -> float:
+    """Expected return of the joint policy over the four deals (and, for the belief, the plans)."""
+    if s.shown != "belief":
+        p1_seen = p1[:, :, greedy0, :].transpose(2, 0, 1, 3)  # (card0, card1, action, answer)
+        return float((0.25 * p0[:, None, :, None] * p1_seen * table).sum())
+    total = 0.0
+    for c0, c1, a0, other in np.ndindex(2, 2, 3, 3):
+        shown = c0 if other != a0 else 2
+        total += 0.25 * p0[c0, a0] * p0[1 - c0, other] * (p1[c1, a0, shown] * table[c0, c1, a0]).sum()
+    return float(total)
+
+
 def train(table: np.ndarray, seed: int, s: Setting, groups: int = 8, group_size: int = 8,
           lr: float = 0.05) -> float:
     """Sampled GRPO + Adam from a card-blind start; returns the final policy's exact expected return."""
     rng = np.random.default_rng(seed)
     params, rates = init_params(rng, s)
     moments = {n: (np.zeros_like(v), np.zeros_like(v)) for n, v in params.items()}
-    rows = groups * group_size
+    rows0 = groups * group_size
+    rows1 = rows0 * s.partner_samples
     for t in range(1, s.steps + 1):
         coef = s.beta * max(0.0, 1.0 - (t - 1) / s.decay) if s.decay else s.beta
         p0, greedy0, p1 = joint_policy(params)
         g0, g1 = np.zeros((2, 3)), np.zeros((2, 3, 3, 3))  # gradients w.r.t. each information set's logits
         for _ in range(groups):
             c0, c1 = rng.integers(2), rng.integers(2)  # the group's deal
-            g = greedy0[c0]
             a0 = np.array([rng.choice(3, p=p0[c0]) for _ in range(group_size)])
-            a1 = np.array([rng.choice(3, p=p1[c1, a, g]) for a in a0])
-            returns = table[c0, c1, a0, a1]
-            adv = (returns - returns.mean()) / (returns.std() + 1e-6)
-            for x0, x1, a in zip(a0, a1, adv, strict=True):
-                g0[c0] += (a * (np.eye(3)[x0] - p0[c0]) + coef * entropy_grad(p0[c0])) / rows
-                q = p1[c1, x0, g]
-                g1[c1, x0, g] += (a * (np.eye(3)[x1] - q) + coef * entropy_grad(q)) / rows
+            shown = np.array([shown_input(s, rng, p0, greedy0, c0, a) for a in a0])
+            a1 = np.array([[rng.choice(3, p=p1[c1, a, x]) for _ in range(s.partner_samples)]
+                           for a, x in zip(a0, shown, strict=True)])  # (group, partner samples)
+            returns = table[c0, c1, a0[:, None], a1]
+            credit0 = returns.mean(1) + s.optimism * (returns.max(1) - returns.mean(1))
+            adv0 = (credit0 - credit0.mean()) / (credit0.std() + 1e-6)
+            adv1 = (returns - returns.mean()) / (returns.std() + 1e-6)
+            for x0, x, a, row_adv1, answers in zip(a0, shown, adv0, adv1, a1, strict=True):
+                g0[c0] += (a * (np.eye(3)[x0] - p0[c0]) + coef * entropy_grad(p0[c0])) / rows0
+                q = p1[c1, x0, x]
+                for x1, b in zip(answers, row_adv1, strict=True):
+                    g1[c1, x0, x] += (b * (np.eye(3)[x1] - q) + coef * entropy_grad(q)) / rows1
         for name, grad in parameter_grads(g0, g1, params).items():  # Adam ascent
             m, v = moments[name]
             m[:] = 0.9 * m + 0.1 * grad
             v[:] = 0.999 * v + 0.001 * grad * grad
             params[name] += rates[name] * lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
-    p0, greedy0, p1 = joint_policy(params)
-    # player 1 sees player 0's greedy action for player 0's card
-    p1_seen = p1[:, :, greedy0, :].transpose(2, 0, 1, 3)  # (card0, card1, action, answer)
-    return float((0.25 * p0[:, None, :, None] * p1_seen * table).sum())
+    return exact_return(table, s, *joint_policy(params))
 
 
 SETTINGS = [
@@ -133,8 +168,22 @@ SETTINGS = [
     Setting("k=0.3, signal tie k_sig=0.3, bonus over 160 of 220", 0.3, 1.0, 160, 220, k_sig=0.3),
     Setting("k=0.3, k_sig=0.3, bonus over 300 of 400", 0.3, 1.0, 300, 400, k_sig=0.3),
     Setting("k=0.3, k_sig=0.1, bonus over 160 of 220", 0.3, 1.0, 160, 220, k_sig=0.1),
-    Setting("k=0.3, k_sig=0.3, SAD, bonus over 160 of 220", 0.3, 1.0, 160, 220, k_sig=0.3, sad=True),
+    Setting("k=0.3, k_sig=0.3, SAD, bonus over 160 of 220", 0.3, 1.0, 160, 220, k_sig=0.3, shown="greedy"),
     Setting("k=0.6, k_sig=0.6, bonus over 160 of 220", 0.6, 1.0, 160, 220, k_sig=0.6),
+    # what 10 needs of player 1: its answer to a signal is XOR(its card, the signal), an interaction
+    Setting("k=0.3, k_sig=0.3, card x signal part at 0.3 (not 0.09), bonus over 160 of 220", 0.3, 1.0, 160,
+            220, k_sig=0.3, k_inter=0.3),
+    Setting("k=0.3, k_sig=0.3, card x signal part at 0.6, bonus over 160 of 220", 0.3, 1.0, 160, 220,
+            k_sig=0.3, k_inter=0.6),
+    # joint credit and public information: none of them leaves the LM's 9 convention
+    Setting("k=0.3, k_sig=0.3, optimistic credit (max of 4 answers), bonus over 160 of 220", 0.3, 1.0, 160,
+            220, k_sig=0.3, partner_samples=4, optimism=1.0),
+    Setting("k=0.3, k_sig=0.3, half-optimistic credit (4 answers), bonus over 160 of 220", 0.3, 1.0, 160,
+            220, k_sig=0.3, partner_samples=4, optimism=0.5),
+    Setting("k=0.3, k_sig=0.3, public belief (BAD), bonus over 160 of 220", 0.3, 1.0, 160, 220,
+            k_sig=0.3, shown="belief"),
+    Setting("k=0.6, k_sig=0.6, public belief (BAD), bonus over 160 of 220", 0.6, 1.0, 160, 220,
+            k_sig=0.6, shown="belief"),
 ]
 
 
@@ -149,7 +198,7 @@ def main() -> None:
     print("|---|---|---|")
     for s in SETTINGS:
         steps = args.steps or s.steps
-        s = Setting(s.name, s.k, s.beta, min(s.decay, steps), steps, s.k_sig, s.sad)
+        s = replace(s, decay=min(s.decay, steps), steps=steps)
         finals = [train(table, seed, s) for seed in range(args.seeds)]
         shown = ", ".join(f"{f:.1f}" for f in sorted(finals))
         print(f"| {s.name} | {shown} | {sum(f > 9.5 for f in finals)}/{args.seeds} |", flush=True)

@@ -213,7 +213,7 @@ def test_tiny_hanabi_shared_features_script():
         capture_output=True, text=True, timeout=120, check=True, cwd=BENCH,
     ).stdout
     rows = [line for line in out.splitlines() if line.startswith("| ") and "setting" not in line]
-    assert len(rows) == 13 and all(line.endswith("/1 |") for line in rows)
+    assert len(rows) == 19 and all(line.endswith("/1 |") for line in rows)
 
 
 def test_tiny_hanabi_policy_exact_return_and_script():
@@ -287,6 +287,16 @@ def test_sweep_reads_each_evaluation_once_and_refuses_too_many_cores(tmp_path):
     assert sweep.run_label("builtin:tiny", 3) == "tiny_seed3"
     assert sweep.run_label("builtin:tiny-habits", 3) == "tiny-habits_seed3"  # two built-ins, two labels
     assert sweep.run_label("/tmp/bases/habits", 1) == "habits_seed1"
+    assert sweep.run_label("builtin:tiny-habits", 0, "attn") == "attn_tiny-habits_seed0"
+    # a variant's overrides keep their own '=' and list commas; only spaces split them
+    assert sweep.parse_variant("mix=lora.target_modules=[q_proj,v_proj] agents.1.lr=6e-4") == (
+        "mix", ["lora.target_modules=[q_proj,v_proj]", "agents.1.lr=6e-4"])
+    for bad in ("no_overrides", "=train.lr=1e-4", "a/b=train.lr=1e-4", "empty= "):
+        with pytest.raises(SystemExit, match="LABEL=OVERRIDES"):
+            sweep.parse_variant(bad)
+    assert sweep.parse_variants([]) == {"": []}
+    with pytest.raises(SystemExit, match="given twice"):
+        sweep.parse_variants(["a=train.lr=1e-4", "a=train.lr=2e-4"])
     too_many = subprocess.run([sys.executable, str(BENCH / "tiny_hanabi_sweep.py"), "--cores-per-run",
                                "100000"], capture_output=True, text=True, timeout=60)
     assert too_many.returncode != 0 and "more than the" in too_many.stderr
@@ -307,6 +317,22 @@ def test_sweep_runs_every_seed_on_its_own_cores(tmp_path):
         lines = (tmp_path / f"tiny-habits_seed{seed}" / "metrics.jsonl").open()
         metrics = [json.loads(line) for line in lines]
         assert [r["step"] for r in metrics if "eval/selfplay/return_seat0" in r] == [0, 1]
+
+
+@pytest.mark.slow
+def test_sweep_variants_get_their_own_overrides(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "tiny_hanabi_sweep.py"), "--seeds", "1", "--cores-per-run", "1",
+         "--variant", "slow=train.lr=1e-4", "--variant", "fast=train.lr=3e-4 algorithm.kl_coef=0.1",
+         "--set", "trainer.max_steps=1", "--set", "env.eval_episodes=8", "--set", "env.groups_per_step=2",
+         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, check=True).stdout
+    assert "slow: builtin:tiny-habits: 1 runs with an evaluation" in out
+    assert "fast: builtin:tiny-habits: 1 runs with an evaluation" in out
+    for label, lr in (("slow", 1e-4), ("fast", 3e-4)):  # each run got its own variant's overrides
+        metrics = tmp_path / f"{label}_tiny-habits_seed1" / "metrics.jsonl"
+        rows = [json.loads(line) for line in metrics.open()]
+        logged = {r[k] for r in rows for k in ("agent/player_0/lr", "agent/player_1/lr") if k in r}
+        assert logged == {lr}
 
 
 @pytest.mark.slow
