@@ -61,8 +61,8 @@ def init_params(rng: np.random.Generator, s: Setting) -> tuple[dict, dict]:
     inter = s.k * s.k_sig if s.k_inter is None else s.k_inter
     rates |= {"blind1": 1.0, "card1": s.k, "signal1": s.k_sig, "card_signal1": inter}
     if s.shown:
-        params |= {"greedy1": np.zeros((3, 3)), "card_greedy1": np.zeros((3, 3))}
-        rates |= {"greedy1": s.k_sig, "card_greedy1": s.k * s.k_sig}
+        params |= {"shown1": np.zeros((3, 3)), "card_shown1": np.zeros((3, 3))}
+        rates |= {"shown1": s.k_sig, "card_shown1": s.k * s.k_sig}
     return params, rates
 
 
@@ -77,10 +77,10 @@ def joint_policy(params: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray,
     else:
         blind = params["blind1"] + params["signal1"]  # (action, answer)
         logits1 = blind[None] + sign * (params["card1"] + params["card_signal1"])[None]
-    logits1 = np.repeat(logits1[:, :, None, :], 3, axis=2)  # (card, action, greedy action, answer)
-    if "greedy1" in params:
-        greedy = params["greedy1"][None, None] + sign[..., None] * params["card_greedy1"][None, None]
-        logits1 = logits1 + greedy
+    logits1 = np.repeat(logits1[:, :, None, :], 3, axis=2)  # (card, action, shown input, answer)
+    if "shown1" in params:
+        shown = params["shown1"][None, None] + sign[..., None] * params["card_shown1"][None, None]
+        logits1 = logits1 + shown
     return p0, p0.argmax(1), softmax(logits1)
 
 
@@ -93,8 +93,8 @@ def parameter_grads(g0: np.ndarray, g1: np.ndarray, params: dict) -> dict[str, n
         return grads
     grads |= {"blind1": g1.sum((0, 1, 2)), "card1": (sign * g1).sum((0, 1, 2)),
               "signal1": g1.sum((0, 2)), "card_signal1": (sign * g1).sum((0, 2))}
-    if "greedy1" in params:
-        grads |= {"greedy1": g1.sum((0, 1)), "card_greedy1": (sign * g1).sum((0, 1))}
+    if "shown1" in params:
+        grads |= {"shown1": g1.sum((0, 1)), "card_shown1": (sign * g1).sum((0, 1))}
     return grads
 
 

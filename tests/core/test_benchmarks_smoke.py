@@ -216,6 +216,36 @@ def test_tiny_hanabi_shared_features_script():
     assert len(rows) == 19 and all(line.endswith("/1 |") for line in rows)
 
 
+def test_shared_features_exact_return_and_the_xor_that_10_needs():
+    import numpy as np
+    import tiny_hanabi_shared_features as sf
+    from tiny_hanabi_tabular import payoff_table
+
+    table = payoff_table()  # (card0, card1, action, answer)
+    # a signal pays 10 when player 1 answers a0 for equal cards and a2 for different ones
+    # (a2 from card d1 pays nothing when the cards differ): its card XOR the partner's
+    for c0, c1, signal in np.ndindex(2, 2, 3):
+        if signal != 1 and (c0, c1, signal) != (1, 0, 2):
+            assert table[c0, c1, signal].argmax() == (0 if c0 == c1 else 2)
+    p0 = np.eye(3)[[2, 0]]  # the 10 convention: d0 -> a2, d1 -> a0
+    greedy0 = p0.argmax(1)
+    answers = np.zeros((2, 3, 3), dtype=int)  # (card1, partner action, shown input) -> answer
+    answers[:, 1] = 1  # a1 -> a1
+    answers[0, 2], answers[1, 2], answers[0, 0], answers[1, 0] = 0, 2, 2, 0  # decode the signal
+    p1 = np.eye(3)[answers]
+    assert sf.exact_return(table, sf.Setting("x", 1, 0, 0, 1), p0, greedy0, p1) == 10.0
+    # with the public belief, player 1 answers by the partner's card it is told (shown input 0 / 1)
+    belief = sf.Setting("x", 1, 0, 0, 1, k_sig=1, shown="belief")
+    by_card = np.zeros((2, 3, 3), dtype=int)
+    for c1, told in np.ndindex(2, 2):
+        by_card[c1, [0, 2], told] = 0 if told == c1 else 2
+    by_card[:, 1] = 1
+    assert sf.exact_return(table, belief, p0, greedy0, np.eye(3)[by_card]) == 10.0
+    # a plan that plays a0 with both cards tells nothing: shown input 2, where this player 1 says a0
+    both_a0 = np.eye(3)[[0, 0]]
+    assert sf.exact_return(table, belief, both_a0, both_a0.argmax(1), np.eye(3)[by_card]) == 5.0
+
+
 def test_tiny_hanabi_policy_exact_return_and_script():
     import tiny_hanabi_policy as tp
 
