@@ -48,3 +48,40 @@ def test_habits_answers_follow_the_habit_and_uniform_answers_do_not():
     for counts in answer_counts(uniform, 4000).values():
         total = sum(counts.values())
         assert all(abs(c / total - 1 / 3) < 0.08 for c in counts.values())
+
+
+def test_listener_prior_gives_each_partner_action_its_own_answer_per_card():
+    listener = pytest.importorskip("continue_listener_prior")
+    from roll_ma.envs import make_env
+
+    habits = build.hanabi_habits(make_env("tiny_hanabi"), random.Random(1))
+    player0 = {k: w for k, w in habits.items() if k.startswith("Player 0.")}
+    perms = listener.listener_habits(habits, random.Random(1), strength=0.8)
+    assert {k: w for k, w in habits.items() if k.startswith("Player 0.")} == player0  # untouched
+    for card, perm in perms.items():
+        assert sorted(perm) == [0, 1, 2]  # a permutation: three signals, three different answers
+        for partner in range(3):
+            key = f"Player 1. Card d{card}. Partner chose a{partner}.\nLegal actions: a0, a1, a2"
+            weights = habits[key]
+            assert weights[perm[partner]] == 0.8 and sum(weights) == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_listener_prior_script_writes_a_loadable_base(tmp_path):
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "continue_listener_prior.py"
+    out = tmp_path / "listener"
+    log = subprocess.run([sys.executable, str(script), "--out", str(out), "--steps", "2", "--batch", "4"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "player 1's answers to a0, a1, a2: card d0:" in log and "step 2:" in log
+
+    from transformers import AutoModelForCausalLM
+
+    from roll_ma.config.schema import ModelConfig
+    from roll_ma.models.loading import load_tokenizer
+
+    assert AutoModelForCausalLM.from_pretrained(out).config.model_type == "qwen2"
+    chat = load_tokenizer(ModelConfig(path=str(out))).apply_chat_template(
+        [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
+    assert chat.endswith("<|im_start|>assistant\n")  # the template came along with the weights
