@@ -39,10 +39,13 @@ def listener_habits(habits: dict[str, list[float]], rng: random.Random, strength
     for card in range(2):
         perms[card] = rng.sample(range(3), 3)
         for partner in range(3):
-            key = f"Player 1. Card d{card}. Partner chose a{partner}.\nLegal actions: a0, a1, a2"
-            if key not in habits:
-                raise KeyError(f"no information set {key!r}: did tiny Hanabi's prompt change?")
-            habits[key] = [strength if a == perms[card][partner] else (1 - strength) / 2 for a in range(3)]
+            # why: habits are keyed by the whole prompt; its first line is the env's observation
+            seen = f"Player 1. Card d{card}. Partner chose a{partner}."
+            keys = [key for key in habits if key.split("\n")[0] == seen]
+            if len(keys) != 1:
+                raise KeyError(f"{len(keys)} information sets start with {seen!r}: did the prompt change?")
+            rest = (1 - strength) / 2
+            habits[keys[0]] = [strength if a == perms[card][partner] else rest for a in range(3)]
     return perms
 
 
