@@ -224,6 +224,29 @@ class AlgorithmConfig:
         "collapsing to the majority verdict",
     )
     loss_agg: Literal["token_mean", "seq_mean"] = _f("token_mean", "how token losses are averaged")
+    joint_search_every: int = _f(
+        0,
+        "every k steps (0: never), search the game tree from the agents' greedy joint policy for a "
+        "better one (one seat's action changed at one information set, the other seats "
+        "best-responding; JPS) and distill it into the adapters: gets independent learners out of "
+        "a joint policy no single seat can improve (tiny Hanabi's 9 of 10). Small common-payoff "
+        "OpenSpiel games only",
+        min=0,
+    )
+    joint_search_depth: int = _f(
+        2, "how many information sets the search may force another action at, at once (1 or 2; "
+        "some conventions pay only when a seat changes two moves together)", min=1, max=3,
+    )
+    joint_search_min_gain: float = _f(
+        0.05, "distill only when the found joint policy beats the greedy one by more than this", min=0.0
+    )
+    joint_search_distill_steps: int = _f(
+        300, "at most this many supervised steps per agent to distill a found joint policy", min=1
+    )
+    joint_search_stop_prob: float = _f(
+        0.9, "distillation stops once every information set picks its target with this probability",
+        min=0.0, max=1.0,
+    )
 
 
 @dataclass

@@ -259,10 +259,31 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
     seats = resolve_seats(cfg, num_players)
     if len(seats) == num_players:
         try:
-            cls(**env_kwargs(cfg.env, cfg.agents, seats))
+            env = cls(**env_kwargs(cfg.env, cfg.agents, seats))
         except Exception as err:
             problems.append(ConfigProblem("env.seats", f"{cfg.env.name} rejected the seats {seats}: {err}"))
+        else:
+            if cfg.algorithm.joint_search_every > 0:
+                _check_joint_search(cfg, env, seats, problems)
     return num_players
+
+
+def _check_joint_search(cfg: RunConfig, env: object, seats: list[str], problems: list[ConfigProblem]) -> None:
+    """Joint search enumerates the game and distills into every seat: small, cooperative, seats trained."""
+    key = "algorithm.joint_search_every"
+    if not hasattr(env, "game_tree"):
+        problems.append(ConfigProblem(key, f"{cfg.env.name} is not an OpenSpiel game; joint search needs a "
+                                           "small common-payoff one such as tiny_hanabi"))
+        return
+    trainable = {a.name for a in cfg.agents if not a.frozen}
+    untrained = [s for s in seats if s not in trainable]
+    if untrained:
+        problems.append(ConfigProblem(key, f"seats {untrained} are built-in or frozen; joint search changes "
+                                           "every seat's policy, so every seat must be a trainable agent"))
+    try:
+        env.game_tree()  # type: ignore[attr-defined]
+    except ValueError as err:
+        problems.append(ConfigProblem(key, str(err)))
 
 
 def _check_resources(cfg: RunConfig, problems: list[ConfigProblem]) -> None:

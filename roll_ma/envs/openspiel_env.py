@@ -9,9 +9,13 @@ rng), seats -> agents, parsing with the format penalty and fallback, turn-level 
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 from roll_ma.envs.base import MultiAgentEnv, StepResult, Turn, check_seat_agents
 from roll_ma.envs.parsing import ActionParser, check_fallback, fallback_rng
+
+if TYPE_CHECKING:
+    from roll_ma.algorithms.joint_search import GameTree
 
 
 class OpenSpielEnv(MultiAgentEnv):
@@ -198,6 +202,55 @@ class OpenSpielEnv(MultiAgentEnv):
         self._legal = dict(zip(turn.legal_actions, self._state.legal_actions(), strict=True))
         assert len(self._legal) == len(turn.legal_actions), "action labels must be unique"
         return turn
+
+    def game_tree(self, max_paths: int = 20_000) -> tuple[GameTree, dict[tuple, Turn]]:
+        """The whole tree for joint policy search: terminal paths and the turn of every information set.
+
+        An information set is what the acting seat is shown: (player, its prompt). That is all a
+        model conditions on, so two histories with the same prompt are one decision for it.
+
+        Raises:
+            ValueError: the game is not common-payoff, its observation quotes the episode
+                (greedy moves shown), or it has more than ``max_paths`` terminal histories.
+        """
+        import pyspiel
+
+        from roll_ma.algorithms.joint_search import GameTree, TerminalPath
+
+        if self.game.get_type().utility != pyspiel.GameType.Utility.IDENTICAL:
+            raise ValueError(f"joint search needs a common-payoff game; {self.game_name} is "
+                             f"{self.game.get_type().utility.name.lower()}")
+        game = self.game
+        bound = max(game.num_distinct_actions(), game.max_chance_outcomes()) ** game.max_game_length()
+        if bound > max_paths:
+            raise ValueError(f"{self.game_name} may have up to {bound:.3g} terminal histories (more than "
+                             f"{max_paths}); joint search enumerates the whole tree and is for small games")
+        if getattr(self, "show_greedy_moves", False):
+            raise ValueError("joint search needs prompts that depend on the game state alone; "
+                             "env.show_greedy_moves adds the episode's greedy moves")
+        paths: list[TerminalPath] = []
+        turns: dict[tuple, Turn] = {}
+        stack = [(self.game.new_initial_state(), 1.0, ())]
+        while stack:
+            state, chance, moves = stack.pop()
+            if state.is_terminal():
+                paths.append(TerminalPath(chance, moves, float(state.returns()[0])))
+                if len(paths) > max_paths:
+                    raise ValueError(f"{self.game_name} has more than {max_paths} terminal histories; "
+                                     "joint search enumerates the whole tree and is for small games")
+            elif state.is_chance_node():
+                for action, prob in reversed(state.chance_outcomes()):
+                    stack.append((state.child(action), chance * prob, moves))
+            else:
+                turn = self.turn_at(state)
+                key = (turn.player, tuple(m["content"] for m in turn.messages))
+                turns.setdefault(key, turn)
+                for index in reversed(range(len(turn.legal_actions))):
+                    action = state.legal_actions()[index]
+                    stack.append((state.child(action), chance, (*moves, (key, index))))
+        tree = GameTree(paths, {k: t.player for k, t in turns.items()},
+                        {k: len(t.legal_actions) for k, t in turns.items()})
+        return tree, turns
 
     def turn_at(self, state) -> Turn:
         """The turn the acting player sees at ``state`` (any state of this game; the episode is untouched).

@@ -11,7 +11,9 @@ What one step does (every agent is a LoRA adapter on one shared base model):
 3. Advantages per agent: each agent's turn rewards are discounted back through its own
    earlier turns, then normalised within (group, agent) (GRPO) or per agent (REINFORCE++).
 4. Update: the train workers partition the batch by agent and update the adapters one after
-   another, each only from its own rows, each with its own optimizer state.
+   another, each only from its own rows, each with its own optimizer state. Small cooperative
+   games may add a joint policy search every ``algorithm.joint_search_every`` steps, whose
+   better joint policy is distilled into the adapters (``pipelines/joint_search.py``).
 5. Sync: every trainable adapter is pushed into the rollout engine under version = step; the
    next step's rows must report that version (a stale row stops the run).
 6. Metrics, checkpoint every ``save_every`` steps, evaluation every ``eval_every`` steps.
@@ -56,6 +58,7 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
     from roll_ma.packing import concat_padded
     from roll_ma.pipelines.episodes import EpisodePlanner
     from roll_ma.pipelines.evaluation import evaluate
+    from roll_ma.pipelines.joint_search import JointSearch
     from roll_ma.pipelines.metrics import (
         episode_env_metrics,
         logprob_gap_metrics,
@@ -81,6 +84,7 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
     trainable = {a.adapter_name for a in cfg.agents if not a.frozen}
     all_adapters = {a.adapter_name for a in cfg.agents}
     planner = EpisodePlanner(cfg.env, cfg.seed)
+    search = JointSearch(cfg, seats) if cfg.algorithm.joint_search_every > 0 else None
     workers = build_workers(cfg, seats)
     print(
         f"[roll_ma] {cfg.name}: agents {agent_names} in seats {seats}, rollout={cfg.rollout.backend} "
@@ -149,6 +153,11 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
                 # 4. per-agent update, agent after agent
                 with timer("update"):
                     metrics.update(workers.train.train_step(batch)[0])
+
+                # 4b. joint search (small cooperative games): distill a better joint policy when one is found
+                if search is not None and step % cfg.algorithm.joint_search_every == 0:
+                    with timer("joint_search"):
+                        metrics.update(search.improve(workers.train, step))
 
                 # 5. push every trainable adapter into the rollout engine under version = step
                 with timer("sync"):

@@ -29,6 +29,7 @@ import torch
 
 from roll_ma.config.schema import AlgorithmConfig, ModelConfig, TrainConfig
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
+from roll_ma.models.logprobs import choice_log_probs
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.ds_utils import barrier, setup_deepspeed, training_device
 from roll_ma.strategies.policy_updater import TRAIN_KEYS, PolicyUpdater
@@ -211,6 +212,59 @@ class MultiAgentDeepSpeedStrategy:
                 metrics.update({prefix + "grad_norm": result.grad_norm, prefix + "lr": result.lr,
                                 prefix + "updated": float(result.optimizer_steps > 0),
                                 prefix + "skipped_nonfinite": float(result.skipped_nonfinite)})
+        self.weights.activate(None)
+        return metrics
+
+    # ------------------------------------------------------------------ choices (joint search)
+    def _choice_rows(self, data: DataProto) -> tuple[torch.Tensor, torch.Tensor, list[list[list[int]]]]:
+        check_columns(data, ("input_ids", "attention_mask"), "score the answers of")
+        if "action_choices" not in data.non_tensor:
+            raise ValueError("the rows carry no 'action_choices' (token ids of every legal answer)")
+        choices = [list(c) for c in data.non_tensor["action_choices"]]
+        return data.batch["input_ids"], data.batch["attention_mask"], choices
+
+    def score_choices(self, data: DataProto) -> DataProto:
+        """(B, K) ``choice_log_probs``: log pi(answer | prompt) of each row's legal answers under its
+        agent's adapter (-inf past a row's own answers). Rows are prompts only (left-padded)."""
+        self._require_model()
+        ids, mask, choices = self._choice_rows(data)
+        width = max((len(c) for c in choices), default=0)
+        out = torch.full((len(data), width), float("-inf"), dtype=torch.float32)  # (B, K)
+        self.model.eval()
+        self.weights.activate(None)
+        for name, idx in (self._scoring_groups(self._agent_ids(data)) if len(data) else {}).items():
+            sel = torch.from_numpy(idx)
+            with self.weights.scoring(name), torch.no_grad():
+                lp, real = choice_log_probs(self.model, ids[sel].to(self.device), mask[sel].to(self.device),
+                                            [choices[i] for i in idx])
+            out[sel, : lp.shape[1]] = lp.float().cpu().masked_fill(real.cpu() == 0, float("-inf"))
+        return DataProto.from_dict({"choice_log_probs": out}, meta_info=data.meta_info)
+
+    def distill_choices(self, data: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
+        """Teach every row's agent the answer ``target_action`` (index into its legal answers).
+
+        Each policy learns from its own agents' rows only, with its own optimizer (see
+        ``PolicyUpdater.distill``). Returns ``<adapter>/<metric>`` per policy trained.
+        """
+        self._require_model()
+        ids, mask, choices = self._choice_rows(data)
+        if "target_action" not in data.non_tensor:
+            raise ValueError("the rows carry no 'target_action' (the answer each row should learn)")
+        targets = torch.tensor([int(t) for t in data.non_tensor["target_action"]], dtype=torch.long)
+        agent_ids = self._agent_ids(data)
+        trained = {a for plan in self.plans for a in plan.agent_ids}
+        frozen = sorted({self.agents[a].name for a in agent_ids.tolist() if a not in trained})
+        if frozen:
+            raise ValueError(f"rows of frozen agents {frozen} cannot be distilled into their adapters")
+        metrics: dict[str, float] = {}
+        for plan in self.plans:
+            idx = np.nonzero(np.isin(agent_ids, plan.agent_ids))[0]
+            if len(idx) == 0:
+                continue
+            sel = torch.from_numpy(idx)
+            result = self.updaters[plan.name].distill(
+                ids[sel], mask[sel], [choices[i] for i in idx], targets[sel], max_steps, stop_prob)
+            metrics.update({f"{plan.name}/{k}": v for k, v in result.items()})
         self.weights.activate(None)
         return metrics
 

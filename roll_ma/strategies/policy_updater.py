@@ -211,6 +211,38 @@ class PolicyUpdater:
             result.agent_metrics[agent_id] = metrics
         return result
 
+    def distill(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, choices: list[list[list[int]]],
+                targets: torch.Tensor, max_steps: int, stop_prob: float) -> dict[str, float]:
+        """Supervised steps on given answers until each is the policy's pick at ``stop_prob`` or more.
+
+        prompt_ids, prompt_mask: (b, P) left-padded prompts; ``choices[i]`` the token ids of row i's
+        legal answers; targets: (b,) the index of the answer to learn. The loss is the negative
+        log-likelihood of that answer's tokens (mean over rows); the stop test renormalises over the
+        legal answers. Every rank gets the same rows (DeepSpeed averages identical gradients).
+        Each step is an optimizer step of this policy (it advances its lr schedule).
+        """
+        self.activate()
+        self.engine.train()
+        ids, mask = prompt_ids.to(self.device), prompt_mask.to(self.device)
+        targets = targets.to(self.device)
+        steps, first, last = 0, None, 0.0
+        while True:
+            lp, real = choice_log_probs(self.engine, ids, mask, choices)  # (b, K) each
+            target_lp = lp.gather(1, targets[:, None]).squeeze(1)  # (b,)
+            picked = torch.softmax(lp.detach().masked_fill(real == 0, float("-inf")), -1)  # (b, K)
+            last = float(picked.gather(1, targets[:, None]).min())  # the least-learned row
+            first = last if first is None else first
+            if last >= stop_prob or steps >= max_steps:
+                break
+            loss = -target_lp.mean()
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"policy {self.name!r}: distillation loss is {float(loss)}")
+            self.engine.set_gradient_accumulation_boundary(True)
+            self.engine.backward(loss, scale_wrt_gas=False)
+            self.engine.step()
+            steps += 1
+        return {"steps": float(steps), "target_prob_min_before": first, "target_prob_min_after": last}
+
     def _rank_share(self, batch_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """This rank's rows of a mini-batch, padded to the largest share with copies flagged not real."""
         parts = np.array_split(batch_idx, self.world_size)

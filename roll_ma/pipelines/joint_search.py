@@ -1,0 +1,93 @@
+"""Joint policy search in the loop: score the adapters at every information set, search, distill.
+
+`algorithm.joint_search_every` = k: every k steps, after the update, the train worker scores every
+legal answer of every information set of the game under the acting seat's adapter; the greedy
+joint policy is searched for a better one (`roll_ma.algorithms.joint_search`); when one beats it
+by more than `joint_search_min_gain`, every information set's answer in it is taught to the
+acting seat's adapter by supervised steps (each adapter from its own rows, with its own
+optimizer) before the sync, so the next rollout plays it and RL goes on from there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from roll_ma.algorithms.joint_search import joint_policy_search
+from roll_ma.config.schema import RunConfig
+from roll_ma.protocol import DataProto
+
+
+class JointSearch:
+    """The game's tree and its information sets as prompt rows, built once per run."""
+
+    def __init__(self, cfg: RunConfig, seats: list[str]):
+        from roll_ma.envs.registry import resolve_env_class
+        from roll_ma.models.loading import load_tokenizer
+        from roll_ma.workers.env_worker import env_kwargs
+
+        self.algo = cfg.algorithm
+        env = resolve_env_class(cfg.env.name)(**env_kwargs(cfg.env, cfg.agents, seats))
+        self.tree, turns = env.game_tree()
+        self.keys = list(self.tree.info_sets)
+        tokenizer = load_tokenizer(cfg.model)
+        agent_id = {a.name: i for i, a in enumerate(cfg.agents)}
+        prompts, choices = [], []
+        for key in self.keys:
+            turn = turns[key]
+            # the same template call as the env worker's, so the scored prompt is the rollout's
+            ids = list(tokenizer.apply_chat_template(turn.messages, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False))
+            if len(ids) > cfg.model.max_prompt_tokens:
+                raise ValueError(f"an information set's prompt takes {len(ids)} tokens > "
+                                 f"model.max_prompt_tokens={cfg.model.max_prompt_tokens}; raise it")
+            prompts.append(ids)
+            choices.append([list(tokenizer(text, add_special_tokens=False)["input_ids"])
+                            for text in turn.action_responses])
+        width = max(len(p) for p in prompts)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # (S, P) left-padded
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # (S, P)
+        self._tensors = {"input_ids": input_ids, "attention_mask": attention_mask}
+        self._columns = {"agent_id": [agent_id[turns[k].agent] for k in self.keys], "action_choices": choices}
+        self.rows = DataProto.from_dict(self._tensors, self._columns)
+        # for the console line: (player, first line of what it sees, its legal actions)
+        self.labels = {k: (t.player, t.messages[-1]["content"].split("\n")[0], t.legal_actions)
+                       for k, t in turns.items()}
+
+    def policy(self, train: Any) -> dict[Any, np.ndarray]:
+        """Information set -> the acting adapter's probabilities over the legal answers (renormalised)."""
+        log_probs = train.score_choices(self.rows).batch["choice_log_probs"]  # (S, K), -inf past the answers
+        probs = torch.softmax(log_probs, dim=-1).numpy()
+        return {k: probs[i, : self.tree.num_actions[k]] for i, k in enumerate(self.keys)}
+
+    def improve(self, train: Any, step: int) -> dict[str, float]:
+        """Search from the greedy joint policy and distill what gains; returns ``search/...`` metrics."""
+        policy = self.policy(train)
+        greedy = {k: int(np.argmax(p)) for k, p in policy.items()}
+        result = joint_policy_search(self.tree, greedy, depth=self.algo.joint_search_depth)
+        metrics = {
+            "search/value_policy": self.tree.value(policy),  # the sampled policy's exact return
+            "search/value_greedy": result.value_before,
+            "search/value_found": result.value_after,
+            "search/changed_info_sets": float(len(result.changed)),
+            "search/distilled": 0.0,
+        }
+        if result.value_after <= result.value_before + self.algo.joint_search_min_gain:
+            return metrics
+        targets = [result.policy[k] for k in self.keys]
+        rows = DataProto.from_dict(self._tensors, {**self._columns, "target_action": targets})
+        distill = train.distill_choices(rows, self.algo.joint_search_distill_steps,
+                                        self.algo.joint_search_stop_prob)[0]
+        metrics.update({f"search/distill/{k}": v for k, v in distill.items()})
+        after = self.policy(train)
+        metrics["search/distilled"] = 1.0
+        metrics["search/value_policy_after"] = self.tree.value(after)
+        moves = "; ".join(f"player {p} '{seen}' -> {legal[result.policy[k]]}"
+                          for k in result.changed for p, seen, legal in [self.labels[k]])
+        print(f"[roll_ma] step {step}: joint search {result.value_before:.2f} -> {result.value_after:.2f} "
+              f"({moves}); distilled, the policy's exact return {metrics['search/value_policy']:.2f} -> "
+              f"{metrics['search/value_policy_after']:.2f}", flush=True)
+        return metrics
