@@ -231,6 +231,8 @@ class PolicyUpdater:
             target_lp = lp.gather(1, targets[:, None]).squeeze(1)  # (b,)
             picked = torch.softmax(lp.detach().masked_fill(real == 0, float("-inf")), -1)  # (b, K)
             last = float(picked.gather(1, targets[:, None]).min())  # the least-learned row
+            # every rank must take the same number of steps (each step's backward reduces across ranks)
+            last = float(all_reduce_sum(torch.tensor([last]), self.device)[0]) / self.world_size
             first = last if first is None else first
             if last >= stop_prob or steps >= max_steps:
                 break

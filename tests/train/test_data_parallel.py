@@ -58,3 +58,32 @@ def test_two_ranks_match_one_rank(ray_session, make_strategy, tiny_model_dir, ad
         assert all(torch.equal(reloaded[n][k], got_w[n][k]) for n in got_w for k in got_w[n])
     finally:
         cluster.shutdown()
+
+
+@pytest.mark.parametrize("zero_stage", [0, 2])
+def test_two_ranks_distill_like_one_rank(ray_session, make_strategy, tiny_model_dir, adapter_init_dir,
+                                         zero_stage):
+    """Joint search's distillation: both ranks get every row, take the same steps, end as one rank does."""
+    from test_distill import _rows
+
+    from roll_ma.distributed.cluster import Cluster
+    from roll_ma.workers.train_worker import TrainWorker
+
+    agents = [AgentConfig(name=n, init_adapter=adapter_init_dir(n)) for n in ("a0", "a1")]
+    cluster = Cluster("train", TrainWorker, 2, env_vars={"DS_ACCELERATOR": "cpu"}, init_kwargs=dict(
+        model_cfg=ModelConfig(path=tiny_model_dir), lora_cfg=LORA, agents=agents,
+        train_cfg=TrainConfig(zero_stage=zero_stage, lr=1e-2), seed=0))
+    try:
+        cluster.init_model()
+        single = make_strategy(agents, zero_stage=zero_stage, lr=1e-2)
+        rows = _rows([1, 0], [0, 1])
+        per_rank = cluster.distill_choices(rows, 15, 0.99)
+        assert per_rank[0] == per_rank[1] and per_rank[0]["a0/steps"] > 0
+        want = single.distill_choices(rows, 15, 0.99)
+        assert per_rank[0].keys() == want.keys() and per_rank[0]["a1/steps"] == want["a1/steps"]
+        got_w, want_w = cluster.adapter_tensors(), single.adapter_tensors()
+        for name in want_w:
+            diff = max((got_w[name][k] - want_w[name][k]).abs().max().item() for k in want_w[name])
+            assert diff < 1e-5, f"{name}: 2 ranks differ from 1 rank by {diff}"
+    finally:
+        cluster.shutdown()
