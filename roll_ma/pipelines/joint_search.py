@@ -26,7 +26,7 @@ class JointSearch:
     def __init__(self, cfg: RunConfig, seats: list[str]):
         from roll_ma.envs.registry import resolve_env_class
         from roll_ma.models.loading import load_tokenizer
-        from roll_ma.workers.env_worker import env_kwargs
+        from roll_ma.workers.env_worker import chat_prompt_ids, env_kwargs
 
         self.algo = cfg.algorithm
         env = resolve_env_class(cfg.env.name)(**env_kwargs(cfg.env, cfg.agents, seats))
@@ -37,9 +37,7 @@ class JointSearch:
         prompts, choices = [], []
         for key in self.keys:
             turn = turns[key]
-            # the same template call as the env worker's, so the scored prompt is the rollout's
-            ids = list(tokenizer.apply_chat_template(turn.messages, add_generation_prompt=True, tokenize=True,
-                                                     return_dict=False))
+            ids = chat_prompt_ids(tokenizer, turn.messages)  # the env worker's: the rollout's prompt
             if len(ids) > cfg.model.max_prompt_tokens:
                 raise ValueError(f"an information set's prompt takes {len(ids)} tokens > "
                                  f"model.max_prompt_tokens={cfg.model.max_prompt_tokens}; raise it")

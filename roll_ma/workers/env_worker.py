@@ -42,6 +42,12 @@ def env_kwargs(env_cfg: EnvConfig, agents: list[AgentConfig], seats: list[str] |
     return kwargs
 
 
+def chat_prompt_ids(tokenizer: Any, messages: list[dict]) -> list[int]:
+    """A turn's prompt ids: the chat template with the generation prompt (what every model turn sees)."""
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                              return_dict=False))
+
+
 def sample_seed(episode_id: str, turn: int) -> int:
     """A per-row sampling seed that does not depend on how rows are batched or split."""
     return zlib.crc32(f"{episode_id}/{turn}".encode()) & 0x7FFFFFFF
@@ -146,11 +152,7 @@ class EnvWorker(Worker):
         return [self._choice_ids[text] for text in responses]
 
     def _template(self, messages: list[dict]) -> list[int]:
-        return list(
-            self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-        )
+        return chat_prompt_ids(self.tokenizer, messages)
 
     # ------------------------------------------------------------------ rollout
     @register(Dispatch.ONE_TO_ALL)
