@@ -217,10 +217,10 @@ class OpenSpielEnv(MultiAgentEnv):
 
         from roll_ma.algorithms.joint_search import GameTree, TerminalPath
 
-        if self.game.get_type().utility != pyspiel.GameType.Utility.IDENTICAL:
-            raise ValueError(f"joint search needs a common-payoff game; {self.game_name} is "
-                             f"{self.game.get_type().utility.name.lower()}")
         game = self.game
+        if game.get_type().utility != pyspiel.GameType.Utility.IDENTICAL:
+            raise ValueError(f"joint search needs a common-payoff game; {self.game_name} is "
+                             f"{game.get_type().utility.name.lower()}")
         bound = max(game.num_distinct_actions(), game.max_chance_outcomes()) ** game.max_game_length()
         if bound > max_paths:
             raise ValueError(f"{self.game_name} may have up to {bound:.3g} terminal histories (more than "
@@ -230,7 +230,7 @@ class OpenSpielEnv(MultiAgentEnv):
                              "env.show_greedy_moves adds the episode's greedy moves")
         paths: list[TerminalPath] = []
         turns: dict[tuple, Turn] = {}
-        stack = [(self.game.new_initial_state(), 1.0, ())]
+        stack = [(game.new_initial_state(), 1.0, ())]
         while stack:
             state, chance, moves = stack.pop()
             if state.is_terminal():
@@ -245,8 +245,7 @@ class OpenSpielEnv(MultiAgentEnv):
                 turn = self.turn_at(state)
                 key = (turn.player, tuple(m["content"] for m in turn.messages))
                 turns.setdefault(key, turn)
-                for index in reversed(range(len(turn.legal_actions))):
-                    action = state.legal_actions()[index]
+                for index, action in reversed(list(enumerate(state.legal_actions()))):
                     stack.append((state.child(action), chance, (*moves, (key, index))))
         tree = GameTree(paths, {k: t.player for k, t in turns.items()},
                         {k: len(t.legal_actions) for k, t in turns.items()})
