@@ -1,26 +1,27 @@
-"""Pipeline scaling: step time and its breakdown as the number of agents and the batch grow, by running
-the real pipeline; and the memory of N agents as adapters on one base against N separate models.
+"""Pipeline scaling: step time and its parts as the number of agents and the batch grow, by running the
+real pipeline; GPU memory; the pipeline's rollout rate against the bare engine on the same calls; and
+the memory of N agents as adapters on one base against N separate models.
 
-    python benchmarks/pipeline_scaling.py                                     # CPU, hf, tiny model, ~2 min
-    # GPU (H100), vllm rollout (eager engine), colocated with training on one GPU; ~1.5 min per run, most
-    # of it actor + engine start; chunks appended to the same --out:
-    python benchmarks/pipeline_scaling.py --device cuda --shape qwen2.5-0.5b --agents 1,2 --out ps.json
-        # ~3.5 min incl. ~30 s of memory measurement
-    python benchmarks/pipeline_scaling.py --device cuda --shape qwen2.5-0.5b --agents 4,8 --skip-memory \
-        --out ps.json                                                         # ~3.5 min
-    python benchmarks/pipeline_scaling.py --device cuda --shape qwen2.5-0.5b --agents 2 --batches 64 \
-        --skip-memory --out ps.json                                           # ~1.5 min
-    (without --agents: 1,2,4,8 in one call, ~6 min)
+    python benchmarks/pipeline_scaling.py                                  # CPU, hf, tiny model, ~2 min
+    # GPU, the real-scale sweep (random Qwen2.5-7B-shaped weights, vLLM with CUDA graphs colocated with
+    # DeepSpeed; each agent count is one pipeline run, ~3 min); chunks append to the same --out:
+    python benchmarks/pipeline_scaling.py --device cuda --shape qwen2.5-7b --agents 1,2 --batches 64 \
+        --turns 2 --new-tokens 256 --replay --skip-memory --out ps.json --plot ps.png
+    python benchmarks/pipeline_scaling.py --device cuda --shape qwen2.5-7b --agents 4,8 --batches 64 \
+        --turns 2 --new-tokens 256 --replay --skip-memory --out ps.json --plot ps.png
 
 Every run is ``roll_ma.pipelines.run_pipeline`` on a config built here (nothing else is mocked): the
-env is ``SeatGame`` below, an N-seat game where every seat is its own agent (own LoRA adapter) and
-an episode is ``--turns`` turns, seat t mod N acting at turn t. The turns per episode stay the same
-as N grows, so every run trains on the same rows and tokens; only how they split over agents changes.
-``--agents`` sweeps N at the first of ``--batches``; the other batch sizes (episodes per step) run
-at ``--batch-agents`` agents. Numbers are medians of ``timing/*`` in metrics.jsonl over the steps after
-the first. ``update`` is all agents' sequential updates (``update/agent`` = update / N); ``sync`` is
-pushing every adapter into the rollout engine (``sync/adapter`` = the engine's own per-adapter time).
-Results of several invocations with the same ``--out`` are merged (runs keyed by agents x batch).
+env is ``seat_game.SeatGame``, an N-seat game where every seat is its own agent (own LoRA adapter) and
+an episode is ``--turns`` turns. The turns per episode stay the same as N grows, so every run trains
+on the same rows and tokens; only how they split over agents changes. ``--agents`` sweeps N at the
+first of ``--batches``; the other batch sizes (episodes per step) run at ``--batch-agents`` agents.
+Numbers are medians of ``timing/*`` in metrics.jsonl over the steps after the first.
+
+On GPU the run is configured as the shipped 7B configs are (gradient checkpointing, token-budget
+micro-batches, chunked LM head, in-memory adapter sync, no per-row seeds) and the engine keeps the
+same LoRA slots for every agent count (``max_loras=8``), so that only the agents differ between runs
+(and vLLM's compile cache serves every run after the first). ``--replay`` records the last step's
+generate calls and replays them bare on the engine (``roll_ma.strategies.engine_replay``).
 
 Memory (weights only, no optimizer state): N adapters on one base against N copies of the base,
 from parameter counts, and on GPU measured as ``torch.cuda.max_memory_allocated`` while loading
@@ -32,72 +33,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from roll_ma.envs.base import MultiAgentEnv, StepResult, Turn
-
-FILLER = "the quick brown fox jumps over the lazy dog".split()
-
-
-class SeatGame(MultiAgentEnv):
-    """N seats, each its own agent, acting in turn for ``turns`` turns; a turn's reward is the share of
-    digits in the reply (varies for any model, so every agent gets a nonzero advantage).
-
-    Args:
-        seat_agents: agent name per seat.
-        players: seats N.
-        turns: turns per episode (seat t mod N acts at turn t).
-        prompt_words: filler words in each prompt (sets the prompt length).
-    """
-
-    def __init__(self, *, seat_agents=None, players: int = 2, turns: int = 8, prompt_words: int = 16):
-        self.num_players = players
-        self.seat_agents = list(seat_agents) if seat_agents else [f"agent{i}" for i in range(players)]
-        self.turns = turns
-        self.prompt_words = prompt_words
-
-    def reset(self, seed: int) -> Turn:
-        self.seed, self.t, self.returns = seed, 0, [0.0] * self.num_players
-        return self._turn()
-
-    def _turn(self) -> Turn:
-        p = self.t % self.num_players
-        words = " ".join(FILLER[(self.seed + i) % len(FILLER)] for i in range(self.prompt_words))
-        msgs = [
-            {"role": "system", "content": f"You are seat {p} of {self.num_players}. Say digits."},
-            {"role": "user", "content": f"Game {self.seed}, turn {self.t}: {words}"},
-        ]
-        return Turn(player=p, agent=self.seat_agents[p], messages=msgs)
-
-    def step(self, action_text: str) -> StepResult:
-        p = self.t % self.num_players
-        text = action_text or ""
-        rewards = [0.0] * self.num_players
-        rewards[p] = sum(c.isdigit() for c in text) / max(1, len(text))
-        self.returns[p] += rewards[p]
-        self.t += 1
-        done = self.t >= self.turns
-        info = {"format_error": False, "action": text, "fallback": False}
-        return StepResult(rewards, done, info, None if done else self._turn())
-
-    def episode_returns(self) -> list[float]:
-        return list(self.returns)
-
-    def episode_metrics(self) -> dict[str, float]:
-        return {"digit_share": sum(self.returns) / self.turns}
-
-    def builtin_action(self, policy: str, rng: random.Random) -> str:
-        return str(rng.randint(0, 9))
+# what one step is made of, in the order of the stacked plot ("other" = the rest of timing/step)
+PARTS = ("rollout", "reference", "old_log_probs", "update", "sync_wake", "sync_export", "sync_install")
+GRAPH_SIZES = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256]  # CUDA graphs captured (engine start)
 
 
 # ---------------------------------------------------------------------------- arguments
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from common import base_parser, int_list
+    from common import base_parser, int_list, str_list
 
     p = base_parser(__doc__)
     p.add_argument(
@@ -107,16 +56,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--agents", type=int_list, default=None, help="agent counts (default: 1,2,4 cpu; 1,2,4,8 cuda)"
     )
     p.add_argument(
-        "--batches", type=int_list, default=None, help="episodes per step (default: 4,8 cpu; 32 cuda)"
+        "--batches", type=int_list, default=None, help="episodes per step (default: 4,8 cpu; 64 cuda)"
     )
     p.add_argument("--batch-agents", type=int, default=2, help="agents of the batch sweep")
-    p.add_argument("--turns", type=int, default=None, help="turns per episode (default: 4 cpu, 8 cuda)")
+    p.add_argument("--turns", type=int, default=None, help="turns per episode (default: 4 cpu, 2 cuda)")
     p.add_argument("--group-size", type=int, default=4, help="episodes per GRPO group")
     p.add_argument("--steps", type=int, default=3, help="pipeline steps per run (the first is not counted)")
-    p.add_argument("--new-tokens", type=int, default=None, help="max new tokens (default: 8 cpu, 32 cuda)")
+    p.add_argument("--new-tokens", type=int, default=None, help="max new tokens (default: 8 cpu, 256 cuda)")
     p.add_argument("--prompt-words", type=int, default=None, help="filler words per prompt (16 cpu, 64 cuda)")
     p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument(
+        "--targets",
+        type=str_list,
+        default=None,
+        help="LoRA target modules (default: all linear on cpu, q,k,v,o on cuda as the 7B configs)",
+    )
     p.add_argument("--cuda-graphs", dest="eager", action="store_false", help="vLLM with CUDA graphs")
+    p.add_argument("--eager", dest="eager", action="store_true", help="vLLM without CUDA graphs")
+    p.set_defaults(eager=None)
+    p.add_argument("--sleep-level", type=int, default=1, help="vLLM sleep level while training (0: awake)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.45, help="vLLM's share of the GPU")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="train.max_tokens_per_micro_batch (default: 16384 cuda, rows on cpu)",
+    )
+    p.add_argument("--kl-coef", type=float, default=0.0, help="> 0: reference log-probs (adapters off) too")
+    p.add_argument("--replay", action="store_true", help="replay the last step's generate calls bare (vllm)")
+    p.add_argument("--plot", default=None, help="write the stacked step parts vs agents here (png)")
     p.add_argument("--skip-memory", action="store_true", help="skip the memory comparison")
     p.add_argument(
         "--memory-agents",
@@ -130,15 +98,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.backend = args.backend or ("vllm" if cuda else "hf")
     args.agents = args.agents or ([1, 2, 4, 8] if cuda else [1, 2, 4])
     args.memory_agents = args.memory_agents or ([1, 2, 4, 8] if cuda else args.agents)
-    args.batches = args.batches or ([32] if cuda else [4, 8])
-    args.turns = args.turns or (8 if cuda else 4)
-    args.new_tokens = args.new_tokens or (32 if cuda else 8)
+    args.batches = args.batches or ([64] if cuda else [4, 8])
+    args.turns = args.turns or (2 if cuda else 4)
+    args.new_tokens = args.new_tokens or (256 if cuda else 8)
     args.prompt_words = args.prompt_words if args.prompt_words is not None else (64 if cuda else 16)
+    args.eager = (not cuda) if args.eager is None else args.eager
+    args.max_tokens = args.max_tokens if args.max_tokens is not None else (16384 if cuda else None)
+    args.targets = args.targets or (["q_proj", "k_proj", "v_proj", "o_proj"] if cuda else None)
     bad = [b for b in args.batches if b % args.group_size]
     if bad:
         p.error(f"--batches {bad} must be multiples of --group-size {args.group_size}")
     if args.steps < 2:
         p.error("--steps must be >= 2 (the first step is warm-up)")
+    if args.replay and args.backend != "vllm":
+        p.error("--replay needs --backend vllm (it replays calls on the vLLM engine)")
     return args
 
 
@@ -154,35 +127,63 @@ def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str) 
     from roll_ma.config import ConfigError, RunConfig, to_dataclass
     from roll_ma.config.validate import validate
 
+    cuda = args.device == "cuda"
+    lora: dict[str, Any] = {"rank": args.lora_rank, "alpha": 2.0 * args.lora_rank}
+    if args.targets:
+        lora["target_modules"] = list(args.targets)
+    rollout: dict[str, Any] = {
+        "backend": args.backend,
+        "max_new_tokens": args.new_tokens,
+        "temperature": 1.0,
+        "micro_batch_size": 64,
+        "enforce_eager": args.eager,
+    }
+    train: dict[str, Any] = {"lr": 1e-4, "micro_batch_size": 32, "zero_stage": 0}
+    if args.max_tokens:
+        train.update(
+            max_tokens_per_micro_batch=args.max_tokens, score_max_tokens_per_micro_batch=2 * args.max_tokens
+        )
+    if cuda:
+        rollout.update(
+            per_row_seeds=False,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            sleep_level=args.sleep_level,
+            # the same slots for every agent count: only the agents differ, and the compile cache is reused
+            engine_kwargs={
+                "max_loras": max(8, agents),
+                "max_cpu_loras": 2 * max(8, agents),
+                **({} if args.eager else {"compilation_config": {"cudagraph_capture_sizes": GRAPH_SIZES}}),
+            },
+        )
     raw = {
         "name": f"scaling_{agents}agents_{batch}episodes",
         "seed": args.seed,
-        "model": {"path": args.model, "dtype": args.dtype, "max_prompt_tokens": 512},
-        "lora": {"rank": args.lora_rank, "alpha": 2.0 * args.lora_rank},
+        "model": {
+            "path": args.model,
+            "dtype": args.dtype,
+            "max_prompt_tokens": 512,
+            "gradient_checkpointing": cuda,
+        },
+        "lora": lora,
         "agents": [{"name": f"agent{i}"} for i in range(agents)],
         "env": {
-            "name": "pipeline_scaling:SeatGame",
+            "name": "seat_game:SeatGame",
             "kwargs": {"players": agents, "turns": args.turns, "prompt_words": args.prompt_words},
             "groups_per_step": batch // args.group_size,
             "group_size": args.group_size,
             "max_turns": args.turns,
         },
-        "rollout": {
-            "backend": args.backend,
-            "max_new_tokens": args.new_tokens,
-            "temperature": 1.0,
-            "micro_batch_size": 64,
-            "enforce_eager": args.eager,
-        },
-        "train": {"lr": 1e-4, "micro_batch_size": 32, "zero_stage": 0},
-        "reference": {"mode": "none"},
+        "rollout": rollout,
+        "train": train,
+        "reference": {"mode": "train_worker" if args.kl_coef > 0 else "none"},
+        "algorithm": {"kl_coef": args.kl_coef},
         "trainer": {
             "max_steps": args.steps,
             "output_dir": out_dir,
             "resume": "never",
             "progress_bars": False,
         },
-        "resources": {"num_gpus": 1 if args.device == "cuda" else 0},
+        "resources": {"num_gpus": 1 if cuda else 0},
     }
     cfg, problems = to_dataclass(RunConfig, raw)
     problems += validate(cfg, check_env=True)
@@ -201,24 +202,58 @@ def summarize_run(metrics: list[dict[str, Any]], agents: int) -> dict[str, Any]:
         vals = [m[key] for m in steps if key in m]
         return median(vals) if vals else None
 
+    def peak(key: str) -> float | None:
+        vals = [m[key] for m in metrics if key in m]
+        return max(vals) if vals else None
+
     per_adapter = [v for m in steps for k, v in m.items() if k.startswith("timing/sync/")]
+    per_update = [v for m in steps for k, v in m.items() if k.startswith("timing/update/")]
     out = {
         "step_s": med("timing/step"),
         "rollout_s": med("timing/rollout"),
+        "reference_s": med("timing/reference"),
         "old_log_probs_s": med("timing/old_log_probs"),
         "update_s": med("timing/update"),
+        "update_adapter_s": median(per_update) if per_update else None,  # one adapter's own update
         "sync_s": med("timing/sync"),
-        "sync_adapter_ms": 1e3 * median(per_adapter) if per_adapter else None,
+        "sync_wake_s": med("timing/sync_wake"),
         "sync_export_s": med("timing/sync_export"),  # train worker -> object store
         "sync_install_s": med("timing/sync_install"),  # object store -> engines, all adapters installed
+        "sync_per_adapter_ms": 1e3 * med("timing/sync_per_adapter")
+        if med("timing/sync_per_adapter")
+        else None,
+        "sync_adapter_ms": 1e3 * median(per_adapter) if per_adapter else None,  # the engine's own install
         "rows": med("rollout/turns"),
         "rollout_tok_s": med("system/rollout_tokens_per_s"),
+        "gpu_rollout_gb": peak("system/gpu_used_gb_rollout"),
+        "gpu_update_gb": peak("system/gpu_peak_gb_update"),
+        "train_peak_gb": peak("system/train_gpu_peak_gb"),
     }
+    gpu = [v for v in (out["gpu_rollout_gb"], out["gpu_update_gb"]) if v is not None]
+    out["gpu_peak_gb"] = max(gpu) if gpu else None
     out["update_agent_s"] = out["update_s"] / agents if out["update_s"] is not None else None
-    parts = ("rollout_s", "old_log_probs_s", "update_s", "sync_s")
     if out["step_s"] is not None:
-        out["other_s"] = out["step_s"] - sum(out[k] or 0.0 for k in parts)
+        counted = ("rollout_s", "reference_s", "old_log_probs_s", "update_s", "sync_s")
+        out["other_s"] = out["step_s"] - sum(out[k] or 0.0 for k in counted)
+    replay = [m for m in metrics if "replay/engine_tok_s" in m]
+    if replay:
+        last = replay[-1]
+        out.update({k.removeprefix("replay/"): v for k, v in last.items() if k.startswith("replay/")})
+        out["rollout_vs_engine"] = last["system/rollout_tokens_per_s"] / last["replay/engine_tok_s"]
     return out
+
+
+def replay_hook(args: argparse.Namespace):
+    """A step hook that records the generate calls of the last step's rollout and replays them bare."""
+
+    def hook(workers: Any, step: int) -> dict[str, float] | None:
+        if step == args.steps - 1:
+            workers.rollout.record_generate_calls(True)  # the next step's rollout is recorded
+        if step == args.steps:
+            return {f"replay/{k}": v for k, v in workers.rollout.replay_generate_calls().items()}
+        return None
+
+    return hook if args.replay else None
 
 
 def run_one(args: argparse.Namespace, agents: int, batch: int) -> dict[str, Any]:
@@ -230,12 +265,42 @@ def run_one(args: argparse.Namespace, agents: int, batch: int) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="roll_ma_scaling_") as out_dir:
         cfg = run_config(args, agents, batch, out_dir)
         start = time.perf_counter()
-        run_pipeline(cfg)
+        run_pipeline(cfg, step_hook=replay_hook(args))
         wall = time.perf_counter() - start
         metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
     res = {"agents": agents, "episodes": batch, **summarize_run(metrics, agents), "run_wall_s": wall}
     log(f"{agents} agents, {batch} episodes/step: step {res['step_s']:.3f} s (run {wall:.0f} s)")
     return res
+
+
+def plot_parts(rows: list[dict[str, Any]], path: str, title: str) -> str:
+    """Stacked bars of the step's parts against the number of agents (the first batch size's runs)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    batch = min(r["episodes"] for r in rows)
+    runs = sorted((r for r in rows if r["episodes"] == batch), key=lambda r: r["agents"])
+    labels = [str(r["agents"]) for r in runs]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    bottom = [0.0] * len(runs)
+    sync_keys = {"sync_wake": "sync_wake_s", "sync_export": "sync_export_s", "sync_install": "sync_install_s"}
+    for part in PARTS:
+        vals = [float(r.get(sync_keys.get(part, f"{part}_s")) or 0.0) for r in runs]
+        if any(vals):
+            ax.bar(labels, vals, bottom=bottom, label=part.replace("_", " "))
+            bottom = [b + v for b, v in zip(bottom, vals)]
+    other = [max(float(r["step_s"] or 0.0) - b, 0.0) for r, b in zip(runs, bottom)]
+    ax.bar(labels, other, bottom=bottom, label="other", color="lightgray")
+    ax.set_xlabel("agents (one LoRA adapter each)")
+    ax.set_ylabel("seconds per step")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 # ---------------------------------------------------------------------------- memory
@@ -362,16 +427,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for r in rows:  # relative to the fewest agents at the same batch
         ref = min((b for b in rows if b["episodes"] == r["episodes"]), key=lambda b: b["agents"])
         r["step_vs_fewest_agents"] = r["step_s"] / ref["step_s"]
+        if r.get("gpu_peak_gb") and ref.get("gpu_peak_gb"):
+            r["gpu_vs_fewest_agents"] = r["gpu_peak_gb"] / ref["gpu_peak_gb"]
     summary = {f"step_s_{r['agents']}agents_{r['episodes']}ep": round(r["step_s"], 4) for r in rows}
+    engine = f" ({'eager' if args.eager else 'CUDA graphs'})" if args.backend == "vllm" else ""
+    setting = (
+        f"model {model_label}, {args.dtype}, rollout {args.backend}{engine}, LoRA rank {args.lora_rank} on "
+        f"{','.join(args.targets) if args.targets else 'all linear layers'}; {args.turns} turns per episode, "
+        f"<= {args.new_tokens} new tokens, {args.steps} steps per run (median over steps 2..{args.steps})"
+    )
+    if args.plot:
+        plot_parts(rows, args.plot, setting[:110] + ("..." if len(setting) > 110 else ""))
     mem_cols = list(mem[0]) if mem else []
     notes = [
-        f"model {model_label}, {args.dtype}, rollout {args.backend}"
-        f"{' (eager)' if args.backend == 'vllm' and args.eager else ''}, LoRA rank {args.lora_rank} on all "
-        f"linear layers; {args.turns} turns per episode, <= {args.new_tokens} new tokens, "
-        f"{args.steps} steps per run (median over steps 2..{args.steps})",
-        "update/agent = update / agents; other = step - (rollout + old_log_probs + update + sync); "
-        "sync = wake-up + export (train worker -> object store) + install (-> every engine); "
-        "sync_adapter_ms = the engine's own install of one adapter",
+        setting,
+        "update_adapter = one adapter's own update; other = step - (rollout + reference + old_log_probs"
+        " + update + sync); sync = wake-up + export (train worker -> object store) + install (-> every "
+        "engine); sync_per_adapter = (export + install) / adapters synced; sync_adapter_ms = the "
+        "engine's own install",
+        "gpu_peak_gb = max(whole GPU with the engine awake at the end of the rollout, whole GPU at the "
+        "trainer's peak); rollout_vs_engine = the pipeline's rollout tok/s over the bare engine's on the "
+        "same calls (--replay)",
         "memory (weights only):\n\n" + (markdown_table(mem_cols, mem) if mem else "skipped"),
     ]
     columns = [
@@ -380,15 +456,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rows",
         "step_s",
         "rollout_s",
+        "reference_s",
         "old_log_probs_s",
         "update_s",
-        "update_agent_s",
+        "update_adapter_s",
         "sync_s",
+        "sync_wake_s",
         "sync_export_s",
         "sync_install_s",
+        "sync_per_adapter_ms",
         "sync_adapter_ms",
         "other_s",
         "step_vs_fewest_agents",
+        "gpu_peak_gb",
+        "gpu_vs_fewest_agents",
+        "rollout_tok_s",
+        "engine_tok_s",
+        "engine_logprobs_tok_s",
+        "rollout_vs_engine",
         "run_wall_s",
     ]
     return report(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 USAGE_EPILOG = """\
@@ -71,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides
     )
     try:
-        cfg = load_config(args.config_name, args.config_path, overrides, num_agents=args.num_agents)
+        # --cfg checks a GPU config anywhere: everything but this machine's own GPU count
+        cfg = load_config(args.config_name, args.config_path, overrides, num_agents=args.num_agents,
+                          check_local_gpus=not args.cfg)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -79,7 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         import dataclasses
         import json
 
+        from roll_ma.config.validate import local_gpu_count
+
         print(json.dumps(dataclasses.asdict(cfg), indent=2))
+        have = local_gpu_count()
+        if cfg.resources.num_gpus > have and not (cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")):
+            print(f"note: config {cfg.name!r} is valid; it runs on {cfg.resources.num_gpus} GPU(s) "
+                  f"(resources.num_gpus) and this machine has {have}", file=sys.stderr)
         return 0
     from roll_ma.pipelines import run_pipeline
 

@@ -106,5 +106,29 @@ PY
       --batches 32 --steps 3 --repeats 1 --skip-memory --cuda-graphs \
       --out "$OUT/pipeline_scaling_graphs_${a//,/_}.json" > "$OUT/pipeline_scaling_graphs_${a//,/_}.log" 2>&1
     tail -20 "$OUT/pipeline_scaling_graphs_${a//,/_}.log" ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs"; exit 2 ;;
+  smoke7b)  # the real-scale session's first part: build the random 7B once; the new paths on a 0.5B run
+    log "random 7B"; (python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct > "$OUT/build7b.log" 2>&1 &)
+    log "0.5B smoke: in-memory sync, token budgets, chunked head, replay"
+    timeout 300 python benchmarks/pipeline_scaling.py --device cuda --shape qwen2.5-0.5b --agents 2 --batches 16 \
+      --turns 2 --new-tokens 64 --steps 2 --eager --replay --skip-memory --out "$OUT/smoke.json" > "$OUT/smoke.log" 2>&1
+    tail -14 "$OUT/smoke.log"; grep -E "Error|error" "$OUT/smoke.log" | grep -v "^\s*$" | head -5
+    while pgrep -f roll_ma.models.random_weights > /dev/null; do sleep 3; done; tail -2 "$OUT/build7b.log"
+    python -c "import glob; print(glob.glob('/root/.cache/roll_ma/random_models/*'))" ;;
+  recorded7b)  # the shipped math_selfplay_7b at its size (3 agents, 64 episodes, 512 new tokens), random
+    # weights; resumable: a second call finishes what the first could not in its 10 minutes
+    mkdir -p /tmp/runs; (while sleep 10; do cp /tmp/runs/math7b/metrics.jsonl "$OUT/math7b_metrics.jsonl" 2>/dev/null; done &)
+    timeout ${TIMEOUT:-560} python start_pipeline.py --config_name math_selfplay_7b model.random_weights=true \
+      trainer.max_steps=${STEPS:-5} trainer.eval_every=0 trainer.save_every=1 trainer.progress_bars=false \
+      trainer.output_dir=/tmp/runs/math7b >> /tmp/runs/math7b.log 2>&1
+    cp /tmp/runs/math7b/metrics.jsonl "$OUT/math7b_metrics.jsonl"; cp /tmp/runs/math7b.log "$OUT/math7b.log"
+    grep -E "^\[roll_ma\]|^step|Error" /tmp/runs/math7b.log | tail -20 ;;
+  sweep7b)  # 1/2/4/8 agents at the 7B shape, same rows and tokens (the 64 x 2 turns x 256 tokens)
+    a=${AGENTS:-1,2}; m=$(python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct | tail -1)
+    [ -f /tmp/sweep7b.json ] && cp /tmp/sweep7b.json "$OUT/sweep7b.json"
+    log "sweep agents $a on $m"
+    timeout ${TIMEOUT:-570} python benchmarks/pipeline_scaling.py --device cuda --model "$m" --agents "$a" \
+      --batches 64 --turns 2 --new-tokens 256 --steps 3 --replay --skip-memory --out "$OUT/sweep7b.json" \
+      --plot "$OUT/sweep7b.png" > "$OUT/sweep7b_${a//,/_}.log" 2>&1
+    cp "$OUT/sweep7b.json" /tmp/sweep7b.json; tail -12 "$OUT/sweep7b_${a//,/_}.log" ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b"; exit 2 ;;
 esac

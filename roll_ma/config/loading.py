@@ -124,14 +124,16 @@ def load_config(
     overrides: list[str] | None = None,
     num_agents: int | None = None,
     check_env: bool = True,
+    check_local_gpus: bool = True,
 ) -> RunConfig:
-    """Compose, type and validate; raises ConfigError listing every problem."""
+    """Compose, type and validate; raises ConfigError listing every problem (``check_local_gpus=False``:
+    a GPU config checked on a machine without its GPUs)."""
     raw = compose_raw(name, config_path, list(overrides or []))
     if num_agents is not None:
         apply_num_agents(raw, num_agents)
     cfg, problems = to_dataclass(RunConfig, raw)
     try:
-        problems += validate(cfg, check_env=check_env)
+        problems += validate(cfg, check_env=check_env, check_local_gpus=check_local_gpus)
     except (TypeError, ValueError, AttributeError, KeyError):
         if not problems:  # a type problem already explains why the semantic checks could not run
             raise

@@ -40,6 +40,13 @@ class ModelConfig:
     )
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass to save memory")
     attn_implementation: str | None = _f(None, "transformers attention implementation (sdpa, eager, ...)")
+    random_weights: bool = _f(
+        False,
+        "BENCHMARKS ONLY: build path's architecture with random weights and a small built-in tokenizer "
+        "instead of loading it (for GPU hosts without a model hub). path names a known model "
+        "(Qwen/Qwen2.5-{0.5B,1.5B,3B,7B}[-Instruct]) or a shape (qwen2.5-7b); built once into "
+        "~/.cache/roll_ma/random_models. The run says so in its first line and logs system/random_weights=1",
+    )
 
 
 @dataclass
@@ -146,6 +153,24 @@ class RolloutConfig:
         1, "vllm: sleep level while training when colocated (0 = never sleep)", min=0, max=1
     )
     max_num_seqs: int = _f(256, "vllm: max concurrent sequences", min=1)
+    adapter_sync: Literal["memory", "disk"] = _f(
+        "memory",
+        "vllm: how new adapter weights reach the engine. memory: the tensors go straight into vLLM's LoRA "
+        "slots (collective_rpc into its worker, no files); disk: a PEFT directory on /dev/shm loaded with "
+        "add_lora (vLLM's public path)",
+    )
+    per_row_seeds: bool = _f(
+        True,
+        "seed every sampled row from (run seed, episode, turn), so a row's sample does not depend on "
+        "how rows are batched or split over workers. vLLM then samples with one generator per row, "
+        "which slows GPU decoding; false: the engine's own generator (still seeded per worker)",
+    )
+    log_probs: bool = _f(
+        True,
+        "have the engine report each sampled token's log-prob (rollout_log_probs), which the "
+        "trainer-vs-rollout check compares with the trainer's (agent/<name>/logprob_gap); costs a "
+        "log-softmax over the vocabulary per generated token",
+    )
     engine_kwargs: dict[str, Any] = _f(help="extra keyword arguments for vllm.LLM", factory=dict)
 
 
@@ -167,7 +192,35 @@ class TrainConfig:
         "constant", "learning-rate schedule after warmup"
     )
     warmup_steps: int = _f(0, "optimizer steps of linear warmup", min=0)
-    micro_batch_size: int = _f(16, "rows per forward/backward", min=1)
+    micro_batch_size: int = _f(
+        16, "rows per forward/backward (when max_tokens_per_micro_batch is unset)", min=1
+    )
+    max_tokens_per_micro_batch: int | None = _f(
+        None,
+        "token budget of one forward/backward: rows x padded width, or the packed length with "
+        "remove_padding. Rows are sorted by length and packed first-fit, so memory follows tokens, not "
+        "rows (a row longer than the budget runs alone). Unset: micro_batch_size rows",
+        min=1,
+    )
+    score_max_tokens_per_micro_batch: int | None = _f(
+        None,
+        "token budget of one forward when scoring old and reference log-probs (no activations are "
+        "kept, so 2-4x the training budget fits); unset: max_tokens_per_micro_batch",
+        min=1,
+    )
+    remove_padding: bool = _f(
+        False,
+        "pack each micro-batch's rows into one sequence without padding (position ids restart per row). "
+        "flash_attention_2/3 runs it as variable-length attention; sdpa and eager build a block-diagonal "
+        "mask over the whole micro-batch (correct, but quadratic in its length: keep it off there)",
+    )
+    logits_chunk_tokens: int = _f(
+        1024,
+        "response tokens per LM-head chunk: log-probs and entropy are computed chunk by chunk and "
+        "recomputed in the backward pass, so the (tokens x vocabulary) logits never exist for a whole "
+        "micro-batch (0: one chunk). Qwen2/3, Llama, Mistral, Phi-3; other models use full logits",
+        min=0,
+    )
     mini_batch_size: int | None = _f(None, "rows per optimizer step per agent (default: all its rows)", min=1)
     ppo_epochs: int = _f(1, "passes over each step's rows", min=1)
     grad_clip: float = _f(1.0, "max gradient norm (0 disables)", min=0.0)

@@ -36,7 +36,9 @@ def resolve_seats(cfg: RunConfig, num_players: int | None) -> list[str]:
     return names
 
 
-def validate(cfg: RunConfig, check_env: bool = True) -> list[ConfigProblem]:
+def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = True) -> list[ConfigProblem]:
+    """Every problem of ``cfg`` at once. ``check_local_gpus=False`` skips only "this machine has too few
+    GPUs" (``--cfg`` checks a GPU config on a laptop)."""
     problems: list[ConfigProblem] = []
     add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
 
@@ -179,6 +181,14 @@ def validate(cfg: RunConfig, check_env: bool = True) -> list[ConfigProblem]:
     looks_local = path.startswith(("/", "./", "../", "~")) or (
         path.count("/") != 1 and not path.startswith("builtin:")
     )
+    if cfg.model.random_weights:
+        from roll_ma.models.random_weights import shape_of
+
+        try:
+            shape_of(path)
+        except ValueError as err:
+            add("model.random_weights", str(err))
+        looks_local = False
     if looks_local and not Path(path).expanduser().exists():
         add(
             "model.path",
@@ -192,7 +202,7 @@ def validate(cfg: RunConfig, check_env: bool = True) -> list[ConfigProblem]:
             f"the built-in models are {BUILTIN_MODEL_NAMES}",
         )
 
-    _check_resources(cfg, problems)
+    _check_resources(cfg, problems, check_local_gpus)
     return problems
 
 
@@ -286,7 +296,7 @@ def _check_joint_search(cfg: RunConfig, env: object, seats: list[str], problems:
         problems.append(ConfigProblem(key, str(err)))
 
 
-def _check_resources(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
+def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_gpus: bool = True) -> None:
     res = cfg.resources
     add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
     for role in res.device_mapping:
@@ -327,8 +337,8 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
             )
         if gpus is None and n and n > res.num_gpus:
             add(f"{role}.num_workers", f"{n} workers need {n} GPUs but resources.num_gpus={res.num_gpus}")
-    if not (res.ray_address or os.environ.get("RAY_ADDRESS")):
-        have = _local_gpus()
+    if check_local_gpus and not (res.ray_address or os.environ.get("RAY_ADDRESS")):
+        have = local_gpu_count()
         if have < res.num_gpus:
             add(
                 "resources.num_gpus",
@@ -337,7 +347,7 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
             )
 
 
-def _local_gpus() -> int:
+def local_gpu_count() -> int:
     try:
         import torch
 

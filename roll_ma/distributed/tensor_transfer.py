@@ -22,16 +22,25 @@ class PackedTensors:
     entries: list[tuple[str, str, tuple[int, ...], int, int]]
 
 
-def pack_tensors(tensors: dict[str, torch.Tensor]) -> PackedTensors:
-    """One host buffer holding every tensor's bytes (any dtype, any device; one copy off the device)."""
-    flat = [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors.values()]
+def pack_tensors(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None = None) -> PackedTensors:
+    """One host buffer holding every tensor's bytes (any dtype, any device; one copy off the device).
+
+    ``dtype``: cast every tensor to it on its device first (None: keep each tensor's dtype).
+    """
+    cast = {name: t.detach().to(dtype) if dtype is not None else t.detach() for name, t in tensors.items()}
+    flat = [t.contiguous().reshape(-1).view(torch.uint8) for t in cast.values()]
     buffer = torch.cat(flat).cpu().numpy() if flat else np.zeros(0, dtype=np.uint8)
     entries, offset = [], 0
-    for (name, tensor), raw in zip(tensors.items(), flat, strict=True):
-        dtype = str(tensor.dtype).removeprefix("torch.")
-        entries.append((name, dtype, tuple(tensor.shape), offset, raw.numel()))
+    for (name, tensor), raw in zip(cast.items(), flat, strict=True):
+        dtype_name = str(tensor.dtype).removeprefix("torch.")
+        entries.append((name, dtype_name, tuple(tensor.shape), offset, raw.numel()))
         offset += raw.numel()
     return PackedTensors(buffer, entries)
+
+
+def as_tensor_dict(tensors: PackedTensors | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Named tensors from either form (a packed buffer is unpacked)."""
+    return unpack_tensors(tensors) if isinstance(tensors, PackedTensors) else tensors
 
 
 def unpack_tensors(packed: PackedTensors) -> dict[str, torch.Tensor]:

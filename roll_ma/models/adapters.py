@@ -129,11 +129,12 @@ def adapter_state_dict(model: Any, name: str) -> dict[str, Any]:
     return {k: v.detach().to("cpu").clone() for k, v in state.items()}
 
 
-def packed_adapter_state(model: Any, name: str) -> PackedTensors:
-    """``adapter_state_dict`` packed on the adapter's device into one host buffer (for Ray transfers)."""
+def packed_adapter_state(model: Any, name: str, dtype: Any = None) -> PackedTensors:
+    """``adapter_state_dict`` packed on the adapter's device into one host buffer (for Ray transfers);
+    ``dtype``: cast on the device first (vLLM serves LoRA in the model's dtype: half the bytes of fp32)."""
     from peft import get_peft_model_state_dict
 
-    return pack_tensors(get_peft_model_state_dict(model, adapter_name=name))
+    return pack_tensors(get_peft_model_state_dict(model, adapter_name=name), dtype=dtype)
 
 
 def load_adapter_state_dict(model: Any, name: str, state: dict[str, Any]) -> None:
@@ -156,13 +157,26 @@ def write_adapter_dir(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = _peft_config(spec).to_dict()
-    cfg["base_model_name_or_path"] = base_model
-    cfg = {k: (sorted(v) if isinstance(v, set) else v) for k, v in cfg.items()}
     tmp = out / "adapter_model.safetensors.tmp"
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp))
     tmp.replace(out / "adapter_model.safetensors")
-    (out / "adapter_config.json").write_text(json.dumps(cfg, indent=2, default=str))
+    write_adapter_config(spec, out, base_model)
+    return out
+
+
+def peft_config_dict(spec: AdapterSpec, base_model: str | None = None) -> dict[str, Any]:
+    """The adapter's ``adapter_config.json`` content as plain JSON values (sets sorted, enums as str)."""
+    cfg = _peft_config(spec).to_dict()
+    cfg["base_model_name_or_path"] = base_model
+    cfg = {k: (sorted(v) if isinstance(v, set) else v) for k, v in cfg.items()}
+    return json.loads(json.dumps(cfg, default=str))
+
+
+def write_adapter_config(spec: AdapterSpec, out_dir: str | Path, base_model: str | None = None) -> Path:
+    """Write only ``adapter_config.json`` (the in-memory vLLM sync serves weights without a file)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "adapter_config.json").write_text(json.dumps(peft_config_dict(spec, base_model), indent=2))
     return out
 
 

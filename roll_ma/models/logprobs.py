@@ -2,6 +2,17 @@
 
 Shared by the train worker (old and reference log-probs, the loss) and the hf rollout
 backend (scoring), so that both compute the same numbers the same way.
+
+Memory follows tokens, not vocabulary x padding: for the architectures in ``SPLIT_HEAD_MODELS``
+the decoder runs alone, the hidden states of the response tokens are picked out, and the LM
+head, log-softmax and entropy run over them ``chunk_tokens`` at a time (each chunk recomputed
+in the backward pass), so the (tokens, vocab) logits of a whole micro-batch never exist at
+once. At 7B (vocab 152k) one 32-row x 1k-token micro-batch of full fp32 logits is 19 GiB; a
+1024-token chunk is 0.6 GiB. Other architectures take the plain path (full logits).
+
+With ``remove_padding`` the rows' real tokens are packed into one sequence whose position ids
+restart at 0 for every row; transformers (>= 4.56) turns that into per-row attention (varlen
+for flash attention, a block-diagonal mask for sdpa/eager).
 """
 
 from __future__ import annotations
@@ -10,8 +21,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from roll_ma.packing import position_ids_from_mask
+
+# model_type of causal LMs whose logits are exactly lm_head(decoder(...)) (no soft-capping or
+# logit scaling after the head), so the head may run on a subset of positions
+SPLIT_HEAD_MODELS = frozenset({"qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "llama", "mistral", "phi3"})
+DEFAULT_CHUNK_TOKENS = 1024
 
 
 def token_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -26,6 +43,61 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
+def split_lm(model: Any) -> tuple[Any, Any] | None:
+    """(decoder, lm_head) of a causal LM, through DeepSpeed and PEFT wrappers; None when the logits
+    are not plain ``lm_head(hidden)`` or the parts cannot be found."""
+    inner = getattr(model, "module", model)  # DeepSpeedEngine -> the wrapped model
+    if hasattr(inner, "get_base_model"):  # PeftModel -> the transformers model (LoRA layers inside)
+        inner = inner.get_base_model()
+    config = getattr(inner, "config", None)
+    if getattr(config, "model_type", None) not in SPLIT_HEAD_MODELS:
+        return None
+    get_decoder = getattr(inner, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else getattr(inner, "model", None)
+    head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
+    if decoder is None or head is None:
+        return None
+    return decoder, head
+
+
+def _head_chunk(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n,) log pi(target) and (n,) entropy (zeros unless asked) from (n, H) hidden states."""
+    logits = head(hidden).float()  # (n, V)
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse = torch.logsumexp(logits, dim=-1)  # (n,)
+    log_probs = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+    if with_entropy:  # H = logsumexp - E_p[logit]
+        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    else:
+        entropy = torch.zeros_like(log_probs)
+    return log_probs, entropy
+
+
+def head_log_probs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                   with_entropy: bool = False, chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N,) float32 log-probs and entropies of ``targets`` (N,) given their (N, H) hidden states.
+
+    The head runs ``chunk_tokens`` rows at a time; with gradients on, each chunk is checkpointed
+    (its logits are recomputed in the backward pass instead of being kept).
+    """
+    n = hidden.shape[0]
+    step = n if chunk_tokens <= 0 else chunk_tokens
+    outs = []
+    for lo in range(0, n, max(step, 1)):
+        h, t = hidden[lo:lo + step], targets[lo:lo + step]
+        if torch.is_grad_enabled() and h.requires_grad:
+            outs.append(checkpoint(_head_chunk, head, h, t, temperature, with_entropy, use_reentrant=False))
+        else:
+            outs.append(_head_chunk(head, h, t, temperature, with_entropy))
+    if not outs:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, empty
+    return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+
+
 def response_log_probs(
     model: Any,
     input_ids: torch.Tensor,
@@ -33,34 +105,80 @@ def response_log_probs(
     response_len: int,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    remove_padding: bool = False,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     **forward_kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(B, R) log pi(response token | prefix) and optionally (B, R) entropy.
+    """(B, R) log pi(response token | prefix) and optionally (B, R) entropy; 0 off the response.
 
-    input_ids: (B, T) prompt left-padded + response right-padded; the response is the last
-    ``response_len`` columns. Logits at t predict token t+1, hence the shift by one.
+    input_ids, attention_mask: (B, T) prompt left-padded + response right-padded; the response
+    is the last ``response_len`` columns, its tokens those under the attention mask (each row's
+    prompt has at least one). Logits at t predict token t+1, hence the shift by one.
+    ``forward_kwargs`` (e.g. PEFT's per-row ``adapter_names``) need the whole model's forward: the
+    plain path.
     """
-    # columns that are left padding in every row change nothing (positions come from the mask): drop them.
-    # Batches grouped by agent share short prompts, so this often halves the work.
-    real_cols = attention_mask.bool().any(dim=0)
+    # columns that are padding in every row change nothing (positions come from the mask): drop them.
+    # Batches grouped by agent share short prompts and lengths, so this often halves the work.
+    real_cols = attention_mask.bool().any(dim=0)  # (T,)
     first = int(real_cols.float().argmax()) if bool(real_cols.any()) else 0
     first = min(first, input_ids.shape[1] - response_len - 1)
-    if first > 0:
-        input_ids, attention_mask = input_ids[:, first:], attention_mask[:, first:]
-    position_ids = position_ids_from_mask(attention_mask)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        use_cache=False,
-        **forward_kwargs,
-    )
-    logits = out.logits[:, -response_len - 1 : -1, :]  # (B, R, V) predicts the response tokens
+    tail_real = real_cols[input_ids.shape[1] - response_len:]  # (R,)
+    keep_r = int(tail_real.nonzero().max()) + 1 if bool(tail_real.any()) else 1
+    cut = response_len - keep_r  # trailing all-padding response columns
+    end = input_ids.shape[1] - cut
+    ids, attn = input_ids[:, first:end], attention_mask[:, first:end]
+    parts = None if forward_kwargs else split_lm(model)
+    if parts is None:
+        log_probs, entropy = _full_logits_log_probs(model, ids, attn, keep_r, temperature, with_entropy,
+                                                    **forward_kwargs)
+    else:
+        decoder, head = parts
+        resp = attn[:, -keep_r:].bool()  # (B, r) real response tokens
+        if remove_padding:
+            hidden, targets = _packed_hidden(decoder, ids, attn, keep_r)
+        else:
+            out = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
+                          use_cache=False)
+            hidden = out.last_hidden_state[:, -keep_r - 1:-1][resp]  # (N, H) predicts each response token
+            targets = ids[:, -keep_r:][resp]  # (N,)
+        lp, ent = head_log_probs(head, hidden, targets, temperature, with_entropy, chunk_tokens)
+        log_probs = lp.new_zeros(resp.shape).masked_scatter(resp, lp)  # (B, r)
+        entropy = ent.new_zeros(resp.shape).masked_scatter(resp, ent) if with_entropy else None
+    if cut:
+        log_probs = torch.nn.functional.pad(log_probs, (0, cut))
+        entropy = torch.nn.functional.pad(entropy, (0, cut)) if entropy is not None else None
+    return log_probs, entropy
+
+
+def _packed_hidden(decoder: Any, ids: torch.Tensor, attn: torch.Tensor, resp_len: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows' real tokens as ONE sequence (positions restart per row): (N, H) hidden states that
+    predict the response tokens, and those (N,) tokens, in row-major order."""
+    real = attn.bool()  # (B, T)
+    flat_ids = ids[real]  # (L,) every row's real tokens, one row after another
+    positions = position_ids_from_mask(attn)[real]  # (L,) 0.. within each row
+    # use_cache=False: with a cache object transformers would not read the packed layout
+    out = decoder(input_ids=flat_ids[None], position_ids=positions[None], attention_mask=None,
+                  use_cache=False)
+    flat_index = real.flatten().long().cumsum(0).view(real.shape) - 1  # (B, T) index in the packed sequence
+    resp = real[:, -resp_len:]  # (B, r)
+    target_index = flat_index[:, -resp_len:][resp]  # (N,)
+    # the token before a row's first response token is that row's last prompt token (never padding)
+    return out.last_hidden_state[0, target_index - 1], flat_ids[target_index]
+
+
+def _full_logits_log_probs(model: Any, ids: torch.Tensor, attn: torch.Tensor, resp_len: int,
+                           temperature: float, with_entropy: bool, **forward_kwargs: Any
+                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The plain path (any architecture): the model's whole (B, T, V) logits."""
+    out = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
+                use_cache=False, **forward_kwargs)
+    logits = out.logits[:, -resp_len - 1:-1, :]  # (B, r, V) predicts the response tokens
     if temperature != 1.0:
         logits = logits / temperature
-    targets = input_ids[:, -response_len:]  # (B, R)
-    log_probs = token_log_probs(logits, targets)
-    entropy = entropy_from_logits(logits) if with_entropy else None
+    resp = attn[:, -resp_len:].float()  # (B, r)
+    log_probs = token_log_probs(logits, ids[:, -resp_len:]) * resp
+    entropy = entropy_from_logits(logits) * resp if with_entropy else None
     return log_probs, entropy
 
 

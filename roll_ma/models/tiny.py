@@ -21,6 +21,9 @@ SHAPES: dict[str, dict[str, Any]] = {
     "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                          num_attention_heads=12, num_key_value_heads=2,
                          max_position_embeddings=32768, vocab_size=151936),
+    "qwen2.5-3b": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                       num_attention_heads=16, num_key_value_heads=2,
+                       max_position_embeddings=32768, vocab_size=151936),
     "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                        num_attention_heads=28, num_key_value_heads=4,
                        max_position_embeddings=32768, vocab_size=152064,
@@ -45,8 +48,11 @@ def make_config(arch: str = "qwen2", vocab_size: int = 512, shape: str = "tiny",
 
 
 def build_tiny_model(out_dir: str | Path, arch: str = "qwen2", shape: str = "tiny", seed: int = 0,
-                     vocab_size: int = 512, dtype: str = "float32", **overrides: Any) -> str:
+                     vocab_size: int = 512, dtype: str = "float32", device: str = "cpu",
+                     **overrides: Any) -> str:
     """Write a randomly initialised model + tokenizer to ``out_dir``; returns the path.
+
+    ``device``: where the weights are drawn (a GPU draws a 7B model in seconds, a CPU in minutes).
 
     For shapes with a real vocab (151936 for Qwen2.5) the embedding keeps that size, while the
     tokenizer's trained BPE stays small: filler tokens pad it to the embedding size, so that any
@@ -67,7 +73,8 @@ def build_tiny_model(out_dir: str | Path, arch: str = "qwen2", shape: str = "tin
     config.pad_token_id = tokenizer.pad_token_id
     config.bos_token_id = None
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)

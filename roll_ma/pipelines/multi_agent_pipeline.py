@@ -14,8 +14,9 @@ What one step does (every agent is a LoRA adapter on one shared base model):
    another, each only from its own rows, each with its own optimizer state. Small cooperative
    games may add a joint policy search every ``algorithm.joint_search_every`` steps, whose
    better joint policy is distilled into the adapters (``pipelines/joint_search.py``).
-5. Sync: every trainable adapter is pushed into the rollout engine under version = step; the
-   next step's rows must report that version (a stale row stops the run).
+5. Sync: every adapter updated this step is pushed into the rollout engines under version = step
+   (in memory, straight into vLLM's LoRA slots); the next step's rows must report each agent's
+   newest version (a stale row stops the run).
 6. Metrics, checkpoint every ``save_every`` steps, evaluation every ``eval_every`` steps.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,9 @@ STALE_ERROR = (
     "the rollout used a stale adapter ({rows} rows did not use the version pushed after the last "
     "update); this is a bug in the adapter sync, not in your config"
 )
+
+
+StepHook = Callable[[Any, int], "dict[str, float] | None"]
 
 
 class StepTimer:
@@ -50,8 +55,12 @@ class StepTimer:
         self.times[f"timing/{name}"] = self.times.get(f"timing/{name}", 0.0) + time.perf_counter() - start
 
 
-def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
-    """Train ``cfg.agents`` in ``cfg.env`` for ``cfg.trainer.max_steps`` steps; returns the last metrics."""
+def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, Any]:
+    """Train ``cfg.agents`` in ``cfg.env`` for ``cfg.trainer.max_steps`` steps; returns the last metrics.
+
+    ``step_hook(workers, step)``, if given, runs after each step's work and its result is added to that
+    step's metrics (benchmarks use it to probe the workers; training never needs it).
+    """
     from roll_ma import checkpoint as ckpt
     from roll_ma.algorithms.advantages import add_advantages
     from roll_ma.distributed.ray_env import init_ray
@@ -66,6 +75,7 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
         system_metrics,
     )
     from roll_ma.pipelines.workers import build_workers
+    from roll_ma.strategies.rollout_common import adapter_sync_dtype
     from roll_ma.tracking import Tracker, console_summary, plot_rewards
 
     out_dir = Path(cfg.trainer.output_dir)
@@ -75,6 +85,10 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
         _set_aside_previous_run(out_dir)
     ckpt.prune(out_dir, cfg.trainer.keep_last)  # drops temporaries of a write that was killed
 
+    if cfg.model.random_weights:
+        from roll_ma.models.random_weights import use_random_weights
+
+        cfg = use_random_weights(cfg)  # model.path -> a random model of that architecture, built once
     init_ray(cfg.resources.ray_address)
     _check_cluster_gpus(cfg)
     from roll_ma.envs.registry import resolve_env_class
@@ -83,6 +97,7 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
     agent_names = [a.name for a in cfg.agents]
     trainable = {a.adapter_name for a in cfg.agents if not a.frozen}
     all_adapters = {a.adapter_name for a in cfg.agents}
+    sync_dtype = adapter_sync_dtype(cfg.rollout, cfg.model)
     planner = EpisodePlanner(cfg.env, cfg.seed)
     search = JointSearch(cfg, seats) if cfg.algorithm.joint_search_every > 0 else None
     workers = build_workers(cfg, seats)
@@ -134,6 +149,8 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
                 metrics.update(episode_env_metrics(episodes, "rollout/env"))
                 if metrics.get("rollout/stale_rows", 0) > 0:
                     raise RuntimeError(STALE_ERROR.format(rows=int(metrics["rollout/stale_rows"])))
+                if cfg.resources.num_gpus > 0:  # the whole GPU with the engine awake (and the trainer's)
+                    metrics["system/gpu_used_gb_rollout"] = workers.rollout.gpu_memory_used_gb()
                 if workers.colocated():
                     workers.rollout.sleep()  # frees the engine's GPU memory for the update
                 batch.meta_info.update(step=step, temperature=cfg.rollout.temperature)
@@ -144,7 +161,8 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
                         batch = batch.union(workers.ref_source.compute_ref_log_probs(batch))
                 with timer("old_log_probs"):
                     batch = batch.union(workers.train.compute_log_probs(batch))
-                metrics.update(logprob_gap_metrics(batch, agent_names))
+                if cfg.rollout.log_probs:
+                    metrics.update(logprob_gap_metrics(batch, agent_names))
 
                 # 3. advantages, normalised per agent
                 with timer("advantages"):
@@ -155,29 +173,32 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
                     metrics.update(workers.train.train_step(batch)[0])
 
                 # 4b. joint search (small cooperative games): distill a better joint policy when one is found
-                if search is not None and step % cfg.algorithm.joint_search_every == 0:
+                search_ran = search is not None and step % cfg.algorithm.joint_search_every == 0
+                if search_ran:
                     with timer("joint_search"):
                         metrics.update(search.improve(workers.train, step))
 
-                # 5. push every trainable adapter into the rollout engine under version = step
+                # 5. push the adapters that changed this step into every rollout engine under version = step
                 with timer("sync"):
+                    changed = trainable if search_ran else updated_adapters(cfg, metrics)
                     if workers.colocated():
                         with timer("sync_wake"):
                             workers.rollout.wake_up()
-                    with timer("sync_export"):  # train worker -> Ray's object store (not the driver)
-                        tensors_ref = workers.train.export_adapters(sorted(trainable))[0]
-                    with timer("sync_install"):  # object store -> every rollout worker's engine
-                        sync_times = workers.rollout.update_adapters(tensors_ref, step)[0]
-                    metrics.update({f"timing/sync/{k}": v for k, v in (sync_times or {}).items()})
+                    if changed:
+                        with timer("sync_export"):  # train worker -> Ray's object store (not the driver)
+                            tensors_ref = workers.train.export_adapters(sorted(changed), sync_dtype)[0]
+                        with timer("sync_install"):  # object store -> every rollout worker's engine
+                            sync_times = workers.rollout.update_adapters(tensors_ref, step)[0]
+                        metrics.update({f"timing/sync/{k}": v for k, v in (sync_times or {}).items()})
                     versions = workers.rollout.adapter_versions()
-                    wrong = {a: v for a, v in versions.items() if a in trainable and v != step}
+                    wrong = {a: v for a, v in versions.items() if a in changed and v != step}
                     if wrong:
                         raise RuntimeError(
                             f"rollout engine reports adapter versions {wrong} after the sync of step {step}"
                         )
-                    expected = {
-                        i: (step if a.adapter_name in trainable else 0) for i, a in enumerate(cfg.agents)
-                    }
+                    expected = {i: (step if a.adapter_name in changed else expected[i])
+                                for i, a in enumerate(cfg.agents)}
+                    metrics["rollout/adapters_synced"] = float(len(changed))
 
                 # 6. evaluation and checkpoint
                 if cfg.trainer.eval_every > 0 and (
@@ -186,7 +207,15 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
                     with timer("eval"):
                         metrics.update(evaluate(workers, planner, seats, cfg.env.eval_opponent, step))
             metrics.update(timer.times)
+            if metrics.get("rollout/adapters_synced"):  # what the issue's <= 50 ms goal counts
+                metrics["timing/sync_per_adapter"] = (
+                    metrics.get("timing/sync_export", 0.0) + metrics.get("timing/sync_install", 0.0)
+                ) / metrics["rollout/adapters_synced"]
             metrics.update(system_metrics())
+            if cfg.model.random_weights:
+                metrics["system/random_weights"] = 1.0
+            if step_hook is not None:
+                metrics.update(step_hook(workers, step) or {})
             tokens = metrics.get("rollout/response_tokens", 0.0)
             metrics["system/rollout_tokens_per_s"] = tokens / max(metrics["timing/rollout"], 1e-9)
             trained = sum(v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/tokens"))
@@ -211,6 +240,13 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
         return metrics
     finally:
         workers.shutdown()
+
+
+def updated_adapters(cfg: RunConfig, train_metrics: dict[str, Any]) -> set[str]:
+    """Adapters whose agents took an optimizer step this step (``agent/<name>/updated``): only these
+    are pushed to the engines; the others keep serving, and reporting, their last version."""
+    return {a.adapter_name for a in cfg.agents
+            if not a.frozen and train_metrics.get(f"agent/{a.name}/updated", 0.0) > 0}
 
 
 def _num_players(cfg: RunConfig, resolve_env_class: Any) -> int:

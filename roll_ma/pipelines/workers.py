@@ -9,6 +9,7 @@ from roll_ma.config.schema import RunConfig
 from roll_ma.distributed.cluster import Cluster
 from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
 from roll_ma.distributed.resources import ResourceManager
+from roll_ma.strategies.micro_batches import MicroBatching
 
 
 @dataclass
@@ -85,8 +86,9 @@ def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
             resources,
             {**common, "lora_cfg": cfg.lora, "agents": cfg.agents, "rollout_cfg": cfg.rollout},
         )
+        ref_kwargs = {**common, "batching": MicroBatching.for_scoring(cfg.train)}
         reference = (
-            cluster("reference", ReferenceWorker, ref_workers, resources, common) if ref_workers else None
+            cluster("reference", ReferenceWorker, ref_workers, resources, ref_kwargs) if ref_workers else None
         )
         envs = cluster(
             "env",

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from roll_ma.config.schema import ModelConfig, RolloutConfig
+from roll_ma.distributed.tensor_transfer import as_tensor_dict
 from roll_ma.models.adapters import AdapterSpec, AgentSpec, inject_adapters, load_adapter_state_dict
 from roll_ma.models.loading import load_base_model, load_tokenizer
 from roll_ma.models.logprobs import response_log_probs, token_log_probs
@@ -212,8 +213,9 @@ class HFInferStrategy:
         return pack_scores(data, out, [self._versions[n] for n in names])
 
     # ------------------------------------------------------------------ adapters
-    def update_adapters(self, tensors: dict[str, dict[str, torch.Tensor]], version: int) -> dict[str, float]:
-        """Copy new adapter weights into the model in place; returns seconds per adapter."""
+    def update_adapters(self, tensors: dict[str, Any], version: int) -> dict[str, float]:
+        """Copy new adapter weights (tensors or ``PackedTensors``) into the model in place; seconds per
+        adapter."""
         self._check_ready()
         unknown = sorted(set(tensors) - set(self._versions))
         if unknown:
@@ -223,7 +225,7 @@ class HFInferStrategy:
         timings = {}
         for name, state in tensors.items():
             t0 = time.perf_counter()
-            load_adapter_state_dict(self.model, name, state)
+            load_adapter_state_dict(self.model, name, as_tensor_dict(state))
             self._versions[name] = int(version)
             timings[name] = time.perf_counter() - t0
         return timings

@@ -32,6 +32,7 @@ from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.models.logprobs import choice_log_probs
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.ds_utils import barrier, setup_deepspeed, training_device
+from roll_ma.strategies.micro_batches import MicroBatching
 from roll_ma.strategies.policy_updater import TRAIN_KEYS, PolicyUpdater
 from roll_ma.strategies.policy_weights import FullWeights, LoraWeights
 from roll_ma.strategies.scoring import check_columns, score_rows
@@ -155,7 +156,7 @@ class MultiAgentDeepSpeedStrategy:
         entropy = torch.zeros(n, resp_len, dtype=torch.float32) if with_entropy else None  # (B, R)
         self.model.eval()
         self.weights.activate(None)
-        mbs = self.train_cfg.micro_batch_size
+        batching = MicroBatching.for_scoring(self.train_cfg)
         if adapters_enabled:
             groups = self._scoring_groups(self._agent_ids(data)) if n else {}
         else:
@@ -163,7 +164,7 @@ class MultiAgentDeepSpeedStrategy:
         for name, idx in groups.items():
             rows = data.select_idxs(idx)
             with self.weights.scoring(name):
-                lp, ent = score_rows(self.model, rows, mbs, self.device, temperature, with_entropy)
+                lp, ent = score_rows(self.model, rows, batching, self.device, temperature, with_entropy)
             log_probs[torch.from_numpy(idx)] = lp
             if entropy is not None:
                 entropy[torch.from_numpy(idx)] = ent
@@ -269,11 +270,13 @@ class MultiAgentDeepSpeedStrategy:
         return metrics
 
     # ------------------------------------------------------------------ weights out
-    def adapter_tensors(self, adapters: list[str] | None = None, packed: bool = False) -> dict[str, Any]:
+    def adapter_tensors(self, adapters: list[str] | None = None, packed: bool = False,
+                        dtype: str | None = None) -> dict[str, Any]:
         """PEFT-format CPU tensors of the named adapters (default: all of them), for the rollout engine;
-        ``packed``: each adapter as one ``PackedTensors`` buffer (what crosses Ray fastest)."""
+        ``packed``: each adapter as one ``PackedTensors`` buffer (what crosses Ray fastest), cast to
+        ``dtype`` on the device when given."""
         self._require_model()
-        return self.weights.adapter_tensors(adapters, packed=packed)
+        return self.weights.adapter_tensors(adapters, packed=packed, dtype=dtype)
 
     def optimizer_state(self, policy: str) -> dict[str, Any]:
         """CPU copies of one policy's Adam moments and step counts (for checks and tests)."""

@@ -31,6 +31,7 @@ from roll_ma.models.logprobs import choice_log_probs, response_log_probs
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.ds_utils import all_reduce_sum, deepspeed_config, setup_deepspeed
 from roll_ma.strategies.lr_schedule import make_lr_scheduler
+from roll_ma.strategies.micro_batches import MicroBatching, real_lengths
 
 TRAIN_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages", "old_log_probs")
 # per-agent sums gathered over micro-batches, epochs and ranks
@@ -100,6 +101,7 @@ class PolicyUpdater:
             lr_scheduler=lambda opt: make_lr_scheduler(opt, train_cfg.lr_schedule, train_cfg.warmup_steps,
                                                        total_steps))
         self.zero_stage = int(train_cfg.zero_stage)
+        self.batching = MicroBatching.for_training(train_cfg)
 
     # ------------------------------------------------------------------ facts
     @property
@@ -125,14 +127,17 @@ class PolicyUpdater:
                temperature: float = 1.0) -> PolicyUpdate:
         """PPO epochs x mini-batches x micro-batches over this policy's rows (the FULL batch on every rank).
 
-        Each rank trains on its share of every mini-batch, padded with zero-mask rows so that
-        all ranks run the same number of micro-batches (ZeRO-2 reduces inside every backward).
+        Each rank trains on its share of every mini-batch (``MicroBatching.rank_plan``: by rows, or
+        by a token budget), and all ranks run the same number of micro-batches (ZeRO-2 reduces
+        inside every backward).
         """
         cfg, algo = self.train_cfg, self.algo_cfg
         n = len(rows)
         keys = list(TRAIN_KEYS) + (["ref_log_probs"] if "ref_log_probs" in rows.batch.keys() else [])
         cols = {k: rows.batch[k] for k in keys}
         row_tokens = cols["response_mask"].float().sum(-1)  # (N,)
+        # (N,) real prompt and response tokens of each row: what a token budget counts
+        prompt_lens, response_lens = real_lengths(cols["attention_mask"], cols["responses"].shape[1])
         slot_of = {a: s for s, a in enumerate(agent_ids)}
         row_slot = torch.tensor([slot_of[int(a)] for a in agent_of_row], dtype=torch.long)  # (N,)
         sums = torch.zeros(len(agent_ids), len(_SUMS), dtype=torch.float64)
@@ -162,16 +167,18 @@ class PolicyUpdater:
                 denom = tokens if algo.loss_agg == "token_mean" else float(len(batch_idx))
                 # DeepSpeed averages gradients over ranks: each rank's sum / (global count / world size)
                 local_denom = denom / self.world_size
-                local, real = self._rank_share(batch_idx)
                 # the action bonus is a mean over decisions (rows with a choice), whatever loss_agg is
                 choice_denom = (float(bonus.has_choice[batch_idx].sum()) / self.world_size
                                 if bonus is not None else 0.0)
-                bounds = list(range(0, len(local), cfg.micro_batch_size))
-                for j, lo in enumerate(bounds):
-                    sl = slice(lo, lo + cfg.micro_batch_size)
-                    self.engine.set_gradient_accumulation_boundary(j == len(bounds) - 1)
+                micro = self.batching.rank_plan(batch_idx, prompt_lens, response_lens, self.rank,
+                                                self.world_size)
+                for j, rows_j in enumerate(micro):
+                    # an empty micro-batch (this rank has fewer) runs one placeholder row of weight 0
+                    idx = rows_j if len(rows_j) else batch_idx[:1]
+                    real = np.full(len(idx), 1.0 if len(rows_j) else 0.0, dtype=np.float32)
+                    self.engine.set_gradient_accumulation_boundary(j == len(micro) - 1)
                     loss, micro_sums = self._micro_loss(
-                        cols, torch.from_numpy(local[sl]), torch.from_numpy(real[sl]), row_slot, local_denom,
+                        cols, torch.from_numpy(idx), torch.from_numpy(real), row_slot, local_denom,
                         temperature, len(agent_ids), entropy_coef, bonus, choice_denom)
                     self.engine.backward(loss, scale_wrt_gas=False)
                     sums += micro_sums
@@ -245,16 +252,6 @@ class PolicyUpdater:
             steps += 1
         return {"steps": float(steps), "target_prob_min_before": first, "target_prob_min_after": last}
 
-    def _rank_share(self, batch_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """This rank's rows of a mini-batch, padded to the largest share with copies flagged not real."""
-        parts = np.array_split(batch_idx, self.world_size)
-        per_rank = len(parts[0])  # array_split puts the larger parts first
-        mine = parts[self.rank]
-        pad = per_rank - len(mine)
-        local = np.concatenate([mine, np.full(pad, batch_idx[0], dtype=batch_idx.dtype)]).astype(np.int64)
-        real = np.concatenate([np.ones(len(mine)), np.zeros(pad)]).astype(np.float32)
-        return local, real
-
     def _micro_loss(self, cols: dict[str, torch.Tensor], idx: torch.Tensor, real: torch.Tensor,
                     row_slot: torch.Tensor, local_denom: float, temperature: float,
                     num_slots: int, entropy_coef: float, bonus: _ActionBonus | None,
@@ -266,8 +263,10 @@ class PolicyUpdater:
         mask = cols["response_mask"][idx].to(dev).float() * real.to(dev)[:, None]  # (b, R) pad rows count 0
         old = cols["old_log_probs"][idx].to(dev).float()  # (b, R)
         adv = cols["advantages"][idx].to(dev).float()  # (b, R)
-        log_probs, entropy = response_log_probs(self.engine, ids, attn, mask.shape[1],
-                                                temperature=temperature, with_entropy=True)  # (b, R) each
+        log_probs, entropy = response_log_probs(
+            self.engine, ids, attn, mask.shape[1], temperature=temperature, with_entropy=True,
+            remove_padding=self.batching.remove_padding,
+            chunk_tokens=self.batching.chunk_tokens)  # (b, R) each
         loss, _ = ppo_clip_loss(log_probs, old, adv, mask, algo.clip_ratio_low, algo.clip_ratio_high,
                                 algo.loss_agg, local_denom)
         kl = None

@@ -71,15 +71,19 @@ class LoraWeights:
         self.activate(None)  # scoring trains nothing
         return contextlib.nullcontext()
 
-    def adapter_tensors(self, names: Sequence[str] | None, packed: bool = False) -> dict[str, Any]:
-        """Adapter name -> its PEFT-format CPU tensors, or (``packed``) one ``PackedTensors`` buffer."""
+    def adapter_tensors(self, names: Sequence[str] | None, packed: bool = False,
+                        dtype: str | None = None) -> dict[str, Any]:
+        """Adapter name -> its PEFT-format CPU tensors, or (``packed``) one ``PackedTensors`` buffer,
+        cast to ``dtype`` (a torch dtype name) when packed and given."""
         known = [a.name for a in self.adapters]
         names = list(names) if names is not None else known
         unknown = [n for n in names if n not in known]
         if unknown:
             raise ValueError(f"unknown adapters {unknown}; adapters are {known}")
-        export = packed_adapter_state if packed else adapter_state_dict
-        return {name: export(self.model, name) for name in names}
+        if packed:
+            cast = getattr(torch, dtype) if dtype else None
+            return {name: packed_adapter_state(self.model, name, cast) for name in names}
+        return {name: adapter_state_dict(self.model, name) for name in names}
 
     def save(self, root: Path) -> None:
         for spec in self.adapters:
@@ -121,7 +125,8 @@ class FullWeights:
         self.activate(None)
         return contextlib.nullcontext()
 
-    def adapter_tensors(self, names: Sequence[str] | None, packed: bool = False) -> dict[str, Any]:
+    def adapter_tensors(self, names: Sequence[str] | None, packed: bool = False,
+                        dtype: str | None = None) -> dict[str, Any]:
         raise ValueError("full fine-tuning has no adapters to export; its weights are the whole model "
                          "(see save_checkpoint)")
 

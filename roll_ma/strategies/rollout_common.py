@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_ma.config.schema import RolloutConfig
+from roll_ma.config.schema import ModelConfig, RolloutConfig
 from roll_ma.models.adapters import AgentSpec
 from roll_ma.packing import left_pad, position_ids_from_mask, right_pad
 from roll_ma.protocol import DataProto
@@ -42,6 +42,16 @@ class SamplingSettings:
     def logprob_temperature(self) -> float:
         """Temperature of rollout_log_probs: the sampling one; 1.0 when greedy (logits / 0 is undefined)."""
         return 1.0 if self.greedy else self.temperature
+
+
+def adapter_sync_dtype(rollout: RolloutConfig, model: ModelConfig) -> str | None:
+    """The dtype adapters are exported in for the rollout: vLLM serves LoRA weights in the model's dtype
+    (bf16/fp16 on GPU), so casting on the trainer's GPU halves what crosses to the engine and installs
+    the very same numbers; None (keep fp32) for the hf backend and fp32 models."""
+    lora_dtype = str(rollout.engine_kwargs.get("lora_dtype", "auto"))
+    if rollout.backend != "vllm" or model.dtype == "float32" or lora_dtype not in ("auto", model.dtype):
+        return None
+    return model.dtype
 
 
 def sampling_settings(cfg: RolloutConfig, meta_info: dict[str, Any]) -> SamplingSettings:

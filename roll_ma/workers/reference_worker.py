@@ -23,13 +23,14 @@ class ReferenceWorker(Worker):
 
     def __init__(self, role: str, rank: int = 0, world_size: int = 1, env_vars: dict[str, str] | None = None,
                  model_cfg: ModelConfig | None = None, seed: int = 0,
-                 micro_batch_size: int = DEFAULT_MICRO_BATCH):
+                 micro_batch_size: int = DEFAULT_MICRO_BATCH, batching: Any = None):
         super().__init__(role, rank, world_size, env_vars)
         if micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
         self.model_cfg = model_cfg or ModelConfig()
         self.seed = seed
-        self.micro_batch_size = micro_batch_size
+        # a MicroBatching (the run's scoring budget, as the train worker scores) or plain rows
+        self.batching = batching if batching is not None else micro_batch_size
         self.model: Any = None
         self.device = torch.device("cpu")
 
@@ -54,5 +55,5 @@ class ReferenceWorker(Worker):
         if self.model is None:
             raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")
         temperature = float(data.meta_info.get("temperature", 1.0))
-        log_probs, _ = score_rows(self.model, data, self.micro_batch_size, self.device, temperature)
+        log_probs, _ = score_rows(self.model, data, self.batching, self.device, temperature)
         return DataProto.from_dict({"ref_log_probs": log_probs}, meta_info=data.meta_info)

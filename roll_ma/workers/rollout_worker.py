@@ -72,11 +72,29 @@ class RolloutWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def update_adapters(self, tensors: dict[str, Any], version: int) -> dict[str, float]:
-        """Install adapters: name -> PEFT-format tensors, or the ``PackedTensors`` train workers export."""
-        from roll_ma.distributed.tensor_transfer import PackedTensors, unpack_tensors
-
-        tensors = {n: unpack_tensors(t) if isinstance(t, PackedTensors) else t for n, t in tensors.items()}
+        """Install adapters: name -> PEFT-format tensors, or the ``PackedTensors`` train workers export
+        (handed on packed: vLLM's in-memory install ships the buffer as it is)."""
         return self._ready().update_adapters(tensors, version)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def record_generate_calls(self, on: bool = True) -> None:
+        """Benchmarks (vllm): record this rank's generate calls for ``replay_generate_calls``."""
+        self._ready().record_generate_calls(on)
+
+    @register(Dispatch.RANK_ZERO)
+    def replay_generate_calls(self) -> dict[str, float]:
+        """Benchmarks (vllm): rank 0's recorded calls replayed bare on its engine (``engine_replay``)."""
+        return self._ready().replay_generate_calls()
+
+    @register(Dispatch.RANK_ZERO)
+    def gpu_memory_used_gb(self) -> float:
+        """Device-wide GPU memory in use now (every process on this rank's GPU; 0 on CPU)."""
+        import torch
+
+        if not torch.cuda.is_available():
+            return 0.0
+        free, total = torch.cuda.mem_get_info()
+        return (total - free) / 1024**3
 
     @register(Dispatch.RANK_ZERO)
     def adapter_versions(self) -> dict[str, int]:

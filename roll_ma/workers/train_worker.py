@@ -78,7 +78,11 @@ class TrainWorker(Worker):
         """One update of every due agent from the FULL batch (each rank takes its share); same metrics."""
         metrics = self._strategy().train_step(data)
         if torch.cuda.is_available():
-            metrics["system/train_gpu_peak_gb"] = torch.cuda.max_memory_reserved() / 1024**3
+            peak, now = torch.cuda.max_memory_reserved(), torch.cuda.memory_reserved()
+            free, total = torch.cuda.mem_get_info()
+            metrics["system/train_gpu_peak_gb"] = peak / 1024**3
+            # the whole GPU at this worker's peak: what other processes hold (a sleeping engine) + our peak
+            metrics["system/gpu_peak_gb_update"] = (total - free - now + peak) / 1024**3
             torch.cuda.reset_peak_memory_stats()
         _release_cached_gpu_memory()
         return metrics
@@ -102,8 +106,9 @@ class TrainWorker(Worker):
         return self._strategy().adapter_tensors(adapters)
 
     @register(Dispatch.RANK_ZERO)
-    def export_adapters(self, adapters: list[str] | None = None) -> list[Any]:
-        """The adapters, packed (``PackedTensors``), put into Ray's object store by this worker: ``[ref]``.
+    def export_adapters(self, adapters: list[str] | None = None, dtype: str | None = None) -> list[Any]:
+        """The adapters, packed (``PackedTensors``, cast to ``dtype`` if given), put into Ray's object store
+        by this worker: ``[ref]``.
 
         The driver passes the ref on to the rollout workers, which read the adapters from the object
         store themselves, so the adapters (35 MB each at 0.5B) never pass through the driver and
@@ -112,7 +117,7 @@ class TrainWorker(Worker):
         """
         import ray
 
-        return [ray.put(self._strategy().adapter_tensors(adapters, packed=True))]
+        return [ray.put(self._strategy().adapter_tensors(adapters, packed=True, dtype=dtype))]
 
     @register(Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, ckpt_dir: str) -> None:

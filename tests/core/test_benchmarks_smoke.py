@@ -59,7 +59,10 @@ def test_markdown_table_and_planned_runs():
     assert pipeline_scaling.planned_runs(args) == [(1, 8), (2, 8), (4, 8), (2, 16)]
     cpu, gpu = pipeline_scaling.parse_args([]), pipeline_scaling.parse_args(["--device", "cuda"])
     assert cpu.memory_agents == cpu.agents == [1, 2, 4] and gpu.memory_agents == gpu.agents == [1, 2, 4, 8]
-    assert pipeline_scaling.planned_runs(gpu) == [(1, 32), (2, 32), (4, 32), (8, 32)]
+    assert pipeline_scaling.planned_runs(gpu) == [(1, 64), (2, 64), (4, 64), (8, 64)]
+    # the GPU runs are configured as the shipped 7B configs are
+    assert (gpu.turns, gpu.new_tokens, gpu.max_tokens, gpu.eager) == (2, 256, 16384, False)
+    assert gpu.targets == ["q_proj", "k_proj", "v_proj", "o_proj"] and cpu.targets is None
 
 
 def test_pipeline_scaling_summary_skips_the_first_step():
@@ -79,17 +82,20 @@ def test_pipeline_scaling_summary_skips_the_first_step():
             "rollout/turns": 16.0,
         }
 
-    out = pipeline_scaling.summarize_run([step(100.0), step(1.0), step(3.0)], agents=2)
+    last = {**step(3.0), "system/rollout_tokens_per_s": 50.0, "replay/engine_tok_s": 100.0,
+            "system/gpu_used_gb_rollout": 30.0, "system/gpu_peak_gb_update": 40.0}
+    out = pipeline_scaling.summarize_run([step(100.0), step(1.0), last], agents=2)
     assert out["step_s"] == 2.0 and out["rollout_s"] == 1.0 and out["update_agent_s"] == 0.1
     assert out["sync_adapter_ms"] == pytest.approx(20.0)
     assert (out["sync_export_s"], out["sync_install_s"]) == (0.02, 0.03)
     assert out["other_s"] == pytest.approx(2.0 - (1.0 + 0.1 + 0.2 + 0.05))
+    assert out["rollout_vs_engine"] == 0.5 and out["engine_tok_s"] == 100.0 and out["gpu_peak_gb"] == 40.0
 
 
 def test_seat_game_gives_every_seat_its_turns():
     import random
 
-    from pipeline_scaling import SeatGame
+    from seat_game import SeatGame
 
     env = SeatGame(players=3, turns=6)
     turn, seats = env.reset(seed=1), []
@@ -97,9 +103,12 @@ def test_seat_game_gives_every_seat_its_turns():
         seats.append(turn.agent)
         result = env.step("12ab")
         turn = result.next_turn
-    assert seats == ["agent0", "agent1", "agent2"] * 2 and result.done
+    assert seats == ["agent1", "agent2", "agent0"] * 2 and result.done  # seed 1 starts at seat 1
     assert env.episode_returns() == [1.0, 1.0, 1.0]  # half the characters are digits, twice per seat
     assert env.builtin_action("random", random.Random(0)).isdigit()
+    # fewer turns than seats: other seeds start elsewhere, so every seat acts somewhere
+    acted = {SeatGame(players=4, turns=2).reset(seed=s).agent for s in range(4)}
+    assert acted == {"agent0", "agent1", "agent2", "agent3"}
 
 
 def test_multilora_levers_combine_and_baseline_has_no_lora_args():

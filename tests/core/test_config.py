@@ -11,7 +11,7 @@ from roll_ma.config import validate as validate_module
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_CONFIGS = ["math_selfplay_tiny", "tiny_hanabi_selfplay"]
-GPU_CONFIGS = ["math_selfplay", "hanabi_selfplay"]
+GPU_CONFIGS = ["math_selfplay", "hanabi_selfplay", "math_selfplay_7b", "hanabi_selfplay_7b"]
 
 
 def problems_of(name, overrides=(), **kwargs):
@@ -33,7 +33,7 @@ def test_cpu_configs_validate(name):
 
 @pytest.mark.parametrize("name", GPU_CONFIGS)
 def test_gpu_configs_only_miss_the_gpu_on_this_machine(name, monkeypatch):
-    monkeypatch.setattr(validate_module, "_local_gpus", lambda: 8)
+    monkeypatch.setattr(validate_module, "local_gpu_count", lambda: 8)
     cfg = load_config(name)
     assert cfg.rollout.backend == "vllm" and cfg.model.dtype == "bfloat16"
     # the 8-GPU layout from the config's comment is valid too
@@ -48,7 +48,7 @@ def test_gpu_configs_only_miss_the_gpu_on_this_machine(name, monkeypatch):
             "env.num_workers=8",
         ],
     )
-    monkeypatch.setattr(validate_module, "_local_gpus", lambda: 0)
+    monkeypatch.setattr(validate_module, "local_gpu_count", lambda: 0)
     assert any("asks for 1 GPUs but this machine has 0" in p for p in problems_of(name))
 
 
@@ -166,3 +166,22 @@ def test_joint_search_needs_a_small_cooperative_game_with_every_seat_trained():
     assert any("greedy moves" in p for p in found)
     found = problems_of("tiny_hanabi_selfplay", [on, "env.name=kuhn_poker"])
     assert any("needs a common-payoff game; kuhn_poker is zero_sum" in p for p in found)
+
+
+@pytest.mark.parametrize("name", ["math_selfplay_7b", "hanabi_selfplay_7b"])
+def test_cfg_validates_gpu_configs_on_a_machine_without_gpus(name):
+    """--cfg checks everything but this machine's GPU count, and says how many GPUs the run needs."""
+    for extra in ([], ["model.random_weights=true"]):
+        out = subprocess.run([sys.executable, str(REPO / "start_pipeline.py"), "--config_name", name, "--cfg",
+                              *extra], capture_output=True, text=True, cwd=REPO)
+        assert out.returncode == 0, out.stderr
+        assert '"name": "' + name + '"' in out.stdout
+    bad = subprocess.run([sys.executable, str(REPO / "start_pipeline.py"), "--config_name", name, "--cfg",
+                          "train.max_tokens_per_micro_batch=0"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "train.max_tokens_per_micro_batch" in bad.stderr
+
+
+def test_random_weights_needs_a_known_architecture():
+    found = problems_of("math_selfplay_7b", ["model.random_weights=true", "model.path=acme/unknown-7b"],
+                        check_local_gpus=False)
+    assert any(p.startswith("model.random_weights:") and "Qwen/Qwen2.5-7B" in p for p in found)

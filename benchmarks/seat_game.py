@@ -1,0 +1,67 @@
+"""SeatGame: the synthetic N-agent env of the pipeline benchmarks (imported by Ray actors by path)."""
+
+from __future__ import annotations
+
+import random
+
+from roll_ma.envs.base import MultiAgentEnv, StepResult, Turn
+
+FILLER = "the quick brown fox jumps over the lazy dog".split()
+
+
+class SeatGame(MultiAgentEnv):
+    """N seats, each its own agent, acting in turn for ``turns`` turns; a turn's reward is the share of
+    digits in the reply (varies for any model, so every agent gets a nonzero advantage).
+
+    Seat (seed + t) mod N acts at turn t: episodes of different seeds start at different seats, so
+    every agent gets rows even when an episode has fewer turns than there are agents, and every
+    round's generate call mixes the agents' adapters as a real multi-agent batch does.
+
+    Args:
+        seat_agents: agent name per seat.
+        players: seats N.
+        turns: turns per episode.
+        prompt_words: filler words in each prompt (sets the prompt length).
+    """
+
+    def __init__(self, *, seat_agents=None, players: int = 2, turns: int = 8, prompt_words: int = 16):
+        self.num_players = players
+        self.seat_agents = list(seat_agents) if seat_agents else [f"agent{i}" for i in range(players)]
+        self.turns = turns
+        self.prompt_words = prompt_words
+
+    def reset(self, seed: int) -> Turn:
+        self.seed, self.t, self.returns = seed, 0, [0.0] * self.num_players
+        return self._turn()
+
+    def _seat(self) -> int:
+        return (self.seed + self.t) % self.num_players
+
+    def _turn(self) -> Turn:
+        p = self._seat()
+        words = " ".join(FILLER[(self.seed + i) % len(FILLER)] for i in range(self.prompt_words))
+        msgs = [
+            {"role": "system", "content": f"You are seat {p} of {self.num_players}. Say digits."},
+            {"role": "user", "content": f"Game {self.seed}, turn {self.t}: {words}"},
+        ]
+        return Turn(player=p, agent=self.seat_agents[p], messages=msgs)
+
+    def step(self, action_text: str) -> StepResult:
+        p = self._seat()
+        text = action_text or ""
+        rewards = [0.0] * self.num_players
+        rewards[p] = sum(c.isdigit() for c in text) / max(1, len(text))
+        self.returns[p] += rewards[p]
+        self.t += 1
+        done = self.t >= self.turns
+        info = {"format_error": False, "action": text, "fallback": False}
+        return StepResult(rewards, done, info, None if done else self._turn())
+
+    def episode_returns(self) -> list[float]:
+        return list(self.returns)
+
+    def episode_metrics(self) -> dict[str, float]:
+        return {"digit_share": sum(self.returns) / self.turns}
+
+    def builtin_action(self, policy: str, rng: random.Random) -> str:
+        return str(rng.randint(0, 9))

@@ -1,0 +1,110 @@
+"""Which rows go into which micro-batch: by row count, or by a token budget that follows memory.
+
+A micro-batch's activation memory grows with the tokens it runs: rows x padded width when rows
+are padded to a common width (prompt left-padded to its longest, response right-padded to its
+longest), or the sum of the rows' lengths when they are packed without padding. With a token
+budget, rows are sorted by length and packed first-fit, so long rows go a few at a time and
+short rows many at a time, and similar lengths share a micro-batch (little padding).
+
+Data parallel: every rank plans the same mini-batch the same way (it is a pure function of the
+rows), takes every ``world_size``-th micro-batch, and all ranks run the same number of
+micro-batches (ZeRO-2 reduces gradients inside every backward); a rank short of one runs an
+empty micro-batch (a placeholder row with no weight).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from roll_ma.config.schema import TrainConfig
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    """How rows are split into micro-batches and run.
+
+    Args:
+        max_rows: rows per micro-batch when there is no token budget.
+        max_tokens: token budget of one micro-batch (None: ``max_rows`` rows).
+        remove_padding: rows are packed into one sequence (the budget counts real tokens).
+        chunk_tokens: response tokens per LM-head chunk (``models.logprobs.head_log_probs``).
+    """
+
+    max_rows: int
+    max_tokens: int | None = None
+    remove_padding: bool = False
+    chunk_tokens: int = 1024
+
+    @classmethod
+    def for_training(cls, cfg: TrainConfig) -> MicroBatching:
+        return cls(
+            cfg.micro_batch_size, cfg.max_tokens_per_micro_batch, cfg.remove_padding, cfg.logits_chunk_tokens
+        )
+
+    @classmethod
+    def for_scoring(cls, cfg: TrainConfig) -> MicroBatching:
+        """Forward-only scoring (old and reference log-probs): its own, usually larger, budget."""
+        budget = cfg.score_max_tokens_per_micro_batch or cfg.max_tokens_per_micro_batch
+        return cls(cfg.micro_batch_size, budget, cfg.remove_padding, cfg.logits_chunk_tokens)
+
+    def cost(self, prompt_lens: np.ndarray, response_lens: np.ndarray) -> int:
+        """Tokens a micro-batch of these rows runs: packed length, or rows x padded width."""
+        if len(prompt_lens) == 0:
+            return 0
+        if self.remove_padding:
+            return int(prompt_lens.sum() + response_lens.sum())
+        return len(prompt_lens) * int(prompt_lens.max() + response_lens.max())
+
+    def split(self, rows: np.ndarray, prompt_lens: np.ndarray, response_lens: np.ndarray) -> list[np.ndarray]:
+        """Micro-batches (arrays of row indices) covering ``rows`` once each.
+
+        rows: (n,) row indices; prompt_lens, response_lens: real tokens of EVERY row (indexed by
+        row index). Without a budget: consecutive chunks of ``max_rows``. With one: longest rows
+        first, each into the first micro-batch it fits (a row longer than the budget runs alone).
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.max_tokens is None:
+            return [rows[i : i + self.max_rows] for i in range(0, len(rows), self.max_rows)]
+        total = prompt_lens[rows] + response_lens[rows]
+        order = rows[np.argsort(-total, kind="stable")]
+        bins: list[list[int]] = []
+        for r in order.tolist():
+            for b in bins:
+                trial = b + [r]
+                if self.cost(prompt_lens[trial], response_lens[trial]) <= self.max_tokens:
+                    b.append(r)
+                    break
+            else:
+                bins.append([r])
+        return [np.asarray(b, dtype=np.int64) for b in bins]
+
+    def rank_plan(
+        self, rows: np.ndarray, prompt_lens: np.ndarray, response_lens: np.ndarray, rank: int, world_size: int
+    ) -> list[np.ndarray]:
+        """This rank's micro-batches of a mini-batch; every rank gets the same count (some may be empty).
+
+        Without a budget the rows are first split evenly over the ranks (the first ranks take one
+        more when they do not divide), as data parallel always did; with one, whole micro-batches
+        are dealt out, largest first, to keep the ranks' tokens even.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.max_tokens is None:
+            share = np.array_split(rows, world_size)
+            per_rank = -(-len(share[0]) // self.max_rows)  # the first share is the largest
+            mine = self.split(share[rank], prompt_lens, response_lens)
+            return mine + [np.zeros(0, dtype=np.int64)] * (per_rank - len(mine))
+        bins = self.split(rows, prompt_lens, response_lens)
+        bins.sort(key=lambda b: -self.cost(prompt_lens[b], response_lens[b]))
+        count = -(-len(bins) // world_size)
+        mine = bins[rank::world_size]
+        return mine + [np.zeros(0, dtype=np.int64)] * (count - len(mine))
+
+
+def real_lengths(attention_mask: np.ndarray | object, response_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) real prompt tokens and (N,) real response tokens of (N, T) rows whose last
+    ``response_len`` columns are the response."""
+    mask = np.asarray(attention_mask).astype(bool)
+    split = mask.shape[1] - response_len
+    return mask[:, :split].sum(1).astype(np.int64), mask[:, split:].sum(1).astype(np.int64)
