@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from roll_ma.protocol import DataProto
+from roll_ma.protocol_values import merge_meta_info
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -91,21 +92,27 @@ def repad(data: DataProto, prompt_width: int, response_width: int, pad_id: int) 
         else:
             out[key] = t
     out["position_ids"] = position_ids_from_mask(out["attention_mask"])
-    return DataProto.from_dict(out, dict(data.non_tensor), dict(data.meta_info))
+    return type(data).from_dict(out, dict(data.non_tensor), dict(data.meta_info))
 
 
 def concat_padded(parts: Sequence[DataProto], pad_id: int | None = None) -> DataProto:
-    """Concatenate batches whose prompt / response widths differ (pad_id: else meta_info['pad_id'])."""
-    parts = [p for p in parts if len(p) > 0] or list(parts[:1])
-    if not parts:
+    """Concatenate batches whose prompt / response widths differ (pad_id: else meta_info['pad_id']).
+
+    Empty parts add no rows (they may lack the tensors) but their meta_info is merged like the others'.
+    """
+    rows = [p for p in parts if len(p) > 0] or list(parts[:1])
+    if not rows:
         return DataProto.empty()
-    if "prompts" not in parts[0].batch.keys():
-        return DataProto.concat(parts)
-    pad = pad_id if pad_id is not None else parts[0].meta_info.get("pad_id")
-    P = max(p.batch["prompts"].shape[1] for p in parts)
-    R = max(p.batch["responses"].shape[1] for p in parts)
-    if pad is None and any(
-        p.batch["prompts"].shape[1] != P or p.batch["responses"].shape[1] != R for p in parts
-    ):
-        raise ValueError("concat_padded: widths differ and no pad id is known (set meta_info['pad_id'])")
-    return DataProto.concat([repad(p, P, R, pad) for p in parts])
+    if "prompts" not in rows[0].batch.keys():
+        out = DataProto.concat(rows)
+    else:
+        pad = pad_id if pad_id is not None else rows[0].meta_info.get("pad_id")
+        P = max(p.batch["prompts"].shape[1] for p in rows)
+        R = max(p.batch["responses"].shape[1] for p in rows)
+        if pad is None and any(
+            p.batch["prompts"].shape[1] != P or p.batch["responses"].shape[1] != R for p in rows
+        ):
+            raise ValueError("concat_padded: widths differ and no pad id is known (set meta_info['pad_id'])")
+        out = DataProto.concat([repad(p, P, R, pad) for p in rows])
+    out.meta_info = merge_meta_info([p.meta_info for p in parts])
+    return out

@@ -40,51 +40,76 @@ non_tensor (numpy object arrays, length B)
 
 Rules: every operation keeps the three parts aligned; a mismatched length or key raises
 ``ValueError`` naming the key and both sizes; ``meta_info`` is copied, never shared, between
-the pieces an operation returns.
+the pieces an operation returns; operations return ``type(self)``, so subclasses survive them.
+
+Operations. Shapes count rows: a column (B, *) keeps its row shape *, and the result gets a copy
+of meta_info. "new": returns a new DataProto and leaves self as it was; "in place": changes self.
+
+rows
+    d[i], d[np.int64(i)], d[torch.tensor(i)]  (B, *) -> (1, *)           new
+    d[a:b:c], d[idx], select_idxs(idx)        (B, *) -> (len(idx), *)    new; (B,) bool mask: mask.sum() rows
+    reorder(perm)                             (B, *) -> (B, *)           in place (pure: select_idxs(perm))
+    repeat(n, interleave=True)                (B, *) -> (n*B, *)         new: [a, a, b, b], else [a, b, a, b]
+    sample_level_repeat(counts)               (B, *) -> (sum(counts), *) new: row i counts[i] times in a row
+    pad_to_multiple(n) -> (padded, pad)       (B, *) -> (B + pad, *)     new: copies of first rows appended
+    unpad(pad)                                (B + pad, *) -> (B, *)     new
+columns (B rows in and out)
+    select(batch_keys, non_tensor_keys, meta_info_keys)   new, the named keys only (None keeps that part)
+    pop(batch_keys, non_tensor_keys, meta_info_keys)      in place: removes the keys, returns them (B rows)
+    rename(old_keys, new_keys)                in place, returns self: tensor or non-tensor columns renamed
+    union(other)                              new, the columns of both; a key in both must be equal
+pieces
+    chunk(n)                                  n pieces of B // n or B // n + 1 rows (the larger ones first)
+    split(size) / split([s0, s1, ...])        pieces of size rows (the last smaller) / of the listed sizes
+    concat(parts)                             parts (B_i, *) -> (sum B_i, *), new; meta_info merged below
+    group_by(key) / group_by([k1, k2])        {value / (v1, v2): (its rows, their positions (N,) int64)}
+    ungroup(groups)                           the groups' rows back at their positions, (B, *), new
+    make_iterator(mini_batch_size, epochs=1, seed=None, shuffle=False, drop_last=False)
+                                              per epoch ceil(B / mini_batch_size) pieces (mini_batch_size, *)
+conversion
+    to(device)                                new, tensors on device
+    to_tensordict() / from_tensordict(td)     TensorDict [B]: the tensors, a NonTensorStack (one object per
+                                              row) per non-tensor column, a NonTensorData per meta_info key
+    save_to_disk(path) / load_from_disk(path)  a pickle, tensors on the CPU (load only files you trust)
+    check_consistency()                       raises ValueError naming the key that breaks the rules
+
+Equal (union) means deep equality with NaN == NaN. concat merges meta_info key by key (see
+``roll_ma.protocol_values``): if the parts that carry a key agree, the value once; else a list with one
+entry per part, in part order (None where a part lacks it). ``metrics`` (name -> number per worker)
+merges name by name: one value where the reporting parts agree, else the list of their values, so
+``np.mean`` reduces either form.
+
+Different from verl on purpose: ``d[i]`` is a one-row DataProto (verl: a DataProtoItem); ``chunk(n)``
+takes any B; every operation but pop, rename and reorder is pure (verl's ``union`` and ``to`` change
+self); concat merges meta_info (verl keeps the first part's, or gathers ``metrics`` into lists always);
+``make_iterator`` takes ``shuffle`` and ``drop_last`` (verl: DataLoader kwargs) and its last piece may
+be smaller; ``group_by`` returns positions too, so ``ungroup`` restores the order; ``rename`` renames
+non-tensor columns too; the per-row part and its key argument are ``non_tensor`` / ``non_tensor_keys``
+(verl: ``non_tensor_batch`` / ``non_tensor_batch_keys``).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
+from roll_ma import protocol_args as args
+from roll_ma import protocol_io
+from roll_ma.protocol_args import Keys
+from roll_ma.protocol_values import merge_meta_info, values_equal
+
 __all__ = ["DataProto"]
 
-
-def _as_object_array(values: Any, key: str) -> np.ndarray:
-    """One object per row, even when rows are lists (np.array would make a 2-D array)."""
-    if isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1:
-        return values
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise ValueError(f"non_tensor[{key!r}] must be a sequence with one value per row, got {type(values)}")
-    out = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        out[i] = v
-    return out
-
-
-def _index_array(idxs: Any, length: int) -> np.ndarray:
-    """Normalise an index array or bool mask to int64 positions."""
-    if isinstance(idxs, torch.Tensor):
-        idxs = idxs.cpu().numpy()
-    idxs = np.asarray(idxs)
-    if idxs.dtype == bool:
-        if idxs.shape != (length,):
-            raise ValueError(f"bool mask has shape {idxs.shape} but the batch has {length} rows")
-        return np.nonzero(idxs)[0].astype(np.int64)
-    if idxs.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if idxs.ndim != 1 or not np.issubdtype(idxs.dtype, np.integer):
-        raise ValueError(f"row indices must be a 1-D int array or a bool mask, got {idxs.dtype} {idxs.shape}")
-    if idxs.min() < -length or idxs.max() >= length:
-        raise ValueError(f"row index out of range for a batch of {length} rows")
-    return idxs.astype(np.int64)
+Index = int | slice | Sequence[int] | np.ndarray | torch.Tensor
+Self = TypeVar("Self", bound="DataProto")
 
 
 @dataclass
@@ -96,25 +121,37 @@ class DataProto:
     meta_info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if len(self.batch.batch_size) != 1:
-            raise ValueError(
-                f"batch must have exactly one batch dim, got batch_size={list(self.batch.batch_size)}"
-            )
+        self.non_tensor = {key: args.object_column(v, key) for key, v in self.non_tensor.items()}
+        self.check_consistency()
+
+    def check_consistency(self) -> None:
+        """Raise ValueError naming the key that breaks the rules (call it after editing the fields)."""
+        if not isinstance(self.batch, TensorDict) or len(self.batch.batch_size) != 1:
+            size = list(getattr(self.batch, "batch_size", []))
+            raise ValueError(f"batch must be a TensorDict with exactly one batch dim, got batch_size={size}")
         n = len(self)
-        for key, values in list(self.non_tensor.items()):
-            arr = _as_object_array(values, key)
+        for key, arr in self.non_tensor.items():
+            if not (isinstance(arr, np.ndarray) and arr.dtype == object and arr.ndim == 1):
+                raise ValueError(f"non_tensor[{key!r}] must be a 1-D numpy object array, got {type(arr)}")
             if len(arr) != n:
                 raise ValueError(f"non_tensor[{key!r}] has {len(arr)} rows but the batch has {n}")
-            self.non_tensor[key] = arr
+            if key in self.batch.keys():
+                raise ValueError(f"{key!r} is both a tensor and a non_tensor column")
+        if not isinstance(self.meta_info, dict):
+            raise ValueError(f"meta_info must be a dict, got {type(self.meta_info)}")
 
-    # ---------------------------------------------------------------- construction
+    def _new(self: Self, batch: TensorDict, non_tensor: dict[str, np.ndarray], meta: dict[str, Any]) -> Self:
+        # dataclasses.replace builds type(self) and keeps the fields a subclass adds
+        return dataclasses.replace(self, batch=batch, non_tensor=non_tensor, meta_info=meta)
+
+    # ---------------------------------------------------------------- construction and conversion
     @classmethod
     def from_dict(
-        cls,
+        cls: type[Self],
         tensors: dict[str, torch.Tensor] | None = None,
         non_tensors: dict[str, Sequence[Any]] | None = None,
         meta_info: dict[str, Any] | None = None,
-    ) -> DataProto:
+    ) -> Self:
         """Build from plain dicts; B is taken from the tensors, else from the non-tensor columns."""
         tensors = dict(tensors or {})
         non_tensors = dict(non_tensors or {})
@@ -129,16 +166,33 @@ class DataProto:
         return cls(batch=batch, non_tensor=non_tensors, meta_info=dict(meta_info or {}))
 
     @classmethod
-    def empty(cls, meta_info: dict[str, Any] | None = None) -> DataProto:
+    def empty(cls: type[Self], meta_info: dict[str, Any] | None = None) -> Self:
         return cls(batch=TensorDict({}, batch_size=[0]), meta_info=dict(meta_info or {}))
+
+    def to_tensordict(self) -> TensorDict:
+        """TensorDict [B] of tensors, non-tensor columns (NonTensorStack) and meta_info (NonTensorData)."""
+        return protocol_io.to_tensordict(self)
+
+    @classmethod
+    def from_tensordict(cls: type[Self], td: TensorDict) -> Self:
+        """Inverse of to_tensordict; a TensorDict of tensors only gives a batch without non-tensor columns."""
+        batch, non_tensor, meta = protocol_io.tensordict_parts(td)
+        return cls(batch=batch, non_tensor=non_tensor, meta_info=meta)
+
+    def save_to_disk(self, path: str | Path) -> None:
+        """Pickle to ``path`` with the tensors on the CPU."""
+        protocol_io.save(self, path)
+
+    @classmethod
+    def load_from_disk(cls: type[Self], path: str | Path) -> Self:
+        """Read a file written by save_to_disk (a pickle: load only files you trust)."""
+        return protocol_io.load(cls, path)
 
     # ---------------------------------------------------------------- basics
     def __len__(self) -> int:
         return int(self.batch.batch_size[0])
 
-    def __getitem__(self, item: int | slice | Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
-        if isinstance(item, int):
-            item = [item]
+    def __getitem__(self: Self, item: Index) -> Self:
         if isinstance(item, slice):
             item = np.arange(len(self))[item]
         return self.select_idxs(item)
@@ -150,192 +204,218 @@ class DataProto:
     def __repr__(self) -> str:
         tensors = ", ".join(f"{k}: {tuple(v.shape)} {v.dtype}" for k, v in self.batch.items())
         return (
-            f"DataProto(len={len(self)}, batch={{{tensors}}}, non_tensor={list(self.non_tensor)}, "
-            f"meta_info={list(self.meta_info)})"
+            f"{type(self).__name__}(len={len(self)}, batch={{{tensors}}}, "
+            f"non_tensor={list(self.non_tensor)}, meta_info={list(self.meta_info)})"
         )
 
-    def to(self, device: str | torch.device) -> DataProto:
-        return DataProto(self.batch.to(device), dict(self.non_tensor), copy.copy(self.meta_info))
+    def to(self: Self, device: str | torch.device) -> Self:
+        return self._new(self.batch.to(device), dict(self.non_tensor), copy.copy(self.meta_info))
 
-    # ---------------------------------------------------------------- selection
+    # ---------------------------------------------------------------- columns
     def select(
-        self,
-        batch_keys: Sequence[str] | None = None,
-        non_tensor_keys: Sequence[str] | None = None,
-        meta_info_keys: Sequence[str] | None = None,
-    ) -> DataProto:
-        """Keep only the named columns (None keeps all of that part)."""
-        for key in batch_keys or []:
-            if key not in self.batch.keys():
-                raise ValueError(f"select: no tensor {key!r}; tensors are {list(self.batch.keys())}")
-        for key in non_tensor_keys or []:
-            if key not in self.non_tensor:
-                raise ValueError(f"select: no non_tensor {key!r}; non_tensors are {list(self.non_tensor)}")
-        batch = self.batch.select(*batch_keys) if batch_keys is not None else self.batch.clone(recurse=False)
+        self: Self, batch_keys: Keys = None, non_tensor_keys: Keys = None, meta_info_keys: Keys = None
+    ) -> Self:
+        """Keep only the named keys (None keeps all of that part); absent meta_info keys are skipped."""
+        args.check_keys(self, "select", args.key_list(batch_keys), args.key_list(non_tensor_keys), [])
+        batch = (
+            self.batch.select(*args.key_list(batch_keys))
+            if batch_keys is not None
+            else self.batch.clone(recurse=False)
+        )
         non_tensor = (
-            {k: self.non_tensor[k] for k in non_tensor_keys}
+            {k: self.non_tensor[k] for k in args.key_list(non_tensor_keys)}
             if non_tensor_keys is not None
             else dict(self.non_tensor)
         )
         meta = (
-            {k: copy.deepcopy(self.meta_info[k]) for k in meta_info_keys if k in self.meta_info}
+            {
+                k: copy.deepcopy(self.meta_info[k])
+                for k in args.key_list(meta_info_keys)
+                if k in self.meta_info
+            }
             if meta_info_keys is not None
             else copy.deepcopy(self.meta_info)
         )
-        return DataProto(batch, non_tensor, meta)
+        return self._new(batch, non_tensor, meta)
 
-    def select_idxs(self, idxs: Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
-        """Rows at the given positions (an int index array, or a bool mask of length B)."""
-        positions = _index_array(idxs, len(self))
-        batch = self.batch[torch.from_numpy(positions)]
-        non_tensor = {k: v[positions] for k, v in self.non_tensor.items()}
-        return DataProto(batch, non_tensor, copy.deepcopy(self.meta_info))
-
-    # ---------------------------------------------------------------- combining
-    @classmethod
-    def concat(cls, parts: Sequence[DataProto]) -> DataProto:
-        """Stack rows of several DataProtos with the same keys; meta_info comes from the first part."""
-        if not parts:
-            raise ValueError("concat needs at least one DataProto")
-        first = parts[0]
-        batch_keys, nt_keys = set(first.batch.keys()), set(first.non_tensor)
-        for i, part in enumerate(parts[1:], start=1):
-            for key in batch_keys ^ set(part.batch.keys()):
-                where = "part 0" if key in batch_keys else f"part {i}"
-                raise ValueError(f"concat: tensor {key!r} is in {where} only (parts 0 and {i} differ)")
-            for key in nt_keys ^ set(part.non_tensor):
-                where = "part 0" if key in nt_keys else f"part {i}"
-                raise ValueError(f"concat: non_tensor {key!r} is in {where} only (parts 0 and {i} differ)")
-            for key in batch_keys:
-                a, b = first.batch[key].shape[1:], part.batch[key].shape[1:]
-                if a != b:
-                    raise ValueError(
-                        f"concat: tensor {key!r} has row shape {tuple(a)} in part 0 "
-                        f"but {tuple(b)} in part {i}"
-                    )
-        batch = (
-            torch.cat([p.batch for p in parts], dim=0)
-            if batch_keys
-            else TensorDict({}, batch_size=[sum(len(p) for p in parts)])
+    def pop(
+        self: Self, batch_keys: Keys = None, non_tensor_keys: Keys = None, meta_info_keys: Keys = None
+    ) -> Self:
+        """In place: remove the named keys from self; returns them as a batch of the same B rows."""
+        tensor_keys, nt_keys = args.key_list(batch_keys), args.key_list(non_tensor_keys)
+        meta_keys = args.key_list(meta_info_keys)
+        args.check_keys(self, "pop", tensor_keys, nt_keys, meta_keys)
+        popped = self._new(
+            self.batch.select(*tensor_keys),
+            {k: self.non_tensor[k] for k in nt_keys},
+            {k: self.meta_info[k] for k in meta_keys},
         )
-        non_tensor = {k: np.concatenate([p.non_tensor[k] for p in parts]) for k in first.non_tensor}
-        return cls(batch, non_tensor, copy.deepcopy(first.meta_info))
+        # new containers: batches that share the old ones (built by select or to) keep their keys
+        self.batch = self.batch.exclude(*tensor_keys)
+        self.non_tensor = {k: v for k, v in self.non_tensor.items() if k not in nt_keys}
+        self.meta_info = {k: v for k, v in self.meta_info.items() if k not in meta_keys}
+        return popped
 
-    def union(self, other: DataProto) -> DataProto:
-        """Columns of both; shared columns must hold equal values."""
+    def rename(self: Self, old_keys: str | Sequence[str], new_keys: str | Sequence[str]) -> Self:
+        """In place: rename tensor or non-tensor columns; returns self, so ``d = d.rename(...)`` works too."""
+        old, new = args.key_list(old_keys), args.key_list(new_keys)
+        if len(old) != len(new):
+            raise ValueError(f"rename: {len(old)} old keys but {len(new)} new keys")
+        args.check_keys(self, "rename", [k for k in old if k not in self.non_tensor], [], [])
+        mapping = dict(zip(old, new))
+        kept = [k for k in self.keys if k not in mapping]
+        for key in new:
+            if key in kept or new.count(key) > 1:
+                raise ValueError(f"rename: a column named {key!r} already exists")
+        self.batch = TensorDict(
+            {mapping.get(k, k): v for k, v in self.batch.items()}, batch_size=self.batch.batch_size
+        )
+        self.non_tensor = {mapping.get(k, k): v for k, v in self.non_tensor.items()}
+        return self
+
+    def union(self: Self, other: DataProto) -> Self:
+        """Columns and meta_info of both; a key in both must hold equal values (NaN == NaN)."""
         if len(self) != len(other):
             raise ValueError(f"union: this batch has {len(self)} rows but the other has {len(other)}")
         tensors = dict(self.batch.items())
         for key, value in other.batch.items():
-            if key in tensors and not torch.equal(tensors[key], value):
+            if key in tensors and not values_equal(tensors[key], value):
                 raise ValueError(f"union: tensor {key!r} is in both batches with different values")
-            tensors[key] = value
+            tensors.setdefault(key, value)
         non_tensor = dict(self.non_tensor)
         for key, value in other.non_tensor.items():
-            if key in non_tensor and not np.array_equal(non_tensor[key], value):
+            if key in non_tensor and not values_equal(non_tensor[key], value):
                 raise ValueError(f"union: non_tensor {key!r} is in both batches with different values")
-            non_tensor[key] = value
+            non_tensor.setdefault(key, value)
         meta = copy.deepcopy(self.meta_info)
         for key, value in other.meta_info.items():
-            if key in meta and meta[key] != value:
+            if key in meta and not values_equal(meta[key], value):
                 raise ValueError(f"union: meta_info {key!r} differs: {meta[key]!r} vs {value!r}")
-            meta[key] = copy.deepcopy(value)
-        return DataProto(TensorDict(tensors, batch_size=[len(self)]), non_tensor, meta)
+            meta.setdefault(key, copy.deepcopy(value))
+        return self._new(TensorDict(tensors, batch_size=[len(self)]), non_tensor, meta)
 
-    # ---------------------------------------------------------------- splitting
-    def split(self, sizes: Sequence[int]) -> list[DataProto]:
-        """Consecutive pieces of the given sizes (they must add up to B)."""
-        if sum(sizes) != len(self) or any(s < 0 for s in sizes):
-            raise ValueError(
-                f"split sizes {list(sizes)} add up to {sum(sizes)} but the batch has {len(self)} rows"
-            )
-        bounds = np.cumsum([0, *sizes])
-        return [self.select_idxs(np.arange(bounds[i], bounds[i + 1])) for i in range(len(sizes))]
+    # ---------------------------------------------------------------- rows
+    def select_idxs(self: Self, idxs: Index) -> Self:
+        """Rows at the given positions (one int, an index array, or a bool mask of length B)."""
+        positions = args.row_positions(idxs, len(self))
+        batch = self.batch[torch.from_numpy(positions)]
+        non_tensor = {k: v[positions] for k, v in self.non_tensor.items()}
+        return self._new(batch, non_tensor, copy.deepcopy(self.meta_info))
 
-    def chunk(self, n: int) -> list[DataProto]:
-        """n consecutive pieces whose sizes differ by at most one (the first ones are larger)."""
-        if n <= 0:
-            raise ValueError(f"chunk needs n >= 1, got {n}")
-        base, extra = divmod(len(self), n)
-        return self.split([base + (1 if i < extra else 0) for i in range(n)])
+    def reorder(self: Self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> Self:
+        """In place: row i becomes old row indices[i] (a permutation); returns self."""
+        moved = self.select_idxs(args.permutation(indices, len(self)))
+        self.batch, self.non_tensor = moved.batch, moved.non_tensor
+        return self
 
-    def repeat(self, n: int, interleave: bool = True) -> DataProto:
+    def repeat(self: Self, n: int, interleave: bool = True) -> Self:
         """Each row n times: [a, a, b, b] with interleave, else [a, b, a, b]."""
         if n <= 0:
             raise ValueError(f"repeat needs n >= 1, got {n}")
         rows = np.arange(len(self))
-        order = np.repeat(rows, n) if interleave else np.tile(rows, n)
-        return self.select_idxs(order)
+        return self.select_idxs(np.repeat(rows, n) if interleave else np.tile(rows, n))
 
-    def group_by(self, key: str) -> dict[Any, tuple[DataProto, np.ndarray]]:
-        """{value: (rows with that value, their original positions)}, values in sorted order."""
-        if key in self.non_tensor:
-            column = self.non_tensor[key]
-        elif key in self.batch.keys() and self.batch[key].ndim == 1:
-            column = self.batch[key].cpu().numpy()
-        else:
-            raise ValueError(f"group_by: no 1-D column {key!r}; columns are {self.keys}")
-        groups: dict[Any, list[int]] = {}
-        for i, value in enumerate(column.tolist()):
-            groups.setdefault(value, []).append(i)
-        ordered = sorted(groups, key=lambda v: (str(type(v)), v))
-        return {
-            v: (self.select_idxs(np.asarray(groups[v])), np.asarray(groups[v], dtype=np.int64))
-            for v in ordered
-        }
+    def sample_level_repeat(self: Self, counts: Sequence[int] | np.ndarray | torch.Tensor) -> Self:
+        """Row i counts[i] times in a row (0 drops it): sum(counts) rows."""
+        return self.select_idxs(args.repeat_positions(counts, len(self)))
 
-    @classmethod
-    def ungroup(
-        cls, groups: Sequence[tuple[DataProto, np.ndarray]] | dict[Any, tuple[DataProto, np.ndarray]]
-    ) -> DataProto:
-        """Inverse of group_by: put each group's rows back at their original positions."""
-        parts = list(groups.values()) if isinstance(groups, dict) else list(groups)
-        if not parts:
-            raise ValueError("ungroup needs at least one group")
-        for i, (data, idx) in enumerate(parts):
-            if len(data) != len(idx):
-                raise ValueError(f"ungroup: group {i} has {len(data)} rows but {len(idx)} positions")
-        positions = np.concatenate([np.asarray(idx, dtype=np.int64) for _, idx in parts])
-        total = len(positions)
-        if not np.array_equal(np.sort(positions), np.arange(total)):
-            raise ValueError(f"ungroup: positions must cover 0..{total - 1} exactly once")
-        stacked = cls.concat([data for data, _ in parts])
-        inverse = np.empty(total, dtype=np.int64)
-        inverse[positions] = np.arange(total)
-        return stacked.select_idxs(inverse)
-
-    # ---------------------------------------------------------------- padding
-    def pad_to_multiple(self, n: int) -> tuple[DataProto, int]:
+    def pad_to_multiple(self: Self, n: int) -> tuple[Self, int]:
         """Append copies of the first rows so that B is a multiple of n; returns (padded, pad_size).
 
         Padded rows are real copies: callers that train on them must mask them (unpad first).
         """
         if n <= 0:
             raise ValueError(f"pad_to_multiple needs n >= 1, got {n}")
-        if len(self) == 0:
-            return self.select(), 0
-        pad_size = (-len(self)) % n
-        if pad_size == 0:
-            return self.select(), 0
-        order = np.concatenate([np.arange(len(self)), np.arange(pad_size) % len(self)])
-        return self.select_idxs(order), pad_size
+        pad_size = (-len(self)) % n if len(self) else 0
+        order = np.concatenate([np.arange(len(self)), np.arange(pad_size) % max(len(self), 1)])
+        return self.select_idxs(order.astype(np.int64)), pad_size
 
-    def unpad(self, pad_size: int) -> DataProto:
+    def unpad(self: Self, pad_size: int) -> Self:
         """Drop the last pad_size rows added by pad_to_multiple."""
         if pad_size < 0 or pad_size > len(self):
             raise ValueError(f"unpad: pad_size {pad_size} out of range for {len(self)} rows")
         return self.select_idxs(np.arange(len(self) - pad_size))
 
+    # ---------------------------------------------------------------- pieces
+    @classmethod
+    def concat(cls, parts: Sequence[Self]) -> Self:
+        """The rows of parts with the same columns, in order; meta_info merged (nothing dropped)."""
+        if not parts:
+            raise ValueError("concat needs at least one DataProto")
+        args.check_same_columns(parts)
+        batch = (
+            torch.cat([p.batch for p in parts], dim=0)
+            if parts[0].batch.keys()
+            else TensorDict({}, batch_size=[sum(len(p) for p in parts)])
+        )
+        non_tensor = {k: np.concatenate([p.non_tensor[k] for p in parts]) for k in parts[0].non_tensor}
+        return parts[0]._new(batch, non_tensor, merge_meta_info([p.meta_info for p in parts]))
+
+    def split(self: Self, size: int | Sequence[int]) -> list[Self]:
+        """Consecutive pieces of ``size`` rows (the last may be smaller), or of the listed sizes (sum B).
+
+        An empty batch splits into one empty piece, so that ``concat(d.split(k))`` always gives d back.
+        """
+        bounds = np.cumsum([0, *args.split_sizes(size, len(self))])
+        return [self.select_idxs(np.arange(start, stop)) for start, stop in zip(bounds[:-1], bounds[1:])]
+
+    def chunk(self: Self, n: int) -> list[Self]:
+        """n consecutive pieces whose sizes differ by at most one (the first ones are larger)."""
+        if n <= 0:
+            raise ValueError(f"chunk needs n >= 1, got {n}")
+        base, extra = divmod(len(self), n)
+        return self.split([base + (1 if i < extra else 0) for i in range(n)])
+
+    def group_by(self: Self, keys: str | Sequence[str]) -> dict[Any, tuple[Self, np.ndarray]]:
+        """{value: (rows with that value, their positions)}, sorted; a value is a tuple for a key list."""
+        names = args.key_list(keys)
+        if not names:
+            raise ValueError("group_by needs at least one key")
+        columns = {}
+        for key in names:
+            if key in self.non_tensor:
+                columns[key] = self.non_tensor[key].tolist()
+            elif key in self.batch.keys() and self.batch[key].ndim == 1:
+                columns[key] = self.batch[key].tolist()
+            else:
+                raise ValueError(f"group_by: no 1-D column {key!r}; columns are {self.keys}")
+        groups = args.group_positions(columns, as_tuples=not isinstance(keys, str))
+        return {value: (self.select_idxs(rows), rows) for value, rows in groups.items()}
+
+    @classmethod
+    def ungroup(cls, groups: Sequence[tuple[Self, np.ndarray]] | dict[Any, tuple[Self, np.ndarray]]) -> Self:
+        """Inverse of group_by: put each group's rows back at their original positions."""
+        parts = list(groups.values()) if isinstance(groups, dict) else list(groups)
+        inverse = args.ungroup_order([(len(data), idx) for data, idx in parts])
+        return cls.concat([data for data, _ in parts]).select_idxs(inverse)
+
     # ---------------------------------------------------------------- iteration
+    def make_iterator(
+        self: Self,
+        mini_batch_size: int,
+        epochs: int = 1,
+        seed: int | None = None,
+        shuffle: bool = False,
+        drop_last: bool = False,
+    ) -> Iterator[Self]:
+        """Mini-batches of mini_batch_size rows, every row once per epoch (the last may be smaller).
+
+        With shuffle, each epoch takes a new order from one generator seeded once with ``seed``: the
+        epochs differ, and the whole sequence repeats for the same seed.
+        """
+        if mini_batch_size <= 0:
+            raise ValueError(f"mini_batch_size must be >= 1, got {mini_batch_size}")
+        if epochs < 0:
+            raise ValueError(f"epochs must be >= 0, got {epochs}")
+        rng = np.random.default_rng(seed)
+        stop = len(self) - (len(self) % mini_batch_size if drop_last else 0)
+        for _ in range(epochs):
+            order = rng.permutation(len(self)) if shuffle else np.arange(len(self))
+            for start in range(0, stop, mini_batch_size):
+                yield self.select_idxs(order[start : start + mini_batch_size])
+
     def iter_minibatches(
-        self, batch_size: int, shuffle: bool = False, seed: int | None = None, drop_last: bool = False
-    ) -> Iterator[DataProto]:
-        """Mini-batches of batch_size rows; shuffled with a private generator when asked."""
-        if batch_size <= 0:
-            raise ValueError(f"mini-batch size must be >= 1, got {batch_size}")
-        order = np.arange(len(self))
-        if shuffle:
-            order = np.random.default_rng(seed).permutation(len(self))
-        stop = len(self) - (len(self) % batch_size if drop_last else 0)
-        for start in range(0, stop, batch_size):
-            yield self.select_idxs(order[start : start + batch_size])
+        self: Self, batch_size: int, shuffle: bool = False, seed: int | None = None, drop_last: bool = False
+    ) -> Iterator[Self]:
+        """One epoch of make_iterator."""
+        return self.make_iterator(batch_size, 1, seed=seed, shuffle=shuffle, drop_last=drop_last)

@@ -145,6 +145,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                     )
                     batch = concat_padded(parts)
                     episodes = [e for p in parts for e in p.meta_info["episodes"]]
+                    # concat gathers every env worker's summaries; the workers below need none of them
+                    batch.pop(meta_info_keys=["episodes"])
                 metrics = rollout_metrics(batch, episodes, agent_names, expected)
                 metrics.update(episode_env_metrics(episodes, "rollout/env"))
                 if metrics.get("rollout/stale_rows", 0) > 0:

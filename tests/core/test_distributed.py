@@ -25,6 +25,12 @@ class EchoWorker(Worker):
         out = DataProto.from_dict({"y": data.batch["x"] * self.scale}, {"served_by": [self.rank] * len(data)})
         return data.union(out)
 
+    @register(Dispatch.DP_COMPUTE)
+    def report(self, data: DataProto) -> DataProto:
+        """Echoes the request's meta_info (as workers do) and adds metrics of this rank."""
+        metrics = {"rows": len(data), "rank": self.rank, "scale": self.scale}
+        return DataProto.from_dict({"y": data.batch["x"]}, meta_info={**data.meta_info, "metrics": metrics})
+
     @register(Dispatch.ONE_TO_ALL)
     def env(self) -> dict:
         return self.ping()
@@ -74,6 +80,12 @@ def test_dp_compute_with_fewer_rows_than_ranks_calls_only_ranks_with_rows(cluste
     assert out.batch["y"].tolist() == [6.0]
     after = cluster.num_calls()
     assert after[0] == before[0] + 1 and after[1] == before[1]
+
+
+def test_dp_compute_keeps_the_meta_info_of_every_rank(cluster):
+    out = cluster.report(DataProto.from_dict({"x": torch.arange(5.0)}, meta_info={"step": 3}))
+    assert out.meta_info["step"] == 3  # echoed by both ranks: kept once
+    assert out.meta_info["metrics"] == {"rows": [3, 2], "rank": [0, 1], "scale": 3.0}  # rank 1 not dropped
 
 
 def test_rank_zero_and_non_blocking(cluster):

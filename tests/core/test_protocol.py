@@ -5,6 +5,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from protocol_helpers import assert_same, sample
 
 from roll_ma.protocol import DataProto
 
@@ -147,3 +148,83 @@ def test_empty_batch_operations():
     e = DataProto.empty({"k": 1})
     assert len(e) == 0 and e.chunk(2)[0].meta_info == {"k": 1}
     assert len(make(2).select_idxs(np.array([], dtype=np.int64))) == 0
+
+
+# ---------------------------------------------------------------- regressions of issue 20
+
+
+def test_union_with_equal_object_columns_and_numpy_meta_info(moved):
+    """Bug 1: equal numpy object columns / numpy arrays in meta_info raised 'truth value ambiguous'."""
+    d = moved(sample(4))
+    twin = sample(4).select(non_tensor_keys=["arr", "ids"])  # rows hold numpy arrays and lists
+    merged = d.union(twin)
+    assert_same(merged, d)
+    with pytest.raises(ValueError, match="non_tensor 'arr' is in both batches with different values"):
+        d.union(sample(4, start=1).select(batch_keys=[], non_tensor_keys=["arr"], meta_info_keys=[]))
+    other = sample(4).select(batch_keys=[], non_tensor_keys=[], meta_info_keys=[])
+    other.meta_info["probs"] = np.array([0.5, 0.25])
+    with pytest.raises(ValueError, match="meta_info 'probs' differs"):
+        d.union(other)
+
+
+def test_union_counts_nan_as_equal_to_nan(moved):
+    """Bug 2: a batch with NaN log-probs, scores and metrics unions with its own round-tripped copy."""
+    d = sample(5)
+    assert torch.isnan(d.batch["lp"]).any() and np.isnan(d.meta_info["metrics"]["kl"])
+    assert_same(d.union(moved(d)), d)
+    changed = moved(d).select()
+    changed.batch["lp"] = torch.nan_to_num(changed.batch["lp"])  # the NaNs became numbers
+    with pytest.raises(ValueError, match="tensor 'lp' is in both batches with different values"):
+        d.union(changed)
+    changed = moved(d).select()
+    changed.non_tensor["score"] = changed.non_tensor["score"].copy()
+    changed.non_tensor["score"][1] = 1.0
+    with pytest.raises(ValueError, match="non_tensor 'score'"):
+        d.union(changed)
+    other = d.select(batch_keys=[], non_tensor_keys=[], meta_info_keys=[])
+    other.meta_info["metrics"] = {"kl": 0.0}
+    with pytest.raises(ValueError, match="meta_info 'metrics' differs"):
+        d.union(other)
+
+
+def test_index_with_numpy_int_and_0d_tensor():
+    """Bug 3: np.int64 and 0-d tensors index one row, like int."""
+    d = make(4)
+    assert d[np.int64(2)].batch["x"].tolist() == [2.0]
+    assert d[torch.tensor(-1)].non_tensor["tag"].tolist() == ["r3"]
+
+
+def test_concat_merges_meta_info_and_drops_nothing():
+    """Bug 4: ranks >= 1 lost their meta_info. Equal keys once, differing keys one entry per part."""
+    shared = {"step": 3, "probs": np.array([np.nan])}
+    a = DataProto.from_dict(
+        {"x": torch.zeros(2)}, meta_info={**shared, "episodes": ["e0"], "metrics": {"loss": 1.0, "lr": 0.1}}
+    )
+    b_metrics = {"loss": 2.0, "lr": 0.1, "kl": 0.5}
+    b = DataProto.from_dict(
+        {"x": torch.ones(1)}, meta_info={**shared, "episodes": ["e1", "e2"], "rank": 1, "metrics": b_metrics}
+    )
+    c = DataProto.concat([a, b])
+    assert c.meta_info["step"] == 3 and c.meta_info["rank"] == 1  # the parts that carry it agree: once
+    np.testing.assert_equal(c.meta_info["probs"], np.array([np.nan]))  # NaN == NaN: once
+    assert c.meta_info["episodes"] == [["e0"], ["e1", "e2"]]  # differing: one entry per part
+    assert c.meta_info["metrics"] == {"loss": [1.0, 2.0], "lr": 0.1, "kl": 0.5}  # name by name
+    assert np.mean(c.meta_info["metrics"]["loss"]) == 1.5 and np.mean(c.meta_info["metrics"]["lr"]) == 0.1
+    three = DataProto.concat([DataProto.empty({"k": 1}), DataProto.empty(), DataProto.empty({"k": 2})])
+    assert three.meta_info == {"k": [1, None, 2]}  # None marks the part without the key
+    c.meta_info["episodes"][0].append("changed")
+    assert a.meta_info["episodes"] == ["e0"]  # the merge copies
+
+
+def test_concat_padded_merges_the_meta_info_of_empty_parts_too():
+    from roll_ma.packing import concat_padded, pack_sequences
+
+    def part(prompts, responses, episodes):
+        tensors = pack_sequences(prompts, responses, pad_id=0)
+        return DataProto.from_dict(tensors, meta_info={"pad_id": 0, "episodes": episodes})
+
+    empty = DataProto.empty({"pad_id": 0, "episodes": []})  # an env worker that played no model turn
+    out = concat_padded([part([[5]], [[6, 7]], ["a"]), empty, part([[5, 5]], [[6]], ["b"])])
+    assert out.batch["prompts"].tolist() == [[0, 5], [5, 5]]
+    assert out.batch["responses"].tolist() == [[6, 7], [6, 0]]
+    assert out.meta_info == {"pad_id": 0, "episodes": [["a"], [], ["b"]]}
