@@ -94,7 +94,7 @@ def engine_run(backend: str, strategy: Any, names: list[str | None], prompts: li
 
         params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=k, min_tokens=k, ignore_eos=True)
         # the strategy's registered LoRARequest per adapter: the very adapters its generate() serves
-        requests = [strategy._requests[n] if n else None for n in names]
+        requests = [strategy.adapters_served.requests[n] if n else None for n in names]
         strategy.llm.reset_prefix_cache()
         outs = strategy.llm.generate(
             [{"prompt_token_ids": p} for p in prompts], params, lora_request=requests, use_tqdm=False

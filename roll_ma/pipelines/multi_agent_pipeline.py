@@ -110,7 +110,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     try:
         # lr decay horizon in optimizer steps per adapter (exact when each step is one mini-batch)
         workers.train.init_model(total_steps=cfg.trainer.max_steps * cfg.train.ppo_epochs)
-        workers.rollout.init_model()
+        workers.rollout.init_model(initial_adapters=False)  # the first sync below serves the trainer's
         if workers.reference is not None:
             workers.reference.init_model()
 
@@ -128,7 +128,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
             resume_step=start_step if resume_from is not None else None,
         )
         # version = the step whose update produced the weights; the first sync serves the initial adapters
-        workers.rollout.update_adapters(workers.train.export_adapters(sorted(all_adapters))[0], start_step)
+        workers.rollout.update_adapters(workers.train.export_adapters(sorted(all_adapters), sync_dtype)[0],
+                                        start_step)
         expected = {i: (start_step if a.adapter_name in trainable else 0) for i, a in enumerate(cfg.agents)}
         if cfg.trainer.eval_every > 0 and start_step == 0:
             tracker.log(evaluate(workers, planner, seats, cfg.env.eval_opponent, 0), step=0)
@@ -151,9 +152,9 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                 metrics.update(episode_env_metrics(episodes, "rollout/env"))
                 if metrics.get("rollout/stale_rows", 0) > 0:
                     raise RuntimeError(STALE_ERROR.format(rows=int(metrics["rollout/stale_rows"])))
-                if cfg.resources.num_gpus > 0:  # the whole GPU with the engine awake (and the trainer's)
-                    metrics["system/gpu_used_gb_rollout"] = workers.rollout.gpu_memory_used_gb()
                 if workers.colocated():
+                    if cfg.resources.num_gpus > 0:  # the whole GPU with the engine awake, read by the trainer
+                        metrics["system/gpu_used_gb_rollout"] = workers.train.gpu_memory_used_gb()
                     workers.rollout.sleep()  # frees the engine's GPU memory for the update
                 batch.meta_info.update(step=step, temperature=cfg.rollout.temperature)
 

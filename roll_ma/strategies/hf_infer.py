@@ -99,7 +99,9 @@ class HFInferStrategy:
         self._rng = fallback_rng(seed)
 
     # ------------------------------------------------------------------ setup
-    def initialize(self) -> None:
+    def initialize(self, initial_adapters: bool = True) -> None:
+        """Load the base with every adapter (version 0 = the trainer's init; the PEFT model needs the
+        adapters' modules either way, so ``initial_adapters`` changes nothing here)."""
         self.tokenizer = load_tokenizer(self.model_cfg)
         base = load_base_model(self.model_cfg, self.device)
         self.model = inject_adapters(base, self.adapters, self.seed)

@@ -52,6 +52,12 @@ class EngineAdapters:
         self.root = adapter_root()
         weakref.finalize(self, shutil.rmtree, self.root, True)
 
+    def request(self, name: str) -> Any:
+        """The LoRARequest that serves adapter ``name`` now."""
+        if name not in self.requests:
+            raise RuntimeError(f"adapter {name!r} is not served yet: install it with update_adapters first")
+        return self.requests[name]
+
     def lookup(self, lora_int_id: int) -> tuple[str, int]:
         """(adapter, version) served under a LoRA id."""
         return self._by_lora_id[lora_int_id]

@@ -137,7 +137,9 @@ class VLLMInferStrategy:
         self.recorder: GenerateRecorder | None = None  # benchmarks: record_generate_calls()
 
     # ------------------------------------------------------------------ setup
-    def initialize(self) -> None:
+    def initialize(self, initial_adapters: bool = True) -> None:
+        """Start the engine; ``initial_adapters``: serve version 0 (the trainer's init, drawn here from a
+        CPU copy of the base) right away, else nothing until the first ``update_adapters``."""
         if not self.on_cpu and self.model_cfg.dtype == "float32":
             raise ValueError(
                 "vLLM's GPU LoRA kernels run in float16/bfloat16 only (float32 fails an assert "
@@ -189,7 +191,8 @@ class VLLMInferStrategy:
         logger.info("vLLM engine ready in %.1f s", time.perf_counter() - t0)
         self.tokenizer = load_tokenizer(self.model_cfg)
         self.adapters_served = EngineAdapters(self.llm, self.specs, self.sync_mode)
-        self.adapters_served.install(self._initial_adapters(), 0)
+        if initial_adapters:
+            self.adapters_served.install(self._initial_adapters(), 0)
         self.llm.reset_prefix_cache()
 
     def _check_cpu_head_size(self) -> None:
@@ -255,7 +258,7 @@ class VLLMInferStrategy:
         outputs = self.llm.generate(
             [{"prompt_token_ids": p} for p in prompts],
             params,
-            lora_request=[self.adapters_served.requests[n] for n in names],
+            lora_request=[self.adapters_served.request(n) for n in names],
             use_tqdm=False,
         )
         rows = [self._row(out, settings.stop) for out in outputs]
@@ -306,7 +309,7 @@ class VLLMInferStrategy:
             )
         names = adapters_of_rows(data, self.agents)
         prompts, responses = scoring_rows(data)
-        requests = [self.adapters_served.requests[n] for n in names]
+        requests = [self.adapters_served.request(n) for n in names]
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
         inputs = [{"prompt_token_ids": p + r} for p, r in zip(prompts, responses, strict=True)]
         outputs = self.llm.generate(inputs, params, lora_request=requests, use_tqdm=False)

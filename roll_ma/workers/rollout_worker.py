@@ -48,7 +48,10 @@ class RolloutWorker(Worker):
         self.strategy: Any = None
 
     @register(Dispatch.ONE_TO_ALL)
-    def init_model(self) -> None:
+    def init_model(self, initial_adapters: bool = True) -> None:
+        """Start the backend. ``initial_adapters=False``: serve nothing until the first
+        ``update_adapters`` (the pipeline pushes the trainer's adapters right away, so the engine need
+        not draw version 0 itself: at 7B that means loading the base on the CPU once more)."""
         import torch
 
         from roll_ma.strategies import infer_strategy_class
@@ -58,7 +61,7 @@ class RolloutWorker(Worker):
         self.strategy = cls(
             self.model_cfg, self.rollout_cfg, self.agent_specs, self.adapter_specs, self.seed, device
         )
-        self.strategy.initialize()
+        self.strategy.initialize(initial_adapters=initial_adapters)
         logger.info("rollout rank %d: %s ready on %s", self.rank, self.rollout_cfg.backend, device)
 
     @register(Dispatch.DP_COMPUTE)
@@ -85,16 +88,6 @@ class RolloutWorker(Worker):
     def replay_generate_calls(self) -> dict[str, float]:
         """Benchmarks (vllm): rank 0's recorded calls replayed bare on its engine (``engine_replay``)."""
         return self._ready().replay_generate_calls()
-
-    @register(Dispatch.RANK_ZERO)
-    def gpu_memory_used_gb(self) -> float:
-        """Device-wide GPU memory in use now (every process on this rank's GPU; 0 on CPU)."""
-        import torch
-
-        if not torch.cuda.is_available():
-            return 0.0
-        free, total = torch.cuda.mem_get_info()
-        return (total - free) / 1024**3
 
     @register(Dispatch.RANK_ZERO)
     def adapter_versions(self) -> dict[str, int]:

@@ -88,6 +88,14 @@ class TrainWorker(Worker):
         return metrics
 
     @register(Dispatch.RANK_ZERO)
+    def gpu_memory_used_gb(self) -> float:
+        """Device-wide GPU memory in use now, every process on rank 0's GPU (a colocated engine too)."""
+        if not torch.cuda.is_available():
+            return 0.0
+        free, total = torch.cuda.mem_get_info()
+        return (total - free) / 1024**3
+
+    @register(Dispatch.RANK_ZERO)
     def score_choices(self, data: DataProto) -> DataProto:
         """(B, K) ``choice_log_probs`` of each row's legal answers under its agent's adapter (joint search;
         a few dozen prompts, so rank 0 alone)."""

@@ -152,3 +152,29 @@ def test_budget_keys_are_in_the_schema():
     assert MicroBatching.for_training(cfg).max_tokens == 4096
     assert MicroBatching.for_scoring(cfg).max_tokens == 16384
     assert MicroBatching.for_scoring(TrainConfig(max_tokens_per_micro_batch=99)).max_tokens == 99
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_model_dir):
+    """The 7B configs turn gradient checkpointing on: through the split head and packed rows it must
+    recompute, not change, the gradients."""
+    batch = make_batch([0] * 4, seed=5, prompt_len=6, response_len=5)
+    ids, attn = batch.batch["input_ids"], batch.batch["attention_mask"]
+    resp = attn[:, -5:].float()
+    grads = []
+    for checkpointing in (False, True):
+        spec = AdapterSpec("a0", LORA.rank, LORA.alpha, 0.0, tuple(LORA.target_modules))
+        cfg = ModelConfig(path=tiny_model_dir, gradient_checkpointing=checkpointing)
+        model = inject_adapters(load_base_model(cfg), [spec], seed=0)
+        model.set_adapter("a0")
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.fill_(0.01)
+        model.train()
+        assert model.get_base_model().model.gradient_checkpointing == checkpointing
+        lp, _ = response_log_probs(model, ids, attn, 5, remove_padding=True, chunk_tokens=2)
+        (lp * resp).sum().backward()
+        grads.append(_lora_grads(model))
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 0
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-7, msg=name)
