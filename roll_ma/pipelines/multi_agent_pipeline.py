@@ -17,6 +17,9 @@ What one step does (every agent is a LoRA adapter on one shared base model):
 5. Sync: every trainable adapter is pushed into the rollout engine under version = step; the
    next step's rows must report that version (a stale row stops the run).
 6. Metrics, checkpoint every ``save_every`` steps, evaluation every ``eval_every`` steps.
+
+Resume (``trainer.resume=auto``) starts after the newest checkpoint whose files all match its
+manifest (``roll_ma/checkpoint.py``); a damaged newer one is named, with the reason, and skipped.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ def run_pipeline(cfg: RunConfig) -> dict[str, Any]:
 
     out_dir = Path(cfg.trainer.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    resume_from = ckpt.latest_checkpoint(out_dir) if cfg.trainer.resume == "auto" else None
+    # the newest checkpoint that matches its manifest; damaged newer ones are reported and set aside
+    resume_from = ckpt.resume_checkpoint(out_dir) if cfg.trainer.resume == "auto" else None
     if cfg.trainer.resume == "never":
         _set_aside_previous_run(out_dir)
     ckpt.prune(out_dir, cfg.trainer.keep_last)  # drops temporaries of a write that was killed

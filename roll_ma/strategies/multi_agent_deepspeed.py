@@ -287,7 +287,9 @@ class MultiAgentDeepSpeedStrategy:
         """``adapters/<name>/`` PEFT dirs (rank 0) and ``optim/<policy>/rank<r>.pt`` optimizer states.
 
         At ZeRO-0 the optimizer state is replicated and only rank 0 writes it; at ZeRO 1/2 every
-        rank writes its own shard. The frozen base weights are never written.
+        rank writes its own shard. The frozen base weights are never written. The driver then lists
+        every file with its size and SHA-256 in the checkpoint's manifest (``roll_ma/checkpoint.py``),
+        which resume checks before calling ``load_checkpoint``.
         """
         self._require_model()
         root = Path(ckpt_dir)
