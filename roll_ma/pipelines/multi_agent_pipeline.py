@@ -20,6 +20,9 @@ What one step does (every agent is a LoRA adapter on one shared base model):
 
 Resume (``trainer.resume=auto``) starts after the newest checkpoint whose files all match its
 manifest (``roll_ma/checkpoint.py``); a damaged newer one is named, with the reason, and skipped.
+A worker that does not start within ``resources.actor_start_timeout_s``, or a call that shows no
+progress for ``trainer.stall_timeout_s``, stops the run with an error naming the role, the rank,
+its last report and its log files (``roll_ma/distributed/watchdog.py``).
 """
 
 from __future__ import annotations

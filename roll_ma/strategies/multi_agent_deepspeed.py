@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from roll_ma.config.schema import AlgorithmConfig, ModelConfig, TrainConfig
+from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.models.logprobs import choice_log_probs
 from roll_ma.protocol import DataProto
@@ -113,10 +114,13 @@ class MultiAgentDeepSpeedStrategy:
             total_steps: horizon of the linear/cosine lr decay, in optimizer steps of each policy
                 (default: no decay within any practical run).
         """
+        activity.note("initialize: starting DeepSpeed")
         setup_deepspeed(self.rank, self.world_size)
         torch.manual_seed(self.seed)
+        activity.note(f"initialize: loading {self.model_cfg.path} and the adapters")
         self.model = self.weights.build(self.device)
         for index, plan in enumerate(self.plans):
+            activity.note(f"initialize: building the DeepSpeed engine of {plan.name}")
             self.updaters[plan.name] = PolicyUpdater(
                 plan.name, index, self.model, self.weights.params(plan.name),
                 lambda n=plan.name: self.weights.activate(n), plan.lr, self.train_cfg, self.algo_cfg,
