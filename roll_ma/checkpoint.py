@@ -2,10 +2,17 @@
 
 Layout: ``<output_dir>/checkpoints/step_000012/`` holding ``trainer/`` (every agent's PEFT
 adapter, optimizer and scheduler states, written by the train workers), ``state.json``
-(step, data cursor, adapter versions) and ``rng.pt`` (driver RNG states), and last a
-``COMPLETE`` marker. Everything is written into a temporary sibling directory first and
-renamed into place after the marker, so a crash at any moment leaves either the previous
-complete checkpoint or the new one.
+(step, data cursor, adapter versions), ``rng.pt`` (driver RNG states), ``manifest.json``
+(every other file with its size and SHA-256, see ``checkpoint_manifest``) and last a
+``COMPLETE`` marker (the step and the manifest's SHA-256). Every file gets the same
+permissions. Everything is written into a temporary sibling directory first and renamed into
+place after the marker, so a crash at any moment leaves either the previous complete
+checkpoint or the new one.
+
+Resume (``resume_checkpoint``) checks the newest complete checkpoint against its manifest and,
+if a file is missing, truncated or changed, moves it aside to ``damaged_step_NNNNNN`` (saying
+which file and why) and takes the newest intact one instead; with none intact it stops with
+an error naming the directory and the fix.
 """
 
 from __future__ import annotations
@@ -16,13 +23,21 @@ import random
 import re
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-MARKER = "COMPLETE"
+from roll_ma.checkpoint_manifest import (
+    MARKER,
+    check_checkpoint,
+    same_permissions,
+    write_manifest,
+    write_marker,
+)
+
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -44,8 +59,51 @@ def complete_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
 
 
 def latest_checkpoint(output_dir: str | Path) -> tuple[int, Path] | None:
+    """The newest complete checkpoint, unchecked (resume uses ``resume_checkpoint``)."""
     done = complete_checkpoints(output_dir)
     return done[-1] if done else None
+
+
+def resume_checkpoint(
+    output_dir: str | Path, log: Callable[[str], None] = print
+) -> tuple[int, Path] | None:
+    """(step, path) of the newest complete checkpoint that matches its manifest; None if there is none.
+
+    Damaged newer ones are reported through ``log`` and moved aside to ``damaged_step_NNNNNN``
+    (kept for inspection, never pruned, never resumed from). Raises ``SystemExit`` naming the
+    directory and the fix when checkpoints exist but none is intact (nothing is moved then).
+    """
+    done = complete_checkpoints(output_dir)
+    damaged: list[tuple[Path, str]] = []
+    for step, path in reversed(done):
+        verdict = check_checkpoint(path)
+        if not verdict.ok:
+            damaged.append((path, verdict.reason))
+            continue
+        for bad, reason in damaged:
+            aside = _set_aside(bad)
+            log(f"[roll_ma] skipped the damaged checkpoint {bad.name}: {reason}; moved it to {aside}")
+        if verdict.reason:
+            log(f"[roll_ma] note: checkpoint {path.name}: {verdict.reason}")
+        return step, path
+    if damaged:
+        details = "\n".join(f"  - {p.name}: {reason}" for p, reason in damaged)
+        raise SystemExit(
+            f"error: no intact checkpoint to resume from in {checkpoints_dir(output_dir)}:\n{details}\n"
+            "Start this run from scratch with trainer.resume=never (moves these checkpoints aside), "
+            "or give it another trainer.output_dir."
+        )
+    return None
+
+
+def _set_aside(path: Path) -> Path:
+    dest = path.with_name(f"damaged_{path.name}")
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = path.with_name(f"damaged_{path.name}.{n}")
+    os.rename(path, dest)
+    return dest
 
 
 def begin_checkpoint(output_dir: str | Path, step: int) -> Path:
@@ -70,10 +128,11 @@ def _fsync_tree(path: Path) -> None:
 
 
 def finish_checkpoint(tmp: Path, step: int, state: dict[str, Any], keep_last: int) -> Path:
-    """Write the driver state and marker, then rename into place and prune old checkpoints."""
+    """Write the driver state, manifest and marker, then rename into place and prune old checkpoints."""
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2, default=str))
     torch.save(rng_state(), tmp / "rng.pt")
-    (tmp / MARKER).write_text(str(step))
+    same_permissions(tmp)
+    write_marker(tmp, step, write_manifest(tmp, step))
     _fsync_tree(tmp)
     final = tmp.parent / f"step_{step:06d}"
     if final.exists():  # a re-run of the same step after resume replaces the old copy

@@ -90,9 +90,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: config {cfg.name!r} is valid; it runs on {cfg.resources.num_gpus} GPU(s) "
                   f"(resources.num_gpus) and this machine has {have}", file=sys.stderr)
         return 0
+    from roll_ma.distributed.watchdog import WorkerStalled, WorkerStartError
     from roll_ma.pipelines import run_pipeline
 
-    run_pipeline(cfg)
+    try:
+        run_pipeline(cfg)
+    except (WorkerStalled, WorkerStartError) as err:  # the message says it all; the driver's stack would not
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

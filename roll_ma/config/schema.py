@@ -316,6 +316,14 @@ class TrainerConfig:
     resume: Literal["auto", "never"] = _f("auto", "auto: continue from the newest complete checkpoint")
     log_every: int = _f(1, "console summary every k steps", min=1)
     progress_bars: bool = _f(True, "tqdm progress bars")
+    stall_timeout_s: float = _f(
+        1800.0,
+        "stop the run with an error naming the role, rank, its last report and its log files when a "
+        "call to the workers shows no sign of life (a method starting or returning, a progress bar "
+        "moving) for this many seconds; 0 waits forever. Raise it if one phase (a slow model "
+        "download, a long generate call) legitimately runs longer without reporting",
+        min=0.0,
+    )
 
 
 @dataclass
@@ -339,6 +347,13 @@ class ResourcesConfig:
         factory=dict,
     )
     num_cpus_per_worker: float = _f(0.1, "CPUs Ray reserves per actor", min=0.0)
+    actor_start_timeout_s: float = _f(
+        300.0,
+        "every worker actor must start (its process running and registered with Ray) within this many "
+        "seconds, else the run stops naming the role and rank that did not (not enough free CPUs/GPUs, "
+        "or worker processes that cannot pass the cluster's token authentication)",
+        min=1.0,
+    )
 
 
 @dataclass

@@ -203,6 +203,7 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
         )
 
     _check_resources(cfg, problems, check_local_gpus)
+    _check_ray_auth(cfg, problems)
     return problems
 
 
@@ -345,6 +346,27 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
                 f"asks for {res.num_gpus} GPUs but this machine has {have}; "
                 "lower it, or join a cluster with RAY_ADDRESS",
             )
+
+
+def _check_ray_auth(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
+    """Ray's token-auth variables, as the driver will pass them to Ray (see ``distributed/ray_env.py``)."""
+    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is not None and mode.lower() not in ("token", "disabled"):
+        add("RAY_AUTH_MODE", f"the environment variable is {mode!r}; Ray knows 'token' and 'disabled' "
+                             "(or leave it unset)")
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if path and not Path(path).expanduser().is_file():
+        add("RAY_AUTH_TOKEN_PATH", f"{path} is not a file; point it at the cluster's token file or unset it")
+    joining = cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")
+    has_token = os.environ.get("RAY_AUTH_TOKEN") or path or (Path.home() / ".ray" / "auth_token").is_file()
+    if joining and mode is not None and mode.lower() == "token" and not has_token:
+        add(
+            "RAY_AUTH_MODE",
+            "is token but this process has no token to join the cluster with: set RAY_AUTH_TOKEN or "
+            "RAY_AUTH_TOKEN_PATH, or copy the cluster's token to ~/.ray/auth_token (`ray get-auth-token` "
+            "on the head prints it)",
+        )
 
 
 def local_gpu_count() -> int:

@@ -3,54 +3,46 @@
 ``cluster.generate(batch)`` blocks and returns the gathered result; ``cluster.async_generate(batch)``
 returns a ``PendingCall`` holding the Ray refs (``.refs``) whose ``.get()`` gathers later.
 How arguments are split and results gathered is the method's ``@register`` dispatch mode.
+Waiting never hangs silently: actors that do not start within ``start_timeout_s``, and calls
+without a sign of life for ``stall_timeout_s``, raise an error naming the role, the rank, the
+worker's last report and its log files (``roll_ma.distributed.watchdog``).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from roll_ma.distributed import activity
 from roll_ma.distributed.resources import ResourceManager
+from roll_ma.distributed.watchdog import WorkerError, WorkerStalled, WorkerStartError, wait_for_call
 from roll_ma.distributed.worker import Dispatch, registered_methods
 from roll_ma.packing import concat_padded
 from roll_ma.protocol import DataProto
 
-
-class WorkerError(RuntimeError):
-    """An exception inside an actor, re-raised in the driver with the role, rank and actor traceback."""
-
-    def __init__(self, role: str, rank: int, method: str, detail: str):
-        self.role, self.rank, self.method = role, rank, method
-        super().__init__(f"{role} worker rank {rank} failed in {method}():\n{detail}")
+__all__ = ["Cluster", "PendingCall", "WorkerError", "WorkerStalled", "WorkerStartError"]
 
 
 @dataclass
 class PendingCall:
-    """Refs of a call in flight; ``get()`` waits, surfaces actor errors, and gathers."""
+    """Refs of a call in flight; ``get()`` waits (never silently forever), surfaces actor errors, gathers."""
 
     role: str
     method: str
     ranks: list[int]
     refs: list[Any]
     gather: Callable[[list[Any]], Any]
+    keys: list[str] = field(default_factory=list)  # each rank's activity report key (its actor name)
+    stall_timeout_s: float = 0.0  # no sign of life for this long stops the call (0: wait forever)
+    starting: bool = False  # the first call of new actors: a timeout means they did not start
 
     def get(self, timeout: float | None = None) -> Any:
-        import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-
-        results = []
-        for rank, ref in zip(self.ranks, self.refs):
-            try:
-                results.append(ray.get(ref, timeout=timeout))
-            except RayTaskError as err:
-                raise WorkerError(self.role, rank, self.method, str(err)) from None
-            except RayActorError as err:
-                raise WorkerError(self.role, rank, self.method, f"the actor died: {err}") from None
-            except GetTimeoutError:
-                raise WorkerError(self.role, rank, self.method, f"no answer within {timeout} s") from None
-        return self.gather(results)
+        """The gathered results; ``timeout`` bounds the whole wait (see ``watchdog.wait_for_call``)."""
+        keys = self.keys or [""] * len(self.refs)
+        return wait_for_call(self.role, self.method, self.ranks, self.refs, keys, self.gather,
+                             self.stall_timeout_s, timeout, self.starting)
 
 
 def _concat_results(results: list[Any]) -> Any:
@@ -60,7 +52,14 @@ def _concat_results(results: list[Any]) -> Any:
 
 
 class Cluster:
-    """N actors of ``worker_cls`` (ranks 0..N-1) for one role."""
+    """N actors of ``worker_cls`` (ranks 0..N-1) for one role.
+
+    Args:
+        start_timeout_s: the actors must answer their first call within this many seconds
+            (``resources.actor_start_timeout_s``), else ``WorkerStartError``; the actors are killed.
+        stall_timeout_s: a call whose ranks show no sign of life for this long raises
+            ``WorkerStalled`` (``trainer.stall_timeout_s``; 0: wait forever).
+    """
 
     def __init__(
         self,
@@ -70,6 +69,8 @@ class Cluster:
         resources: ResourceManager | None = None,
         init_kwargs: dict[str, Any] | None = None,
         env_vars: dict[str, str] | None = None,
+        start_timeout_s: float = 300.0,
+        stall_timeout_s: float = 0.0,
     ):
         import ray
 
@@ -77,14 +78,16 @@ class Cluster:
             raise ValueError(f"{role}: a cluster needs at least one worker, got {num_workers}")
         self.role = role
         self.world_size = num_workers
+        self.stall_timeout_s = stall_timeout_s
         self._methods = registered_methods(worker_cls)
         resources = resources or ResourceManager.cpu_only()
         remote_cls = ray.remote(worker_cls)
         tag = uuid.uuid4().hex[:6]
         self.workers = []
+        self._keys = [f"{role}_{rank}_{tag}" for rank in range(num_workers)]  # actor names = report keys
         for rank in range(num_workers):
             options = resources.actor_options(role, rank)
-            options["name"] = f"{role}_{rank}_{tag}"
+            options["name"] = self._keys[rank]
             self.workers.append(
                 remote_cls.options(**options).remote(
                     role=role,
@@ -94,9 +97,16 @@ class Cluster:
                     **(init_kwargs or {}),
                 )
             )
-        # rank 0 is the rendezvous point of torch.distributed inside the role
-        addr, port = self._call_ranks("master_address", [0], ((), {}), lambda r: r[0]).get()
-        self._call_ranks("set_master", list(range(num_workers)), ((addr, port), {}), list).get()
+        try:
+            started = self._call_ranks("ping", list(range(num_workers)), ((), {}), list)
+            started.starting = True  # a timeout here names every rank that did not start
+            started.get(timeout=start_timeout_s)
+            # rank 0 is the rendezvous point of torch.distributed inside the role
+            addr, port = self._call_ranks("master_address", [0], ((), {}), lambda r: r[0]).get()
+            self._call_ranks("set_master", list(range(num_workers)), ((addr, port), {}), list).get()
+        except BaseException:
+            self.shutdown()  # actors still waiting for resources would otherwise stay queued in Ray
+            raise
 
     # ------------------------------------------------------------------ calling
     def __getattr__(self, name: str) -> Any:
@@ -131,18 +141,24 @@ class Cluster:
         for rank, piece in calls:
             a, k = ((piece, *rest), kwargs) if key is None else (rest, {**kwargs, key: piece})
             refs.append(getattr(self.workers[rank], method).remote(*a, **k))
-        return PendingCall(self.role, method, [r for r, _ in calls], refs, _concat_results)
+        return self._pending(method, [r for r, _ in calls], refs, _concat_results)
 
     def _call_ranks(self, method: str, ranks: list[int], call_args: tuple, gather: Callable) -> PendingCall:
         args, kwargs = call_args
         refs = [getattr(self.workers[r], method).remote(*args, **kwargs) for r in ranks]
-        return PendingCall(self.role, method, ranks, refs, gather)
+        return self._pending(method, ranks, refs, gather)
+
+    def _pending(self, method: str, ranks: list[int], refs: list[Any], gather: Callable) -> PendingCall:
+        keys = [self._keys[r] for r in ranks]
+        return PendingCall(self.role, method, ranks, refs, gather, keys, self.stall_timeout_s)
 
     def shutdown(self) -> None:
         import ray
 
         for w in self.workers:
             ray.kill(w, no_restart=True)
+        if self.workers:
+            activity.clear(self._keys)
         self.workers = []
 
 

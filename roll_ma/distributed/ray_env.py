@@ -1,4 +1,21 @@
-"""Start a local Ray (sized to the machine, no dashboard) or join a cluster."""
+"""Start a local Ray (sized to the machine, no dashboard) or join a cluster.
+
+Token authentication (Ray 2.60): a cluster started with ``RAY_AUTH_MODE=token``, or by
+``ray start --head`` on a machine holding ``~/.ray/auth_token``, accepts only processes that
+present its token.
+
+- The local Ray roll_ma starts itself runs without token auth (``RAY_AUTH_MODE=disabled``
+  unless you set the variable yourself), as before: nobody else joins it.
+- Joining a cluster (``resources.ray_address`` or ``RAY_ADDRESS``), roll_ma leaves every
+  ``RAY_AUTH_*`` variable as you set it, so the driver follows Ray's own rules: your
+  ``RAY_AUTH_MODE`` and token (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
+  ``~/.ray/auth_token``); with ``RAY_ADDRESS=auto`` and no mode set, an existing token turns
+  token mode on.
+- Actors never get ``RAY_AUTH_*`` from roll_ma: their processes are started by the raylet of
+  their node and inherit its auth mode and token, which are the cluster's own by construction
+  (forcing ``disabled`` into them, as roll_ma once did, made every actor of a token cluster die
+  at registration). The token is never copied into a runtime env, where Ray would store it.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +25,11 @@ from typing import Any
 
 from roll_ma.distributed.resources import usable_cpus
 
-# Variables every actor process needs; set before any library reads them.
+AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+# Variables every actor process needs; set before any library reads them. No RAY_AUTH_* (see above).
 WORKER_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
-    "RAY_AUTH_MODE": "disabled",
     "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
     "PYTHONUNBUFFERED": "1",
     # per-load progress bars and info logs of every actor would bury the step summaries
@@ -20,27 +38,59 @@ WORKER_ENV = {
 }
 
 
+def ray_address(address: str | None = None) -> str | None:
+    """The cluster to join: ``address`` (resources.ray_address), else ``RAY_ADDRESS``; None: start one."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def auth_hint(address: str) -> str:
+    """What to check when joining ``address`` failed, given this process's auth settings."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        return (
+            "If the cluster uses token authentication (Ray 2.60 turns it on for `ray start --head` "
+            "whenever ~/.ray/auth_token exists; Ray then logs InvalidAuthToken above), set "
+            "RAY_AUTH_MODE=token and give this process the cluster's token as RAY_AUTH_TOKEN, in the file "
+            "RAY_AUTH_TOKEN_PATH or in ~/.ray/auth_token (`ray get-auth-token` on the head prints it). "
+            f"Otherwise check that {address} is the head's address and reachable from here."
+        )
+    return (
+        "RAY_AUTH_MODE=token is set: check that the token this process finds (RAY_AUTH_TOKEN, the file "
+        "RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token) is the cluster's (`ray get-auth-token` on the head), "
+        f"and that {address} is the head's address and reachable from here."
+    )
+
+
 def init_ray(
     address: str | None = None, num_cpus: int | None = None, env_vars: dict[str, str] | None = None
 ) -> dict:
     """Join ``address`` (or ``RAY_ADDRESS``) if given, else start a local Ray; returns its resources."""
     import ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return ray.cluster_resources()
+    address = ray_address(address)
     env = {**WORKER_ENV, **(env_vars or {})}
-    address = address or os.environ.get("RAY_ADDRESS")
     kwargs: dict[str, Any] = {
         "runtime_env": {"env_vars": env},
         "logging_level": logging.WARNING,
         "log_to_driver": True,
     }
     if address:
-        ray.init(address=address, **kwargs)
-        where = f"joined the Ray cluster at {address}"
+        # AuthenticationError: token mode but no token found (newer Rays); a wrong token is a ConnectionError
+        auth_error = getattr(ray.exceptions, "AuthenticationError", ConnectionError)
+        join_errors = (ConnectionError, auth_error)
+        try:
+            ray.init(address=address, **kwargs)
+        except join_errors as err:
+            raise SystemExit(
+                f"error: could not join the Ray cluster at {address}: {err}\n{auth_hint(address)}"
+            ) from None
+        mode = os.environ.get("RAY_AUTH_MODE", "disabled")
+        where = f"joined the Ray cluster at {address} (auth mode {mode})"
     else:
+        # a Ray of our own that nobody else joins: no token auth (and no token file written to ~/.ray)
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         # "local": always a fresh Ray of our own, even if a `ray start` cluster runs on this machine (join
         # that one with RAY_ADDRESS). Actors ask for fractions of a CPU, so a 2-core laptop fits every role.
         ray.init(address="local", num_cpus=num_cpus or max(2, usable_cpus()), include_dashboard=False,

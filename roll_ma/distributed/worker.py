@@ -3,15 +3,22 @@
 A worker owns one strategy (a backend) and exposes methods marked with ``@register``; the
 ``Cluster`` that holds N copies of it calls those methods with the method's dispatch mode.
 Without Ray a worker is an ordinary object, which is how the unit tests use it.
+
+Inside Ray, a worker reports what it does (``roll_ma.distributed.activity``): every registered
+method reports when it starts, returns or raises, so the driver can say what a stuck worker
+did last.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections.abc import Callable
 from enum import Enum
 from typing import Any, TypeVar
+
+from roll_ma.distributed import activity
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,12 +32,26 @@ class Dispatch(str, Enum):
 
 
 def register(dispatch: Dispatch | str = Dispatch.ONE_TO_ALL) -> Callable[[F], F]:
-    """Mark a worker method as callable through a Cluster with the given dispatch mode."""
+    """Mark a worker method as callable through a Cluster with the given dispatch mode.
+
+    The method reports when it starts, returns and raises (see ``roll_ma.distributed.activity``).
+    """
     mode = Dispatch(dispatch)
 
     def mark(fn: F) -> F:
-        fn._roll_ma_dispatch = mode  # type: ignore[attr-defined]
-        return fn
+        @functools.wraps(fn)
+        def reported(self: Any, *args: Any, **kwargs: Any) -> Any:
+            activity.note(f"{fn.__name__}() started")
+            try:
+                result = fn(self, *args, **kwargs)
+            except BaseException as err:
+                activity.note(f"{fn.__name__}() raised {type(err).__name__}: {err}")
+                raise
+            activity.note(f"{fn.__name__}() returned")
+            return result
+
+        reported._roll_ma_dispatch = mode  # type: ignore[attr-defined]
+        return reported  # type: ignore[return-value]
 
     return mark
 
@@ -74,6 +95,9 @@ class Worker:
         self.role = role
         self.rank = rank
         self.world_size = world_size
+        key = self._actor_name()
+        if key is not None:  # inside a Ray actor: report under its name, which the Cluster knows
+            activity.install(key).note(f"{type(self).__name__}.__init__() started")
         os.environ.update(env_vars or {})
         os.environ["RANK"] = str(rank)
         os.environ["WORLD_SIZE"] = str(world_size)
@@ -81,6 +105,17 @@ class Worker:
         gpu_ids = self._ray_gpu_ids()
         if gpu_ids is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
+
+    @staticmethod
+    def _actor_name() -> str | None:
+        try:
+            import ray
+
+            if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
+                return ray.get_runtime_context().get_actor_name() or None
+        except (ImportError, RuntimeError):
+            pass
+        return None
 
     @staticmethod
     def _ray_gpu_ids() -> list[Any] | None:
@@ -100,6 +135,7 @@ class Worker:
     def set_master(self, addr: str, port: int) -> None:
         os.environ["MASTER_ADDR"] = addr
         os.environ["MASTER_PORT"] = str(port)
+        activity.note("started: waiting for its first call")
 
     def ping(self) -> dict[str, Any]:
         return {

@@ -10,6 +10,7 @@ PEFT file format (``adapter_config.json`` + ``adapter_model.safetensors``), whic
 from __future__ import annotations
 
 import json
+import os
 import re
 import zlib
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from roll_ma.checkpoint_manifest import new_file_mode
 from roll_ma.config.schema import AgentConfig, LoraConfig
 from roll_ma.distributed.tensor_transfer import PackedTensors, pack_tensors
 
@@ -159,6 +161,7 @@ def write_adapter_dir(
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "adapter_model.safetensors.tmp"
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp))
+    os.chmod(tmp, new_file_mode())  # safetensors writes 0600; vLLM or a teammate may read it as another user
     tmp.replace(out / "adapter_model.safetensors")
     write_adapter_config(spec, out, base_model)
     return out

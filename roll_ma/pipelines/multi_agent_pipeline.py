@@ -18,6 +18,12 @@ What one step does (every agent is a LoRA adapter on one shared base model):
    (in memory, straight into vLLM's LoRA slots); the next step's rows must report each agent's
    newest version (a stale row stops the run).
 6. Metrics, checkpoint every ``save_every`` steps, evaluation every ``eval_every`` steps.
+
+Resume (``trainer.resume=auto``) starts after the newest checkpoint whose files all match its
+manifest (``roll_ma/checkpoint.py``); a damaged newer one is named, with the reason, and skipped.
+A worker that does not start within ``resources.actor_start_timeout_s``, or a call that shows no
+progress for ``trainer.stall_timeout_s``, stops the run with an error naming the role, the rank,
+its last report and its log files (``roll_ma/distributed/watchdog.py``).
 """
 
 from __future__ import annotations
@@ -80,7 +86,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
 
     out_dir = Path(cfg.trainer.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    resume_from = ckpt.latest_checkpoint(out_dir) if cfg.trainer.resume == "auto" else None
+    # the newest checkpoint that matches its manifest; damaged newer ones are reported and set aside
+    resume_from = ckpt.resume_checkpoint(out_dir) if cfg.trainer.resume == "auto" else None
     if cfg.trainer.resume == "never":
         _set_aside_previous_run(out_dir)
     ckpt.prune(out_dir, cfg.trainer.keep_last)  # drops temporaries of a write that was killed

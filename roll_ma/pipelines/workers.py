@@ -62,7 +62,9 @@ def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
     built: list[Cluster] = []
 
     def cluster(role: str, cls: type, n: int, res: ResourceManager, init_kwargs: dict) -> Cluster:
-        built.append(Cluster(role, cls, n, res, env_vars=env, init_kwargs=init_kwargs))
+        built.append(Cluster(role, cls, n, res, env_vars=env, init_kwargs=init_kwargs,
+                             start_timeout_s=cfg.resources.actor_start_timeout_s,
+                             stall_timeout_s=cfg.trainer.stall_timeout_s))
         return built[-1]
 
     try:

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from roll_ma.config.schema import AlgorithmConfig, ModelConfig, TrainConfig
+from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.models.logprobs import choice_log_probs
 from roll_ma.protocol import DataProto
@@ -114,10 +115,13 @@ class MultiAgentDeepSpeedStrategy:
             total_steps: horizon of the linear/cosine lr decay, in optimizer steps of each policy
                 (default: no decay within any practical run).
         """
+        activity.note("initialize: starting DeepSpeed")
         setup_deepspeed(self.rank, self.world_size)
         torch.manual_seed(self.seed)
+        activity.note(f"initialize: loading {self.model_cfg.path} and the adapters")
         self.model = self.weights.build(self.device)
         for index, plan in enumerate(self.plans):
+            activity.note(f"initialize: building the DeepSpeed engine of {plan.name}")
             self.updaters[plan.name] = PolicyUpdater(
                 plan.name, index, self.model, self.weights.params(plan.name),
                 lambda n=plan.name: self.weights.activate(n), plan.lr, self.train_cfg, self.algo_cfg,
@@ -290,7 +294,9 @@ class MultiAgentDeepSpeedStrategy:
         """``adapters/<name>/`` PEFT dirs (rank 0) and ``optim/<policy>/rank<r>.pt`` optimizer states.
 
         At ZeRO-0 the optimizer state is replicated and only rank 0 writes it; at ZeRO 1/2 every
-        rank writes its own shard. The frozen base weights are never written.
+        rank writes its own shard. The frozen base weights are never written. The driver then lists
+        every file with its size and SHA-256 in the checkpoint's manifest (``roll_ma/checkpoint.py``),
+        which resume checks before calling ``load_checkpoint``.
         """
         self._require_model()
         root = Path(ckpt_dir)

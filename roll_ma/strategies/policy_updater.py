@@ -26,7 +26,7 @@ import torch
 
 from roll_ma.algorithms.losses import aggregate, choice_entropy, entropy_coef_at, kl_estimate, ppo_clip_loss
 from roll_ma.config.schema import AlgorithmConfig, TrainConfig
-from roll_ma.distributed.progress import NoBar, progress_bar
+from roll_ma.distributed.progress import progress_bar
 from roll_ma.models.logprobs import choice_log_probs, response_log_probs
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.ds_utils import all_reduce_sum, deepspeed_config, setup_deepspeed
@@ -152,8 +152,9 @@ class PolicyUpdater:
         self.activate()
         self.engine.train()
         # one bar per policy, from rank 0 only (every rank runs the same steps)
-        bar = (progress_bar(f"update {self.name}, step {step}", cfg.ppo_epochs * math.ceil(n / mini), "batch")
-               if self.rank == 0 else NoBar())
+        # every rank reports its progress (a sign of life to the watchdog); rank 0 alone draws the bar
+        bar = progress_bar(f"update {self.name}, step {step}", cfg.ppo_epochs * math.ceil(n / mini), "batch",
+                           draw=self.rank == 0)
         for epoch in range(cfg.ppo_epochs):
             # shuffle only when mini-batches are a real subset; the same permutation on every rank
             order = (np.arange(n) if mini >= n

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
+from roll_ma.distributed import activity
 from roll_ma.distributed.progress import progress_bar
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
@@ -205,8 +206,12 @@ class EnvWorker(Worker):
                 },
                 meta_info={"greedy": greedy, "seed": self.seed * 1_000_003 + step},
             )
+            activity.note(f"{'eval' if greedy else 'rollout'} step {step}: round {round_idx}, "
+                          f"asking the rollout workers for {len(waiting)} turns")
             out = rollout.generate(request)
             greedy_texts = self._greedy_texts(rollout, request)
+            activity.note(f"{'eval' if greedy else 'rollout'} step {step}: round {round_idx}, "
+                          f"stepping {len(waiting)} envs with the answers")
             mask = out.batch["response_mask"].bool()
             for row, (ep, (prompt_ids, truncated)) in enumerate(zip(waiting, prompts)):
                 n = int(mask[row].sum())

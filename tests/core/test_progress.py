@@ -8,11 +8,13 @@ from roll_ma.distributed.progress import ENV_FLAG, NoBar, progress_bar
 def test_bars_are_off_unless_the_run_turns_them_on(monkeypatch, capsys):
     monkeypatch.delenv(ENV_FLAG, raising=False)
     bar = progress_bar("update solver, step 1", 3, "batch")
-    assert isinstance(bar, NoBar)
+    assert isinstance(bar.bar, NoBar)  # counted and reported as activity, not drawn
     bar.update()
     bar.close()
     monkeypatch.setenv(ENV_FLAG, "0")
-    assert isinstance(progress_bar("x", 1, "batch"), NoBar)
+    assert isinstance(progress_bar("x", 1, "batch").bar, NoBar)
+    monkeypatch.setenv(ENV_FLAG, "1")
+    assert isinstance(progress_bar("x", 1, "batch", draw=False).bar, NoBar)  # ranks > 0 of a role
     assert capsys.readouterr().err == ""
 
 

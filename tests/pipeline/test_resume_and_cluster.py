@@ -93,6 +93,30 @@ def test_kill9_at_any_moment_then_resume_logs_each_step_once_and_ends_identical(
     assert not list((out / "checkpoints").glob(".tmp_*")), "half-written checkpoints are cleaned up"
 
 
+def test_resume_skips_a_damaged_newest_checkpoint_and_says_which(ray_session, tiny_model_dir, tmp_path,
+                                                                  capsys):
+    cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": 2})
+    run_pipeline(load(tmp_path, cfg))
+    out = tmp_path / "out"
+    rel = "trainer/adapters/alice/adapter_model.safetensors"
+    damaged = out / "checkpoints" / "step_000002" / rel
+    size = damaged.stat().st_size
+    with open(damaged, "r+b") as f:  # a disk that filled up, a copy that was cut short
+        f.truncate(size // 2)
+    capsys.readouterr()
+
+    # before: the train worker's SafetensorError traceback ended the resumed run
+    run_pipeline(load(tmp_path, toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": 3})))
+    log = capsys.readouterr().out
+    assert (
+        f"[roll_ma] skipped the damaged checkpoint step_000002: {rel} is {size // 2:,} bytes, "
+        f"the manifest says {size:,}"
+    ) in log, log
+    assert f"resumed from {out / 'checkpoints' / 'step_000001'} (step 1)" in log, log
+    assert steps_logged(out) == [1, 2, 3], "steps 2 and 3 ran again after step 1, each logged once"
+    assert (out / "checkpoints" / "damaged_step_000002").is_dir()  # kept for a look, never resumed from
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -51,3 +51,13 @@ class DigitGame(MultiAgentEnv):
 
     def builtin_action(self, policy, rng: random.Random) -> str:
         return str(rng.randint(0, 9))
+
+
+class StuckGame(DigitGame):
+    """DigitGame whose first move never returns: a worker stuck for good (a deadlock, a dead file system)."""
+
+    def step(self, action_text: str) -> StepResult:
+        import threading
+
+        threading.Event().wait()  # nothing ever sets it
+        raise AssertionError("unreachable")
