@@ -78,6 +78,7 @@ def _make_hook(scratch: str, read_roots: tuple):
         {
             "os.remove",
             "os.rename",
+            "sqlite3.connect",
             "os.rmdir",
             "os.mkdir",
             "os.chmod",

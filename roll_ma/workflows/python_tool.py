@@ -28,8 +28,11 @@ What it does NOT protect against (for hostile code, run it in a container or VM:
 firejail, Docker with ``--network none``):
 
 - the audit hook is not a security boundary: native code (a C extension, ctypes objects that exist
-  before the hook, a crafted marshal or pickle, interpreter memory bugs) can skip it, and a thread
-  may swap a path between the hook's check and the actual open;
+  before the hook, a crafted marshal or pickle, interpreter memory bugs) can skip it, C libraries
+  that open files themselves are not seen, and a thread may swap a path between the hook's check
+  and the actual open;
+- file metadata: ``os.stat`` / ``os.path.exists`` of any path raise no audit event, so a program can
+  learn which files exist and their sizes;
 - reads of anything under the Python prefixes (on a system Python that is all of /usr);
 - as root, RLIMIT_NPROC does nothing, so only the hook stops new processes;
 - where the kernel refuses the network namespace, native code can still open sockets;
@@ -142,7 +145,9 @@ class PythonTool(Tool):
         return proc.returncode, timed_out
 
     def _set_limits(self) -> None:
-        """Runs in the child between fork and exec: only the resource module, imported beforehand."""
+        """Runs in the child between fork and exec (``preexec_fn``): only ``resource`` calls, on a module
+        imported beforehand, since the parent has threads (a hang here would still meet the wall-clock
+        kill: the new session exists before this runs)."""
         _lower(resource.RLIMIT_AS, self.memory_mb * 2**20)
         cpu = int(math.ceil(self.timeout_s)) + 1
         _lower(resource.RLIMIT_CPU, cpu, cpu + 1)

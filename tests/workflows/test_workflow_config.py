@@ -139,3 +139,13 @@ def test_train_reports_every_problem_like_the_cli():
         roll_ma.train("math_tool_tiney")
     with pytest.raises(ConfigError, match="is not a file"):
         roll_ma.train(os.path.join("nowhere", "run.yaml"))
+
+
+def test_the_readme_config_table_lists_every_shipped_config():
+    from roll_ma.config import available_configs
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("## Shipped configs") :].split("\n\n")[1]
+    assert all(line.startswith("|") for line in table.splitlines())
+    missing = [name for name in available_configs() if f"`{name}`" not in table]
+    assert missing == []
