@@ -129,6 +129,16 @@ def load_config(
     """Compose, type and validate; raises ConfigError listing every problem (``check_local_gpus=False``:
     a GPU config checked on a machine without its GPUs)."""
     raw = compose_raw(name, config_path, list(overrides or []))
+    return build_config(raw, num_agents, check_env, check_local_gpus)
+
+
+def build_config(
+    raw: dict[str, Any],
+    num_agents: int | None = None,
+    check_env: bool = True,
+    check_local_gpus: bool = True,
+) -> RunConfig:
+    """Type and validate a composed config dict; raises ConfigError listing every problem."""
     if num_agents is not None:
         apply_num_agents(raw, num_agents)
     cfg, problems = to_dataclass(RunConfig, raw)

@@ -94,9 +94,14 @@ class AgentConfig:
 
 @dataclass
 class DataConfig:
-    """Where math problems come from."""
+    """Where problems come from (math envs: problem / answer records; workflows: any task records)."""
 
-    source: str = _f("synthetic", "'synthetic' (built-in arithmetic) or a local .parquet/.jsonl/.json file")
+    source: str = _f(
+        "synthetic",
+        "'synthetic' (built-in arithmetic), 'builtin:code_tasks' (workflows: small Python tasks with tests) "
+        "or a local .parquet/.jsonl/.json file (a workflow gets each record whole unless a preset or keys "
+        "are set)",
+    )
     preset: Literal["auto", "deepscaler", "gsm8k", "math500", "custom"] = _f(
         "auto", "column mapping preset for files"
     )
@@ -112,8 +117,29 @@ class DataConfig:
 class EnvConfig:
     """The environment: which env, who sits where, how many episodes per step."""
 
-    name: str = _f("math_selfplay", "registered env name or import path 'pkg.module:Class'")
-    kwargs: dict[str, Any] = _f(help="env-specific settings, passed to the env constructor", factory=dict)
+    name: str = _f(
+        "math_selfplay", "registered env name or import path 'pkg.module:Class' (unused with env.workflow)"
+    )
+    workflow: str | None = _f(
+        None,
+        "a workflow instead of a turn-based env: 'path/to/file.py:Name' or 'pkg.module:Name', a class with "
+        "`async def run(self, task, agents)` or an `async def f(task, agents)` that calls agents by name and "
+        "returns per-agent rewards (roll_ma.workflows); env.kwargs then go to its constructor / function",
+    )
+    kwargs: dict[str, Any] = _f(
+        help="env-specific settings, passed to the env constructor (or the workflow's)", factory=dict
+    )
+    tools: dict[str, dict[str, Any]] = _f(
+        help="workflows: tools handed to run() as `tools`, name -> settings, e.g. {python: {timeout_s: 5, "
+        "memory_mb: 512}, search: {tool: 'my_pkg.tools:Search'}} (`tool`: a registered name or import path, "
+        "default the name; the rest go to its constructor; roll_ma.workflows.tools)",
+        factory=dict,
+    )
+    on_workflow_error: Literal["raise", "skip"] = _f(
+        "raise",
+        "workflows: raise = a workflow that raises stops the run, naming its file and line; skip = the "
+        "episode counts as failed (rollout/env/workflow_failed), its rows are dropped and the run goes on",
+    )
     seats: list[str] | None = _f(
         None,
         "agent name per seat / role (games: 'random' or 'scripted' for a "
@@ -122,7 +148,7 @@ class EnvConfig:
     num_workers: int = _f(1, "env worker actors", min=1)
     groups_per_step: int = _f(8, "episode groups per step (problems / seeds)", min=1)
     group_size: int = _f(4, "episodes per group (GRPO samples per problem / seed)", min=1)
-    max_turns: int = _f(64, "safety cap on turns per episode", min=1)
+    max_turns: int = _f(64, "safety cap on turns per episode (workflows: on generate calls)", min=1)
     data: DataConfig = _f(help="math problems", factory=DataConfig)
     eval_episodes: int = _f(64, "episodes per evaluation (games) ", min=1)
     eval_opponent: str = _f("random", "built-in opponent for game evaluation: random or scripted")

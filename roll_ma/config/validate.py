@@ -85,24 +85,8 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
     num_players = None
     if check_env:
         num_players = _check_env(cfg, problems)
-    seats = resolve_seats(cfg, num_players)
-    for i, seat in enumerate(seats):
-        if seat not in names and seat not in BUILTIN_POLICIES:
-            add(
-                f"env.seats[{i}]",
-                f"{seat!r} is not an agent{suggest(seat, names)}; agents are {names}, "
-                f"built-in opponents are {list(BUILTIN_POLICIES)}",
-            )
-    if num_players is not None and len(seats) != num_players:
-        add(
-            "env.seats" if cfg.env.seats is not None else "agents",
-            f"the env {cfg.env.name!r} has {num_players} players but {len(seats)} "
-            f"{'seats are' if cfg.env.seats is not None else 'agents are'} configured; "
-            "set env.seats to one agent name per seat (an agent may take several seats)",
-        )
-    unseated = [n for n in names if n not in seats]
-    if seats and unseated:
-        add("agents", f"agents {unseated} sit in no seat of the env; add them to env.seats or remove them")
+    if not cfg.env.workflow:  # why: a workflow calls agents by name (validate_workflow refuses env.seats)
+        _check_seats(cfg, num_players, names, problems)
     if cfg.env.groups_per_step % cfg.env.num_workers:
         add(
             "env.groups_per_step",
@@ -207,6 +191,30 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
     return problems
 
 
+def _check_seats(
+    cfg: RunConfig, num_players: int | None, names: list[str], problems: list[ConfigProblem]
+) -> None:
+    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
+    seats = resolve_seats(cfg, num_players)
+    for i, seat in enumerate(seats):
+        if seat not in names and seat not in BUILTIN_POLICIES:
+            add(
+                f"env.seats[{i}]",
+                f"{seat!r} is not an agent{suggest(seat, names)}; agents are {names}, "
+                f"built-in opponents are {list(BUILTIN_POLICIES)}",
+            )
+    if num_players is not None and len(seats) != num_players:
+        add(
+            "env.seats" if cfg.env.seats is not None else "agents",
+            f"the env {cfg.env.name!r} has {num_players} players but {len(seats)} "
+            f"{'seats are' if cfg.env.seats is not None else 'agents are'} configured; "
+            "set env.seats to one agent name per seat (an agent may take several seats)",
+        )
+    unseated = [n for n in names if n not in seats]
+    if seats and unseated:
+        add("agents", f"agents {unseated} sit in no seat of the env; add them to env.seats or remove them")
+
+
 def env_parameters(cls: type) -> set[str] | None:
     """Keyword arguments an env class accepts, following **kwargs up the class hierarchy (None: any)."""
     names: set[str] = set()
@@ -222,6 +230,20 @@ def env_parameters(cls: type) -> set[str] | None:
 
 def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
     """Build the env (cheap) to learn its player count and catch bad env.kwargs and seats."""
+    if cfg.env.workflow:
+        from roll_ma.config.validate_workflow import check_workflow
+
+        return check_workflow(cfg, problems)
+    if cfg.env.data.source.startswith("builtin:"):
+        problems.append(ConfigProblem(
+            "env.data.source",
+            "built-in task sets feed workflows (env.workflow); a turn-based env takes 'synthetic' or a "
+            "local file",
+        ))
+    if cfg.env.tools:
+        problems.append(
+            ConfigProblem("env.tools", "tools are handed to workflows; set env.workflow or remove env.tools")
+        )
     try:
         from roll_ma.envs.registry import resolve_env_class
         from roll_ma.workers.env_worker import env_kwargs

@@ -29,19 +29,26 @@ class EpisodePlanner:
 
     def __init__(self, env_cfg: EnvConfig, seed: int):
         self.cfg, self.seed = env_cfg, seed
-        self.uses_problems = env_uses_problems(env_cfg.name)
+        self.is_workflow = bool(env_cfg.workflow)  # why: a workflow's episodes always start from a task
+        self.uses_problems = self.is_workflow or env_uses_problems(env_cfg.name)
         self.train_data = self.eval_problems = None
         if self.uses_problems:
             self._load_data()
 
     def _load_data(self) -> None:
-        from roll_ma.data import MathDataset, generate_arithmetic, is_heldout, load_math_records
+        from roll_ma.data import MathDataset, generate_arithmetic, is_heldout
 
         data = self.cfg.data
         n_eval = data.num_eval_problems
         if data.eval_source:
-            self.eval_problems = load_math_records(data.eval_source, **self._file_kwargs())[:n_eval]
-        if data.source == "synthetic":
+            self.eval_problems = self._read(data.eval_source)[:n_eval]
+        if data.source.startswith("builtin:"):
+            from roll_ma.data.code_tasks import load_task_set
+
+            train, held = load_task_set(data.source.split(":", 1)[1])
+            self.eval_problems = self.eval_problems or held[:n_eval]
+            self.train_data = MathDataset(train, seed=self.seed)
+        elif data.source == "synthetic":
             level = self.cfg.kwargs.get("synthetic_level", data.difficulty)
             # the fixed held-out split: never in training, never in the built-in model's pre-training
             pool = generate_arithmetic(data.num_problems * 2 + n_eval * 40, level=level, seed=self.seed)
@@ -52,10 +59,20 @@ class EpisodePlanner:
             train = [p for p in pool if not is_heldout(p["problem"]) and p["problem"] not in held_out]
             self.train_data = MathDataset(train[: data.num_problems], seed=self.seed)
         else:
-            records = load_math_records(data.source, **self._file_kwargs())
+            records = self._read(data.source)
             self.train_data = MathDataset(records, seed=self.seed)
             if self.eval_problems is None:
                 self.eval_problems = records[:n_eval]
+
+    def _read(self, path: str) -> list[dict]:
+        """Math records ({problem, answer}); a workflow without a preset or keys gets each record whole."""
+        from roll_ma.data import load_math_records, read_rows
+
+        data = self.cfg.data
+        plain = data.preset in ("auto", "custom") and not (data.problem_key or data.answer_key)
+        if self.is_workflow and plain:
+            return read_rows(path)
+        return load_math_records(path, **self._file_kwargs())
 
     def _file_kwargs(self) -> dict[str, Any]:
         data = self.cfg.data

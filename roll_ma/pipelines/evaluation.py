@@ -1,5 +1,7 @@
 """Evaluation: fixed seeds, greedy decoding.
 
+workflows: the means of the workflow's metrics over the evaluation tasks (``eval/<metric>``).
+
 math: pass1@turn1, pass1@turnK, maj1@turnK, critic precision / recall / accuracy against the
 always-`Correct` baseline, refiner fix and break rates. games: mean return per seat in
 self-play, and each learning seat against a built-in opponent in every other seat
@@ -22,6 +24,10 @@ def _play(workers: Any, planner: EpisodePlanner, step: int, seats: list[str] | N
 def evaluate(
     workers: Any, planner: EpisodePlanner, seats: list[str], opponent: str, step: int
 ) -> dict[str, float]:
+    if planner.is_workflow:  # the workflow's own metrics, averaged over the evaluation tasks
+        from roll_ma.pipelines.metrics import episode_env_metrics
+
+        return episode_env_metrics(_play(workers, planner, step, None, "eval"), "eval")
     if planner.uses_problems:
         from roll_ma.envs.math_metrics import aggregate_math_metrics
 

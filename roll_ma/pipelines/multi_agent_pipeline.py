@@ -44,6 +44,11 @@ STALE_ERROR = (
     "update); this is a bug in the adapter sync, not in your config"
 )
 
+NO_ROWS_ERROR = (
+    "step {step} produced no training rows: every episode failed or made no model call{errors}; "
+    "fix the workflow (or env), the run cannot update on nothing"
+)
+
 
 StepHook = Callable[[Any, int], "dict[str, float] | None"]
 
@@ -96,6 +101,11 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         from roll_ma.models.random_weights import use_random_weights
 
         cfg = use_random_weights(cfg)  # model.path -> a random model of that architecture, built once
+    if cfg.env.workflow:  # a relative workflow file means the driver's directory, wherever actors run
+        from roll_ma.workflows.loader import absolute_spec
+
+        env = dataclasses.replace(cfg.env, workflow=absolute_spec(cfg.env.workflow))
+        cfg = dataclasses.replace(cfg, env=env)
     init_ray(cfg.resources.ray_address)
     _check_cluster_gpus(cfg)
     from roll_ma.envs.registry import resolve_env_class
@@ -155,6 +165,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                     episodes = [e for p in parts for e in p.meta_info["episodes"]]
                     # concat gathers every env worker's summaries; the workers below need none of them
                     batch.pop(meta_info_keys=["episodes"])
+                if len(batch) == 0:
+                    raise RuntimeError(NO_ROWS_ERROR.format(step=step, errors=_episode_errors(episodes)))
                 metrics = rollout_metrics(batch, episodes, agent_names, expected)
                 metrics.update(episode_env_metrics(episodes, "rollout/env"))
                 if metrics.get("rollout/stale_rows", 0) > 0:
@@ -259,8 +271,16 @@ def updated_adapters(cfg: RunConfig, train_metrics: dict[str, Any]) -> set[str]:
             if not a.frozen and train_metrics.get(f"agent/{a.name}/updated", 0.0) > 0}
 
 
+def _episode_errors(episodes: list[dict]) -> str:
+    errors = [e["error"] for e in episodes if e.get("error")]
+    return f" (first error: {errors[0]})" if errors else ""
+
+
 def _num_players(cfg: RunConfig, resolve_env_class: Any) -> int:
     from roll_ma.workers.env_worker import env_kwargs
+
+    if cfg.env.workflow:  # every agent is its own "seat" of a workflow
+        return len(cfg.agents)
 
     env = resolve_env_class(cfg.env.name)(**{**env_kwargs(cfg.env, cfg.agents, None), "seat_agents": None})
     return env.num_players

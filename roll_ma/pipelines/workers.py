@@ -51,6 +51,7 @@ def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
     from roll_ma.workers.reference_worker import ReferenceWorker
     from roll_ma.workers.rollout_worker import RolloutWorker
     from roll_ma.workers.train_worker import TrainWorker
+    from roll_ma.workers.workflow_worker import WorkflowWorker
 
     ref_workers = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
     resources = ResourceManager.from_config(
@@ -94,7 +95,7 @@ def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
         )
         envs = cluster(
             "env",
-            EnvWorker,
+            WorkflowWorker if cfg.env.workflow else EnvWorker,
             cfg.env.num_workers,
             ResourceManager.cpu_only(),
             {

@@ -20,6 +20,7 @@ from roll_ma.distributed import activity
 from roll_ma.distributed.progress import progress_bar
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
+from roll_ma.workers.prompts import chat_prompt_ids, encode_chat
 from roll_ma.workers.turn_samples import TurnSample, collate_turns
 
 BUILTIN_POLICIES = ("random", "scripted")
@@ -41,12 +42,6 @@ def env_kwargs(env_cfg: EnvConfig, agents: list[AgentConfig], seats: list[str] |
     if env_cfg.show_greedy_moves:
         kwargs["show_greedy_moves"] = True
     return kwargs
-
-
-def chat_prompt_ids(tokenizer: Any, messages: list[dict]) -> list[int]:
-    """A turn's prompt ids: the chat template with the generation prompt (what every model turn sees)."""
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                              return_dict=False))
 
 
 def sample_seed(episode_id: str, turn: int) -> int:
@@ -115,33 +110,7 @@ class EnvWorker(Worker):
     # ------------------------------------------------------------------ prompts
     def _encode(self, messages: list[dict]) -> tuple[list[int], bool]:
         """Chat-templated prompt ids; an over-long history is cut from the left, system message kept."""
-        ids = self._template(messages)
-        if len(ids) <= self.max_prompt_tokens:
-            return ids, False
-        msgs = [dict(m) for m in messages]
-        has_system = msgs[0]["role"] == "system"
-        # 1) drop whole earlier messages, oldest first, keeping the system and the current message
-        while len(msgs) > 1 + has_system and len(ids) > self.max_prompt_tokens:
-            del msgs[int(has_system)]
-            ids = self._template(msgs)
-        # 2) cut the current message's text from the left (its end holds the current observation)
-        text = msgs[-1]["content"]
-        lo, hi = 0, len(text)
-        while lo < hi:  # smallest cut that fits
-            mid = (lo + hi) // 2
-            msgs[-1]["content"] = text[mid:]
-            if len(self._template(msgs)) <= self.max_prompt_tokens:
-                hi = mid
-            else:
-                lo = mid + 1
-        msgs[-1]["content"] = text[lo:]
-        ids = self._template(msgs)
-        if len(ids) > self.max_prompt_tokens:
-            raise ValueError(
-                f"the system prompt alone takes {len(ids)} tokens > model.max_prompt_tokens="
-                f"{self.max_prompt_tokens}; raise model.max_prompt_tokens or shorten the prompt"
-            )
-        return ids, True
+        return encode_chat(self.tokenizer, messages, self.max_prompt_tokens)
 
     def _encode_choices(self, responses: list[str]) -> list[list[int]]:
         """Token ids of each legal action's answer (cached: games repeat their labels), or [] when off."""

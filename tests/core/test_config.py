@@ -10,8 +10,9 @@ from roll_ma.config import ConfigError, available_configs, load_config
 from roll_ma.config import validate as validate_module
 
 REPO = Path(__file__).resolve().parents[2]
-CPU_CONFIGS = ["math_selfplay_tiny", "tiny_hanabi_selfplay"]
-GPU_CONFIGS = ["math_selfplay", "hanabi_selfplay", "math_selfplay_7b", "hanabi_selfplay_7b"]
+CPU_CONFIGS = ["math_selfplay_tiny", "tiny_hanabi_selfplay", "math_tool_tiny", "code_tests_tiny"]
+GPU_CONFIGS = ["math_selfplay", "hanabi_selfplay", "math_selfplay_7b", "hanabi_selfplay_7b", "math_tool_7b",
+               "code_tests_7b"]
 
 
 def problems_of(name, overrides=(), **kwargs):

@@ -1,0 +1,101 @@
+"""Config checks of a workflow run (``env.workflow``), before any actor starts; each names the key and fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from roll_ma.config.schema import RunConfig
+from roll_ma.config.typed import ConfigProblem, suggest
+
+
+def check_workflow(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
+    """Load the workflow and its tools, check what the config hands them; returns the number of "seats"
+    (one per agent), or None when the workflow cannot be loaded."""
+    from roll_ma.workflows.loader import load_workflow
+
+    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
+    env, names = cfg.env, [a.name for a in cfg.agents]
+    if env.seats is not None:
+        add("env.seats", "a workflow calls its agents by name, it has no seats; remove env.seats")
+    if env.show_greedy_moves:
+        add("env.show_greedy_moves", "only turn-based envs show greedy moves; set it to false for a workflow")
+    if cfg.algorithm.action_entropy_coef > 0:
+        add(
+            "algorithm.action_entropy_coef",
+            "a workflow's calls list no legal actions; use "
+            "algorithm.entropy_coef, or set action_entropy_coef=0",
+        )
+    if cfg.algorithm.joint_search_every > 0:
+        add(
+            "algorithm.joint_search_every",
+            "joint search needs a small OpenSpiel game, not a workflow; set it to 0",
+        )
+    _check_data(cfg, add)
+    _check_tools(cfg, add)
+    try:
+        workflow = load_workflow(env.workflow)
+    except ValueError as err:
+        add("env.workflow", str(err))
+        return None
+    except Exception as err:  # noqa: BLE001 - importing the user's file ran its code
+        add("env.workflow", f"importing {env.workflow} failed: {type(err).__name__}: {err}")
+        return None
+    missing = [a for a in workflow.agent_names if a not in names]
+    if missing:
+        add(
+            "agents",
+            f"the workflow calls agents {missing} that the config does not define (agents: {names}); "
+            f"add them, e.g. agents: [{', '.join('{name: ' + a + '}' for a in workflow.agent_names)}]",
+        )
+    if workflow.settings is not None:
+        for key in env.kwargs:
+            if key not in workflow.settings:
+                options = sorted(workflow.settings)
+                add(
+                    f"env.kwargs.{key}",
+                    f"the workflow takes no setting {key!r}{suggest(key, options)}; it takes {options}",
+                )
+    if env.tools and "tools" not in workflow.takes:
+        add(
+            "env.tools",
+            "the workflow's run() takes no `tools` argument; add one "
+            "(async def run(self, task, agents, tools)) or remove env.tools",
+        )
+    return len(names)
+
+
+def _check_data(cfg: RunConfig, add) -> None:  # noqa: ANN001
+    from roll_ma.data.code_tasks import BUILTIN_TASK_SETS
+
+    for key, source in (
+        ("env.data.source", cfg.env.data.source),
+        ("env.data.eval_source", cfg.env.data.eval_source),
+    ):
+        if source is None or source == "synthetic":
+            continue
+        if source.startswith("builtin:"):
+            name = source.split(":", 1)[1]
+            if name not in BUILTIN_TASK_SETS:
+                add(
+                    key,
+                    f"unknown built-in task set {name!r}{suggest(name, BUILTIN_TASK_SETS)}; "
+                    f"built-in: {['builtin:' + n for n in BUILTIN_TASK_SETS]}",
+                )
+        elif not Path(source).expanduser().is_file():
+            add(
+                key,
+                f"{source} is not a file; give a local .parquet/.jsonl/.json file, 'synthetic' or "
+                "'builtin:code_tasks'",
+            )
+
+
+def _check_tools(cfg: RunConfig, add) -> None:  # noqa: ANN001
+    from roll_ma.workflows.tools import build_tools
+
+    for name, settings in cfg.env.tools.items():
+        try:
+            build_tools({name: settings})
+        except ValueError as err:
+            add(f"env.tools.{name}", str(err))
+        except TypeError as err:  # an unknown setting
+            add(f"env.tools.{name}", f"bad settings {dict(settings or {})}: {err}")

@@ -1,0 +1,158 @@
+"""Finding the workflow that ``env.workflow`` names, and calling it the same way whatever its form.
+
+Two spellings: a file, ``path/to/flows.py:MathTool`` (a relative path is looked up from the current
+directory, then from the roll_ma checkout, so the shipped ``examples/...`` work from anywhere), or an
+importable name, ``my_pkg.flows:MathTool`` / ``my_pkg.flows.MathTool``. The target is a class whose
+``run`` is ``async def run(self, task, agents, ...)`` (built once per episode with ``env.kwargs``), or
+an ``async def f(task, agents, ...)`` (called with ``env.kwargs`` as keyword arguments). ``run`` may
+declare the optional arguments ``tools`` and ``rng``; it gets them only if it does.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import inspect
+import sys
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+OPTIONAL_ARGS = ("tools", "rng")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FORM_HINT = "a workflow is a class with `async def run(self, task, agents)` or an `async def f(task, agents)`"
+
+
+@dataclass
+class LoadedWorkflow:
+    """The resolved target of ``env.workflow``.
+
+    Attributes:
+        spec: ``env.workflow`` with a file path made absolute.
+        target: The class or the function.
+        file: Its source file (failures are located in it), or None.
+        settings: Names ``env.kwargs`` may set (None: any, the target takes ``**kwargs``).
+        takes: The optional ``run`` arguments it declares (a subset of ``tools``, ``rng``).
+        agent_names: The agents it says it calls (``agent_names`` attribute), or ().
+    """
+
+    spec: str
+    target: Any
+    file: str | None
+    settings: frozenset[str] | None
+    takes: frozenset[str]
+    agent_names: tuple[str, ...]
+
+    def instance(self, kwargs: dict[str, Any]) -> Callable[..., Awaitable[Any]]:
+        """What to call for one episode: ``call(task, agents, **extras)``."""
+        if inspect.isclass(self.target):
+            return self.target(**kwargs).run
+        fn = self.target
+
+        async def call(task: dict, agents: Any, **extras: Any) -> Any:
+            return await fn(task, agents, **kwargs, **extras)
+
+        return call
+
+
+def absolute_spec(spec: str) -> str:
+    """``env.workflow`` with a relative file path made absolute (Ray actors may run elsewhere)."""
+    path, attr = _split_file_spec(spec)
+    return f"{_find_file(path)}:{attr}" if path is not None else spec
+
+
+def load_workflow(spec: str) -> LoadedWorkflow:
+    """Import what ``spec`` names and check its form; ValueError says what is wrong and how to fix it."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"must be 'path/to/file.py:Name' or 'pkg.module:Name', got {spec!r}")
+    path, attr = _split_file_spec(spec)
+    if path is not None:
+        file = _find_file(path)
+        module = _import_file(file)
+        spec = f"{file}:{attr}"
+    else:
+        module_name, _, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
+        if not module_name or not attr:
+            raise ValueError(f"{spec!r}: use 'path/to/file.py:Name' or 'pkg.module:Name'")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            raise ValueError(f"{spec!r}: cannot import {module_name!r} ({err})") from err
+    target = getattr(module, attr, None)
+    if target is None:
+        public = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v))
+        close = difflib.get_close_matches(attr, public, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        where = getattr(module, "__file__", None) or module.__name__
+        raise ValueError(f"{spec!r}: {where} has no {attr!r}{hint}; it defines {public}")
+    run = target.run if inspect.isclass(target) else target
+    if not inspect.iscoroutinefunction(run):
+        raise ValueError(f"{spec!r} is not a workflow: {FORM_HINT}")
+    params = inspect.signature(run).parameters
+    any_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    takes = frozenset(a for a in OPTIONAL_ARGS if a in params or any_kw)
+    if inspect.isclass(target):
+        settings = frozenset() if target.__init__ is object.__init__ else _keyword_names(target.__init__, 0)
+    else:
+        settings = _keyword_names(target, skip=2)  # after (task, agents)
+    file = getattr(module, "__file__", None)
+    return LoadedWorkflow(
+        spec, target, file, settings, takes, tuple(getattr(target, "agent_names", ()) or ())
+    )
+
+
+def _split_file_spec(spec: str) -> tuple[str | None, str]:
+    head, sep, attr = spec.rpartition(":")
+    if sep and head.endswith(".py"):
+        return head, attr
+    return None, spec
+
+
+def _find_file(path: str) -> str:
+    candidates = [Path(path).expanduser()]
+    if not candidates[0].is_absolute():
+        candidates = [Path.cwd() / path, REPO_ROOT / path]
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate.resolve())
+    places = list(dict.fromkeys(str(c.parent) for c in candidates))
+    raise ValueError(
+        f"no file {path!r} (looked in {', '.join(places)}); give an absolute path or one relative to "
+        "where you start the run"
+    )
+
+
+def _import_file(file: str) -> Any:
+    # why a name derived from the path: two workflow files named flows.py must not replace each other
+    name = f"roll_ma_workflow_{Path(file).stem}_{zlib.crc32(file.encode()):08x}"
+    if name in sys.modules:
+        return sys.modules[name]
+    module_spec = importlib.util.spec_from_file_location(name, file)
+    if module_spec is None or module_spec.loader is None:
+        raise ValueError(f"{file} is not an importable Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # why: dataclasses and pickling look modules up by name
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _keyword_names(fn: Any, skip: int) -> frozenset[str] | None:
+    """Names a callable accepts by keyword (skipping ``self`` and the first ``skip`` positionals)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return None
+    if params and params[0].name == "self":
+        params = params[1:]
+    params = params[skip:]
+    names = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    return frozenset(names - set(OPTIONAL_ARGS))
