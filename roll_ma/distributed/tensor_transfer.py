@@ -9,6 +9,7 @@ the device also replaces one device-to-host copy per tensor (~340 per adapter) b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,24 +23,37 @@ class PackedTensors:
     entries: list[tuple[str, str, tuple[int, ...], int, int]]
 
 
-def pack_tensors(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None = None) -> PackedTensors:
-    """One host buffer holding every tensor's bytes (any dtype, any device; one copy off the device).
-
-    ``dtype``: cast every tensor to it on its device first (None: keep each tensor's dtype).
-    """
+def pack_on_device(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None = None
+                   ) -> tuple[torch.Tensor, list[tuple[str, str, tuple[int, ...], int, int]]]:
+    """Every tensor's bytes in one (nbytes,) uint8 tensor on the tensors' device, and the entries that
+    find them again. ``dtype``: cast every tensor to it first (None: keep each tensor's dtype)."""
     cast = {name: t.detach().to(dtype) if dtype is not None else t.detach() for name, t in tensors.items()}
     flat = [t.contiguous().reshape(-1).view(torch.uint8) for t in cast.values()]
-    buffer = torch.cat(flat).cpu().numpy() if flat else np.zeros(0, dtype=np.uint8)
+    buffer = torch.cat(flat) if flat else torch.zeros(0, dtype=torch.uint8)
     entries, offset = [], 0
     for (name, tensor), raw in zip(cast.items(), flat, strict=True):
         dtype_name = str(tensor.dtype).removeprefix("torch.")
         entries.append((name, dtype_name, tuple(tensor.shape), offset, raw.numel()))
         offset += raw.numel()
-    return PackedTensors(buffer, entries)
+    return buffer, entries
 
 
-def as_tensor_dict(tensors: PackedTensors | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Named tensors from either form (a packed buffer is unpacked)."""
+def pack_tensors(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None = None) -> PackedTensors:
+    """One host buffer holding every tensor's bytes (any dtype, any device; one copy off the device).
+
+    ``dtype``: cast every tensor to it on its device first (None: keep each tensor's dtype).
+    """
+    buffer, entries = pack_on_device(tensors, dtype)
+    return PackedTensors(buffer.cpu().numpy() if buffer.numel() else np.zeros(0, dtype=np.uint8), entries)
+
+
+def as_tensor_dict(tensors: Any) -> dict[str, torch.Tensor]:
+    """Named tensors from any form the adapter sync sends: a dict, ``PackedTensors`` or a shared-memory
+    ``SharedTensors`` (``shm_transfer``)."""
+    from roll_ma.distributed.shm_transfer import SharedTensors, read_shared
+
+    if isinstance(tensors, SharedTensors):
+        return read_shared(tensors)
     return unpack_tensors(tensors) if isinstance(tensors, PackedTensors) else tensors
 
 

@@ -128,6 +128,18 @@ class Worker:
             pass
         return None
 
+    @register(Dispatch.ONE_TO_ALL)
+    def node_id(self) -> str:
+        """The Ray node this worker runs on ("local" outside Ray): workers on one node share memory."""
+        try:
+            import ray
+
+            if ray.is_initialized():
+                return str(ray.get_runtime_context().get_node_id())
+        except (ImportError, RuntimeError):
+            pass
+        return "local"
+
     def master_address(self) -> tuple[str, int]:
         """This process's node IP and a free port, used by rank 0 as the rendezvous point."""
         return node_ip(), free_port()

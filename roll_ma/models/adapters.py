@@ -20,7 +20,6 @@ from typing import Any
 
 from roll_ma.checkpoint_manifest import new_file_mode
 from roll_ma.config.schema import AgentConfig, LoraConfig
-from roll_ma.distributed.tensor_transfer import PackedTensors, pack_tensors
 
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 
@@ -129,14 +128,6 @@ def adapter_state_dict(model: Any, name: str) -> dict[str, Any]:
 
     state = get_peft_model_state_dict(model, adapter_name=name)
     return {k: v.detach().to("cpu").clone() for k, v in state.items()}
-
-
-def packed_adapter_state(model: Any, name: str, dtype: Any = None) -> PackedTensors:
-    """``adapter_state_dict`` packed on the adapter's device into one host buffer (for Ray transfers);
-    ``dtype``: cast on the device first (vLLM serves LoRA in the model's dtype: half the bytes of fp32)."""
-    from peft import get_peft_model_state_dict
-
-    return pack_tensors(get_peft_model_state_dict(model, adapter_name=name), dtype=dtype)
 
 
 def load_adapter_state_dict(model: Any, name: str, state: dict[str, Any]) -> None:

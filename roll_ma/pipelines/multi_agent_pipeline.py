@@ -76,6 +76,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     from roll_ma.algorithms.advantages import add_advantages
     from roll_ma.distributed.ray_env import init_ray
     from roll_ma.packing import concat_padded
+    from roll_ma.pipelines.adapter_sync import AdapterSync
     from roll_ma.pipelines.episodes import EpisodePlanner
     from roll_ma.pipelines.evaluation import evaluate
     from roll_ma.pipelines.joint_search import JointSearch
@@ -86,7 +87,6 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         system_metrics,
     )
     from roll_ma.pipelines.workers import build_workers
-    from roll_ma.strategies.rollout_common import adapter_sync_dtype
     from roll_ma.tracking import Tracker, console_summary, plot_rewards
 
     out_dir = Path(cfg.trainer.output_dir)
@@ -114,7 +114,6 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     agent_names = [a.name for a in cfg.agents]
     trainable = {a.adapter_name for a in cfg.agents if not a.frozen}
     all_adapters = {a.adapter_name for a in cfg.agents}
-    sync_dtype = adapter_sync_dtype(cfg.rollout, cfg.model)
     planner = EpisodePlanner(cfg.env, cfg.seed)
     search = JointSearch(cfg, seats) if cfg.algorithm.joint_search_every > 0 else None
     workers = build_workers(cfg, seats)
@@ -145,8 +144,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
             resume_step=start_step if resume_from is not None else None,
         )
         # version = the step whose update produced the weights; the first sync serves the initial adapters
-        workers.rollout.update_adapters(workers.train.export_adapters(sorted(all_adapters), sync_dtype)[0],
-                                        start_step)
+        sync = AdapterSync(cfg, workers)
+        sync.push(all_adapters, start_step)
         expected = {i: (start_step if a.adapter_name in trainable else 0) for i, a in enumerate(cfg.agents)}
         if cfg.trainer.eval_every > 0 and start_step == 0:
             tracker.log(evaluate(workers, planner, seats, cfg.env.eval_opponent, 0), step=0)
@@ -206,21 +205,9 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                     if workers.colocated():
                         with timer("sync_wake"):
                             workers.rollout.wake_up()
-                    if changed:
-                        with timer("sync_export"):  # train worker -> Ray's object store (not the driver)
-                            tensors_ref = workers.train.export_adapters(sorted(changed), sync_dtype)[0]
-                        with timer("sync_install"):  # object store -> every rollout worker's engine
-                            sync_times = workers.rollout.update_adapters(tensors_ref, step)[0]
-                        metrics.update({f"timing/sync/{k}": v for k, v in (sync_times or {}).items()})
-                    versions = workers.rollout.adapter_versions()
-                    wrong = {a: v for a, v in versions.items() if a in changed and v != step}
-                    if wrong:
-                        raise RuntimeError(
-                            f"rollout engine reports adapter versions {wrong} after the sync of step {step}"
-                        )
+                    metrics.update(sync.push(changed, step, timer))  # export, install, versions checked
                     expected = {i: (step if a.adapter_name in changed else expected[i])
                                 for i, a in enumerate(cfg.agents)}
-                    metrics["rollout/adapters_synced"] = float(len(changed))
 
                 # 6. evaluation and checkpoint
                 if cfg.trainer.eval_every > 0 and (
@@ -229,10 +216,6 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                     with timer("eval"):
                         metrics.update(evaluate(workers, planner, seats, cfg.env.eval_opponent, step))
             metrics.update(timer.times)
-            if metrics.get("rollout/adapters_synced"):  # what the issue's <= 50 ms goal counts
-                metrics["timing/sync_per_adapter"] = (
-                    metrics.get("timing/sync_export", 0.0) + metrics.get("timing/sync_install", 0.0)
-                ) / metrics["rollout/adapters_synced"]
             metrics.update(system_metrics())
             if cfg.model.random_weights:
                 metrics["system/random_weights"] = 1.0

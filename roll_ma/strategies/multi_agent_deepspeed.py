@@ -275,12 +275,12 @@ class MultiAgentDeepSpeedStrategy:
 
     # ------------------------------------------------------------------ weights out
     def adapter_tensors(self, adapters: list[str] | None = None, packed: bool = False,
-                        dtype: str | None = None) -> dict[str, Any]:
+                        dtype: str | None = None, shared: Any = None) -> dict[str, Any]:
         """PEFT-format CPU tensors of the named adapters (default: all of them), for the rollout engine;
-        ``packed``: each adapter as one ``PackedTensors`` buffer (what crosses Ray fastest), cast to
-        ``dtype`` on the device when given."""
+        ``packed``: each adapter as one buffer, cast to ``dtype`` on the device when given, on the host
+        or (``shared``: a ``SegmentOwner``) in a shared-memory segment."""
         self._require_model()
-        return self.weights.adapter_tensors(adapters, packed=packed, dtype=dtype)
+        return self.weights.adapter_tensors(adapters, packed=packed, dtype=dtype, shared=shared)
 
     def optimizer_state(self, policy: str) -> dict[str, Any]:
         """CPU copies of one policy's Adam moments and step counts (for checks and tests)."""

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 
 from roll_ma.config.schema import ModelConfig
+from roll_ma.distributed.shm_transfer import SegmentOwner
+from roll_ma.distributed.tensor_transfer import PackedTensors, pack_on_device
 from roll_ma.models.adapters import (
     AdapterSpec,
     AgentSpec,
@@ -22,7 +24,6 @@ from roll_ma.models.adapters import (
     adapter_state_dict,
     inject_adapters,
     load_adapter_dir,
-    packed_adapter_state,
     save_adapter,
     set_trainable,
 )
@@ -40,6 +41,7 @@ class LoraWeights:
         self.model_cfg, self.adapters, self.seed = model_cfg, list(adapters), seed
         self.model: Any = None
         self._lora_params: dict[str, list[torch.nn.Parameter]] | None = None
+        self._export_plans: dict[str, list[tuple[str, torch.nn.Parameter]]] = {}
 
     def build(self, device: torch.device) -> Any:
         # adapters are injected before any DeepSpeed engine wraps the model
@@ -72,18 +74,39 @@ class LoraWeights:
         return contextlib.nullcontext()
 
     def adapter_tensors(self, names: Sequence[str] | None, packed: bool = False,
-                        dtype: str | None = None) -> dict[str, Any]:
-        """Adapter name -> its PEFT-format CPU tensors, or (``packed``) one ``PackedTensors`` buffer,
-        cast to ``dtype`` (a torch dtype name) when packed and given."""
+                        dtype: str | None = None, shared: SegmentOwner | None = None) -> dict[str, Any]:
+        """Adapter name -> its PEFT-format CPU tensors, or (``packed``) one buffer per adapter, cast to
+        ``dtype`` (a torch dtype name) when given: a ``PackedTensors`` on the host, or with ``shared``
+        a ``SharedTensors`` segment that ``shared`` owns (one copy off the GPU, nothing pickled)."""
         known = [a.name for a in self.adapters]
         names = list(names) if names is not None else known
         unknown = [n for n in names if n not in known]
         if unknown:
             raise ValueError(f"unknown adapters {unknown}; adapters are {known}")
-        if packed:
-            cast = getattr(torch, dtype) if dtype else None
-            return {name: packed_adapter_state(self.model, name, cast) for name in names}
-        return {name: adapter_state_dict(self.model, name) for name in names}
+        if not packed:
+            return {name: adapter_state_dict(self.model, name) for name in names}
+        cast = getattr(torch, dtype) if dtype else None
+        out = {}
+        for name in names:
+            buffer, entries = pack_on_device({k: p.detach() for k, p in self._export_plan(name)}, cast)
+            out[name] = (shared.put(buffer, entries) if shared is not None
+                         else PackedTensors(buffer.cpu().numpy(), entries))
+        return out
+
+    def _export_plan(self, name: str) -> list[tuple[str, torch.nn.Parameter]]:
+        """(PEFT state-dict key, live parameter) of adapter ``name``, found once: PEFT builds the whole
+        model's state dict to name an adapter's tensors, which costs more than the copy at 7B."""
+        if name not in self._export_plans:
+            from peft import get_peft_model_state_dict
+
+            state = get_peft_model_state_dict(self.model, adapter_name=name)
+            by_storage = {p.data_ptr(): p for p in adapter_parameters(self.model, name).values()}
+            missing = [k for k, v in state.items() if v.data_ptr() not in by_storage]
+            if missing:
+                raise RuntimeError(f"adapter {name!r}: state-dict tensors {missing[:3]} are no parameter's "
+                                   "data")
+            self._export_plans[name] = [(k, by_storage[v.data_ptr()]) for k, v in state.items()]
+        return self._export_plans[name]
 
     def save(self, root: Path) -> None:
         for spec in self.adapters:
@@ -126,7 +149,7 @@ class FullWeights:
         return contextlib.nullcontext()
 
     def adapter_tensors(self, names: Sequence[str] | None, packed: bool = False,
-                        dtype: str | None = None) -> dict[str, Any]:
+                        dtype: str | None = None, shared: Any = None) -> dict[str, Any]:
         raise ValueError("full fine-tuning has no adapters to export; its weights are the whole model "
                          "(see save_checkpoint)")
 

@@ -6,8 +6,9 @@ old weights can never be served for the new version. ``lookup`` turns the LoRA i
 output reports back into (adapter, version): the version each row really used.
 
 Two ways in (``rollout.adapter_sync``):
-- ``memory``: the buffers of every adapter installed in this call go to vLLM's worker in ONE
-  ``collective_rpc`` and become LoRA models there (``vllm_worker_ext``): no files, one round trip;
+- ``memory``: every adapter installed in this call goes to vLLM's worker in ONE ``collective_rpc`` and
+  becomes a LoRA model there (``vllm_worker_ext``), no files: a shared-memory segment's name when the
+  trainer exported on this node (the worker reads the segment itself), else the packed bytes;
 - ``disk``: a PEFT directory per version on /dev/shm, loaded by vLLM's public ``add_lora``.
 """
 
@@ -21,6 +22,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from roll_ma.distributed.shm_transfer import SharedTensors
 from roll_ma.distributed.tensor_transfer import PackedTensors, as_tensor_dict, pack_tensors
 from roll_ma.models.adapters import AdapterSpec, peft_config_dict, write_adapter_config, write_adapter_dir
 
@@ -115,21 +117,21 @@ class EngineAdapters:
 
         items = []
         for name, state in states.items():
-            packed = state if isinstance(state, PackedTensors) else pack_tensors(state)
             folder = Path(requests[name].lora_path)
             if not (folder / "adapter_config.json").exists():
                 write_adapter_config(self.specs[name], folder)
             old = self.requests.get(name)
-            items.append(
-                {
-                    "lora_id": requests[name].lora_int_id,
-                    "old_id": old.lora_int_id if old else None,
-                    # bytes: vLLM's RPC decodes untyped numpy arrays as (dtype, shape, data) tuples
-                    "buffer": memoryview(packed.buffer).tobytes(),
-                    "entries": [list(e) for e in packed.entries],
-                    "peft_config": peft_config_dict(self.specs[name]),
-                }
-            )
+            item = {"lora_id": requests[name].lora_int_id, "old_id": old.lora_int_id if old else None,
+                    "peft_config": peft_config_dict(self.specs[name])}
+            if isinstance(state, SharedTensors):  # same node: vLLM's worker reads the segment itself
+                item.update(segment=state.segment, nbytes=state.nbytes,
+                            entries=[list(e) for e in state.entries])
+            else:
+                packed = state if isinstance(state, PackedTensors) else pack_tensors(state)
+                # bytes: vLLM's RPC decodes untyped numpy arrays as (dtype, shape, data) tuples
+                item.update(buffer=memoryview(packed.buffer).tobytes(),
+                            entries=[list(e) for e in packed.entries])
+            items.append(item)
         per_worker = self.llm.collective_rpc(INSTALL_METHOD, args=(items,))
         # tensor parallel: every worker installs its shard; an adapter is ready when the slowest is done
         return {name: max(w[i] for w in per_worker) for i, name in enumerate(states)}

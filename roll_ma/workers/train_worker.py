@@ -6,12 +6,14 @@ the full batch (each takes its share); scoring is split across ranks (dp_compute
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from roll_ma.config.schema import AgentConfig, AlgorithmConfig, LoraConfig, ModelConfig, TrainConfig
+from roll_ma.distributed.shm_transfer import SegmentOwner
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
 
@@ -35,6 +37,7 @@ class TrainWorker(Worker):
         self.algo_cfg = algo_cfg or AlgorithmConfig()
         self.seed = seed
         self.strategy: Any = None
+        self._segments = SegmentOwner(self.node_id())  # shared-memory exports of adapters (same node)
 
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self, total_steps: int | None = None) -> None:
@@ -114,18 +117,33 @@ class TrainWorker(Worker):
         return self._strategy().adapter_tensors(adapters)
 
     @register(Dispatch.RANK_ZERO)
-    def export_adapters(self, adapters: list[str] | None = None, dtype: str | None = None) -> list[Any]:
-        """The adapters, packed (``PackedTensors``, cast to ``dtype`` if given), put into Ray's object store
-        by this worker: ``[ref]``.
+    def export_adapters(self, adapters: list[str] | None = None, dtype: str | None = None,
+                        transport: str = "ray") -> list[Any]:
+        """The adapters packed for the rollout engines, cast to ``dtype`` if given: ``[payload, seconds]``.
 
-        The driver passes the ref on to the rollout workers, which read the adapters from the object
-        store themselves, so the adapters (35 MB each at 0.5B) never pass through the driver and
-        are stored once however many rollout workers read them. The list keeps Ray from resolving
-        the ref on its way back to the driver.
+        ``transport="ray"``: one ``PackedTensors`` per adapter put into Ray's object store by this worker
+        (payload = the ref): the rollout workers read it from there, on any node, and the adapters never
+        pass through the driver. ``"shm"`` (rollout workers on this node): each adapter is copied off the
+        GPU straight into a shared-memory segment and the payload is the segments' names (tiny); they
+        live until ``release_exports``. The list keeps Ray from resolving the ref on its way back.
         """
         import ray
 
-        return [ray.put(self._strategy().adapter_tensors(adapters, packed=True, dtype=dtype))]
+        start = time.perf_counter()
+        if transport == "shm":
+            self._segments.release()  # the previous export's, if nobody released them
+            payload = self._strategy().adapter_tensors(adapters, packed=True, dtype=dtype,
+                                                       shared=self._segments)
+            return [payload, time.perf_counter() - start]
+        if transport != "ray":
+            raise ValueError(f"export transport must be 'ray' or 'shm', got {transport!r}")
+        ref = ray.put(self._strategy().adapter_tensors(adapters, packed=True, dtype=dtype))
+        return [ref, time.perf_counter() - start]
+
+    @register(Dispatch.RANK_ZERO)
+    def release_exports(self) -> int:
+        """Unlink the shared-memory segments of the last export (the engines have copied them)."""
+        return self._segments.release()
 
     @register(Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, ckpt_dir: str) -> None:

@@ -37,3 +37,35 @@ def test_pack_round_trip_is_bit_exact_for_every_dtype_and_shape(tmp_path):
 
 def test_pack_of_nothing():
     assert unpack_tensors(pack_tensors({})) == {}
+
+
+def test_shared_segment_is_read_by_another_process_and_unlinked_on_release():
+    """The same-node adapter hand-over: one process writes a segment, another reads it bit-exact (and
+    does not unlink it when it exits), the owner's release removes it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from roll_ma.distributed.shm_transfer import SegmentOwner
+    from roll_ma.distributed.tensor_transfer import pack_on_device
+
+    tensors = {
+        "a": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+        "b": torch.tensor([1, 2], dtype=torch.int8),
+    }
+    owner = SegmentOwner("local")
+    shared = owner.put(*pack_on_device(tensors, torch.bfloat16))
+    reader = (
+        "import sys, json, torch\n"
+        "from roll_ma.distributed.shm_transfer import SharedTensors, read_shared\n"
+        "s = SharedTensors(*json.loads(sys.argv[1]))\n"
+        "print(json.dumps({k: v.float().tolist() for k, v in read_shared(s).items()}))\n"
+    )
+    import json
+
+    for _ in range(2):  # the first reader's exit must not have unlinked it
+        arg = json.dumps([shared.segment, shared.nbytes, shared.entries, shared.node_id])
+        out = subprocess.run([sys.executable, "-c", reader, arg], capture_output=True, text=True, check=True)
+        assert json.loads(out.stdout) == {"a": [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], "b": [1.0, 2.0]}
+    assert (Path("/dev/shm") / shared.segment).exists()
+    assert owner.release() == 1 and not (Path("/dev/shm") / shared.segment).exists()
