@@ -223,6 +223,21 @@ def summarize_run(metrics: list[dict[str, Any]], agents: int) -> dict[str, Any]:
         if med("timing/sync_per_adapter")
         else None,
         "sync_adapter_ms": 1e3 * median(per_adapter) if per_adapter else None,  # the engine's own install
+        # the sync's profile: the trainer's packing, rank 0's rollout worker, its call into vLLM, the engine
+        "sync_export_pack_ms": 1e3 * med("timing/sync_export_pack")
+        if med("timing/sync_export_pack")
+        else None,
+        "sync_install_worker_ms": (
+            1e3 * med("timing/sync_install_worker") if med("timing/sync_install_worker") else None
+        ),
+        "sync_install_rpc_ms": 1e3 * med("timing/sync_install_rpc")
+        if med("timing/sync_install_rpc")
+        else None,
+        "sync_engine_sum_ms": (
+            1e3 * median([sum(v for k, v in m.items() if k.startswith("timing/sync/")) for m in steps])
+            if per_adapter
+            else None
+        ),
         "rows": med("rollout/turns"),
         "rollout_tok_s": med("system/rollout_tokens_per_s"),
         "gpu_rollout_gb": peak("system/gpu_used_gb_rollout"),
@@ -465,6 +480,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "sync_export_s",
         "sync_install_s",
         "sync_per_adapter_ms",
+        "sync_export_pack_ms",
+        "sync_install_worker_ms",
+        "sync_install_rpc_ms",
+        "sync_engine_sum_ms",
         "sync_adapter_ms",
         "other_s",
         "step_vs_fewest_agents",

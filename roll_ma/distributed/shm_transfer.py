@@ -1,94 +1,111 @@
-"""Packed tensors handed over in a POSIX shared-memory segment, between processes of one node.
+"""Packed tensors handed over in shared memory, between processes of one node.
 
 The adapter sync's fast path when the train worker and the rollout engines share a node (always
-when colocated): the train worker copies each packed adapter from the GPU straight into a segment
-in /dev/shm (RAM, not disk) and sends only its name through Ray; vLLM's worker process reads the
-segment while it builds the LoRA. Nothing is pickled, stored in Ray's object store or pushed
-through vLLM's RPC socket. Across nodes the sync uses Ray's object store (``PackedTensors``).
+when colocated): the train worker copies each packed adapter from the GPU straight into a file in
+/dev/shm (RAM, not disk; the temp dir where there is no /dev/shm) and sends only its path through
+Ray; vLLM's worker process reads the file while it builds the LoRA. Nothing is pickled, stored in
+Ray's object store or pushed through vLLM's RPC socket. Across nodes the sync uses Ray's object
+store (``PackedTensors``).
 
-Lifetime: the process that creates a segment owns it (``SegmentOwner``) and unlinks it once the
-driver says the install is done, or at the next export, or when it shuts down. Readers only attach.
+Plain files, not ``multiprocessing.shared_memory``: vLLM's worker is a child of the rollout worker
+and shares its multiprocessing resource tracker, which would unlink, or complain about, segments
+that another process owns.
+
+Lifetime: the process that writes a file owns it (``SegmentOwner``) and deletes it once the driver
+says the install is done, at the next export, or when it is closed; a new owner also deletes the
+files of owners whose process is gone (a killed run leaves nothing behind for long).
 """
 
 from __future__ import annotations
 
-import sys
+import os
+import tempfile
 import uuid
 from dataclasses import dataclass
-from multiprocessing import shared_memory
+from pathlib import Path
 
 import numpy as np
 import torch
 
 Entry = tuple[str, str, tuple[int, ...], int, int]  # name, dtype, shape, byte offset, byte count
+PREFIX = "roll_ma_sync"
 
 
 @dataclass
 class SharedTensors:
-    """Named tensors in one shared-memory segment (the ``PackedTensors`` layout) on node ``node_id``."""
+    """Named tensors in one shared-memory file (the ``PackedTensors`` layout) on node ``node_id``."""
 
-    segment: str
+    segment: str  # the file's path
     nbytes: int
     entries: list[Entry]
     node_id: str
 
 
-def _attach(name: str) -> shared_memory.SharedMemory:
-    """Attach without letting this process's resource tracker unlink the segment at exit (before Python
-    3.13 an attaching process registers the segment as if it had created it)."""
-    if sys.version_info >= (3, 13):
-        return shared_memory.SharedMemory(name=name, track=False)
-    seg = shared_memory.SharedMemory(name=name)
-    try:
-        from multiprocessing import resource_tracker
-
-        resource_tracker.unregister(seg._name, "shared_memory")  # type: ignore[attr-defined]
-    except Exception:  # tracker internals vary; at worst the segment is unlinked at this process's exit
-        pass
-    return seg
+def shm_dir() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
 def read_shared(shared: SharedTensors) -> dict[str, torch.Tensor]:
-    """CPU tensors copied out of the segment (each in its own storage; the segment may go right after)."""
-    seg = _attach(shared.segment)
+    """CPU tensors read out of the file, each in its own storage (the file may go right after)."""
+    raw = np.fromfile(shared.segment, dtype=np.uint8, count=shared.nbytes)  # (nbytes,) one copy
+    if raw.size != shared.nbytes:
+        raise RuntimeError(f"{shared.segment} holds {raw.size} bytes, the sender wrote {shared.nbytes}")
+    out = {}
+    for name, dtype, shape, offset, nbytes in shared.entries:
+        part = torch.from_numpy(raw[offset : offset + nbytes].copy())  # aligned storage of its own
+        out[name] = part.view(getattr(torch, dtype)).reshape(tuple(shape))
+    return out
+
+
+def _alive(pid: int) -> bool:
     try:
-        raw = np.ndarray((shared.nbytes,), dtype=np.uint8, buffer=seg.buf)
-        out = {}
-        for name, dtype, shape, offset, nbytes in shared.entries:
-            part = torch.from_numpy(raw[offset : offset + nbytes].copy())
-            out[name] = part.view(getattr(torch, dtype)).reshape(tuple(shape))
-        del raw
-        return out
-    finally:
-        seg.close()
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class SegmentOwner:
-    """Creates segments for packed tensors and unlinks them when told to (or when closed)."""
+    """Writes packed tensors to shared-memory files and deletes them when told to (or when closed)."""
 
-    def __init__(self, node_id: str, prefix: str = "roll_ma"):
+    def __init__(self, node_id: str):
         self.node_id = node_id
-        self.prefix = f"{prefix}_{uuid.uuid4().hex[:8]}"
-        self._live: list[shared_memory.SharedMemory] = []
+        self.root = shm_dir()
+        self.prefix = f"{PREFIX}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        self._live: list[Path] = []
+        self._remove_orphans()
 
     def put(self, buffer: torch.Tensor, entries: list[Entry]) -> SharedTensors:
-        """Copy a (nbytes,) uint8 buffer (any device) into a new segment: one device-to-host copy."""
+        """Copy a (nbytes,) uint8 buffer (any device) into a new file: one device-to-host copy."""
         nbytes = int(buffer.numel())
-        seg = shared_memory.SharedMemory(create=True, size=max(nbytes, 1),
-                                         name=f"{self.prefix}_{len(self._live)}_{uuid.uuid4().hex[:6]}")
-        self._live.append(seg)
+        path = self.root / f"{self.prefix}_{len(self._live)}_{uuid.uuid4().hex[:6]}"
+        self._live.append(path)
+        with open(path, "wb") as f:
+            f.truncate(nbytes)
         if nbytes:
-            torch.frombuffer(seg.buf, dtype=torch.uint8, count=nbytes).copy_(buffer.reshape(-1))
-        return SharedTensors(seg.name, nbytes, list(entries), self.node_id)
+            mapped = np.memmap(path, dtype=np.uint8, mode="r+", shape=(nbytes,))
+            torch.from_numpy(mapped).copy_(buffer.reshape(-1))
+            mapped.flush()
+            del mapped
+        return SharedTensors(str(path), nbytes, list(entries), self.node_id)
 
     def release(self) -> int:
-        """Unlink every segment made so far; returns how many."""
+        """Delete every file written so far; returns how many."""
         count = len(self._live)
-        for seg in self._live:
-            seg.close()
-            try:
-                seg.unlink()
-            except FileNotFoundError:
-                pass
+        for path in self._live:
+            path.unlink(missing_ok=True)
         self._live = []
         return count
+
+    def _remove_orphans(self) -> None:
+        """Files of owners whose process has died (a run killed between an export and its release)."""
+        for path in self.root.glob(f"{PREFIX}_*"):
+            try:
+                pid = int(path.name.split("_")[3])
+            except (IndexError, ValueError):
+                continue
+            if not _alive(pid):
+                path.unlink(missing_ok=True)

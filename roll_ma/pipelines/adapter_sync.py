@@ -6,10 +6,12 @@ reported versions are checked. The hand-over is a shared-memory segment per adap
 rollout worker runs on the train worker's node (colocated, or a single host), else Ray's object
 store; the adapters never pass through the driver.
 
-Timings (seconds, into the step's metrics): ``timing/sync_export`` (pack + hand-over, the
-driver's wall), ``timing/sync_export_pack`` (the train worker's own part of it),
-``timing/sync_install`` (every engine installed, the driver's wall), ``timing/sync/<adapter>``
-(the engine's own install of one adapter).
+Timings (seconds, into the step's metrics): ``timing/sync_per_adapter`` (export + install, wake-up
+excluded, over the adapters pushed), ``timing/sync_export`` (pack + hand-over, the driver's wall),
+``timing/sync_export_pack`` (the train worker's own part of it), ``timing/sync_install`` (every
+engine installed, the driver's wall), ``timing/sync_install_worker`` / ``_rpc`` (rank 0's rollout
+worker: all of its part / the call into vLLM's worker), ``timing/sync/<adapter>`` (the engine's own
+install of one adapter).
 """
 
 from __future__ import annotations
@@ -48,11 +50,12 @@ class AdapterSync:
         with timed("sync_install"):
             engine_s = self.workers.rollout.update_adapters(payload, version)[0]
         if self.transport == "shm":
-            self.workers.train.release_exports()  # every engine has copied the segments out
-        metrics["timing/sync_export_pack"] = float(pack_s)
-        metrics.update({f"timing/sync/{name}": float(s) for name, s in (engine_s or {}).items()})
-        # the issue-18 figure: export + install per adapter, the engines' wake-up excluded
+            self.workers.train.release_exports()  # every engine has copied the files out
         metrics["timing/sync_per_adapter"] = (time.perf_counter() - start) / len(names)
+        metrics["timing/sync_export_pack"] = float(pack_s)
+        metrics.update({f"timing/sync_install_{k.removesuffix('_s')}": float(v)
+                        for k, v in self.workers.rollout.last_sync_profile().items()})
+        metrics.update({f"timing/sync/{name}": float(s) for name, s in (engine_s or {}).items()})
         served = self.workers.rollout.adapter_versions()
         wrong = {a: v for a, v in served.items() if a in names and v != version}
         if wrong:

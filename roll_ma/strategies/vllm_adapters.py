@@ -53,6 +53,8 @@ class EngineAdapters:
         self._next_lora_id = 1
         self.root = adapter_root()
         weakref.finalize(self, shutil.rmtree, self.root, True)
+        self._peft_configs = {name: peft_config_dict(spec) for name, spec in specs.items()}
+        self.last_install: dict[str, float] = {}  # where the last install's time went (benchmarks)
 
     def request(self, name: str) -> Any:
         """The LoRARequest that serves adapter ``name`` now."""
@@ -122,7 +124,7 @@ class EngineAdapters:
                 write_adapter_config(self.specs[name], folder)
             old = self.requests.get(name)
             item = {"lora_id": requests[name].lora_int_id, "old_id": old.lora_int_id if old else None,
-                    "peft_config": peft_config_dict(self.specs[name])}
+                    "peft_config": self._peft_configs[name]}
             if isinstance(state, SharedTensors):  # same node: vLLM's worker reads the segment itself
                 item.update(segment=state.segment, nbytes=state.nbytes,
                             entries=[list(e) for e in state.entries])
@@ -132,7 +134,9 @@ class EngineAdapters:
                 item.update(buffer=memoryview(packed.buffer).tobytes(),
                             entries=[list(e) for e in packed.entries])
             items.append(item)
+        start = time.perf_counter()
         per_worker = self.llm.collective_rpc(INSTALL_METHOD, args=(items,))
+        self.last_install = {"rpc_s": time.perf_counter() - start}
         # tensor parallel: every worker installs its shard; an adapter is ready when the slowest is done
         return {name: max(w[i] for w in per_worker) for i, name in enumerate(states)}
 

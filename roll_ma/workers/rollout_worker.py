@@ -8,6 +8,7 @@ sleep/wake go to every rank.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from roll_ma.config.schema import AgentConfig, LoraConfig, ModelConfig, RolloutConfig
@@ -46,6 +47,7 @@ class RolloutWorker(Worker):
         self.model_cfg, self.lora_cfg, self.rollout_cfg, self.seed = model_cfg, lora_cfg, rollout_cfg, seed
         self.agent_specs, self.adapter_specs = plan_adapters(lora_cfg, agents)
         self.strategy: Any = None
+        self._last_sync: dict[str, float] = {}
 
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self, initial_adapters: bool = True) -> None:
@@ -75,9 +77,20 @@ class RolloutWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def update_adapters(self, tensors: dict[str, Any], version: int) -> dict[str, float]:
-        """Install adapters: name -> PEFT-format tensors, or the ``PackedTensors`` train workers export
-        (handed on packed: vLLM's in-memory install ships the buffer as it is)."""
-        return self._ready().update_adapters(tensors, version)
+        """Install adapters: name -> PEFT-format tensors, or what train workers export (``PackedTensors``
+        from Ray's object store, ``SharedTensors`` files on this node), handed on as they are."""
+        start = time.perf_counter()
+        timings = self._ready().update_adapters(tensors, version)
+        served = getattr(self.strategy, "adapters_served", None)
+        self._last_sync = {"worker_s": time.perf_counter() - start,
+                           **(getattr(served, "last_install", None) or {})}
+        return timings
+
+    @register(Dispatch.RANK_ZERO)
+    def last_sync_profile(self) -> dict[str, float]:
+        """Where rank 0's last install spent its time (seconds): ``worker_s`` (all of it in this worker)
+        and, with vLLM's in-memory sync, ``rpc_s`` (the call into vLLM's worker, its installs included)."""
+        return dict(self._last_sync)
 
     @register(Dispatch.ONE_TO_ALL)
     def record_generate_calls(self, on: bool = True) -> None:

@@ -40,8 +40,8 @@ def test_pack_of_nothing():
 
 
 def test_shared_segment_is_read_by_another_process_and_unlinked_on_release():
-    """The same-node adapter hand-over: one process writes a segment, another reads it bit-exact (and
-    does not unlink it when it exits), the owner's release removes it."""
+    """The same-node adapter hand-over: one process writes a shared-memory file, another reads it
+    bit-exact (and leaves it when it exits), the owner's release removes it; a dead owner's files go."""
     import subprocess
     import sys
     from pathlib import Path
@@ -67,5 +67,10 @@ def test_shared_segment_is_read_by_another_process_and_unlinked_on_release():
         arg = json.dumps([shared.segment, shared.nbytes, shared.entries, shared.node_id])
         out = subprocess.run([sys.executable, "-c", reader, arg], capture_output=True, text=True, check=True)
         assert json.loads(out.stdout) == {"a": [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], "b": [1.0, 2.0]}
-    assert (Path("/dev/shm") / shared.segment).exists()
-    assert owner.release() == 1 and not (Path("/dev/shm") / shared.segment).exists()
+    assert Path(shared.segment).exists()
+    assert owner.release() == 1 and not Path(shared.segment).exists()
+    # a file left by a process that is gone is removed by the next owner on the node
+    orphan = Path(shared.segment).parent / "roll_ma_sync_999999999_deadbeef_0_abc"
+    orphan.write_bytes(b"x")
+    SegmentOwner("local")
+    assert not orphan.exists()
