@@ -14,7 +14,7 @@ from roll_ma.models.builtin import BUILTIN_MODELS
 BUILTIN_MODEL_NAMES = list(BUILTIN_MODELS)
 
 BUILTIN_POLICIES = ("random", "scripted")
-ROLES = ("rollout", "train", "reference")
+ROLES = ("rollout", "train", "reference", "teacher")
 
 
 def _installed(module: str) -> bool:
@@ -78,7 +78,8 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
             add(
                 f"agents[{i}].init_adapter", f"{agent.init_adapter} is not a directory holding a PEFT adapter"
             )
-    if all(a.frozen for a in cfg.agents) and cfg.trainer.max_steps > 0:
+    rl_only = not cfg.phases and cfg.train.objective == "ppo"
+    if all(a.frozen for a in cfg.agents) and cfg.trainer.max_steps > 0 and rl_only:
         add("agents", "every agent is frozen: nothing would train; unfreeze one or set trainer.max_steps=0")
 
     # ---- env and seats
@@ -178,9 +179,7 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
 
     # ---- model
     path = cfg.model.path
-    looks_local = path.startswith(("/", "./", "../", "~")) or (
-        path.count("/") != 1 and not path.startswith("builtin:")
-    )
+    looks_local = _looks_local(path)
     if cfg.model.random_weights:
         from roll_ma.models.random_weights import shape_of
 
@@ -202,8 +201,17 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
             f"the built-in models are {BUILTIN_MODEL_NAMES}",
         )
 
+    from roll_ma.config.validate_phases import check_phases
+
+    check_phases(cfg, problems, _looks_local)
     _check_resources(cfg, problems, check_local_gpus)
     return problems
+
+
+def _looks_local(path: str) -> bool:
+    """A path that names a directory rather than a hub model (org/name) or a built-in model."""
+    local_prefix = path.startswith(("/", "./", "../", "~"))
+    return local_prefix or (path.count("/") != 1 and not path.startswith("builtin:"))
 
 
 def env_parameters(cls: type) -> set[str] | None:
@@ -248,11 +256,14 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
         )
     if "show_greedy_moves" in cfg.env.kwargs:  # why: the env would show moves nobody decodes
         problems.append(ConfigProblem("env.kwargs.show_greedy_moves", "set env.show_greedy_moves instead"))
+    if "max_rounds" in cfg.env.kwargs:  # why: one place for the K of the reflection metrics
+        problems.append(ConfigProblem("env.kwargs.max_rounds", "set env.max_rounds instead"))
     known = env_parameters(cls)
     if known is not None:
         for key in cfg.env.kwargs:
             if key not in known:
-                options = sorted(known - {"seat_agents", "system_prompts", "role_kinds", "show_greedy_moves"})
+                options = sorted(known - {"seat_agents", "system_prompts", "role_kinds", "show_greedy_moves",
+                                         "max_rounds"})
                 problems.append(
                     ConfigProblem(
                         f"env.kwargs.{key}",
