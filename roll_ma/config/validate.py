@@ -333,10 +333,13 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
                     f"resources.device_mapping.{role}",
                     f"GPU {g} is outside 0..{res.num_gpus - 1} (resources.num_gpus={res.num_gpus})",
                 )
+    from roll_ma.config.validate_phases import teacher_workers
+
     workers = {
         "rollout": cfg.rollout.num_workers,
         "train": cfg.train.num_workers,
         "reference": cfg.reference.num_workers if cfg.reference.mode == "worker" else 0,
+        "teacher": teacher_workers(cfg),
     }
     for role, n in workers.items():
         gpus = res.device_mapping.get(role)

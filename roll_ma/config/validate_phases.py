@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from pathlib import Path
 
 from roll_ma.config.schema import DPOConfig, PhaseConfig, RunConfig, SFTConfig
@@ -49,6 +50,15 @@ def check_phases(cfg: RunConfig, problems: list[ConfigProblem], looks_local) -> 
             _check_dpo(cfg, dpo, key, problems)
 
 
+def teacher_workers(cfg: RunConfig) -> int:
+    """The teacher's rollout workers if a phase reads from the teacher, else 0."""
+    single = [PhaseConfig(objective=cfg.train.objective)] if cfg.train.objective != "ppo" else []
+    listed = cfg.phases or single
+    uses = any(p.objective == "sft" and {**dataclasses.asdict(cfg.sft), **p.sft}.get("source") == "teacher"
+               for p in listed)
+    return cfg.teacher.rollout.num_workers if uses else 0
+
+
 def _merged(
     cls: type, base: object, overrides: dict, key: str, problems: list[ConfigProblem]
 ) -> object | None:
@@ -91,6 +101,9 @@ def _check_sft(cfg: RunConfig, sft: SFTConfig, key: str, problems: list[ConfigPr
             )
         elif looks_local(path) and not Path(path).expanduser().exists():
             add("teacher.model.path", f"{path} does not exist; give a local model directory or a hub name")
+        if cfg.teacher.rollout.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+            add("teacher.rollout.backend",
+                "vllm is not installed: pip install 'roll_ma[vllm]', or set teacher.rollout.backend=hf")
         if (
             cfg.teacher.rollout.backend == "vllm"
             and cfg.resources.num_gpus > 0

@@ -147,23 +147,21 @@ def train_on_pairs(
     of every agent metric (the last step's for the rest)."""
     d = phase.dpo
     pairs.meta_info["reference"] = "base" if d.reference == "base" else "copy"
-    pairs = pairs.union(ctx.workers.train.compute_pair_ref_log_probs(pairs))
     settings = {"beta": d.beta, "label_smoothing": d.label_smoothing, "rpo_alpha": d.rpo_alpha}
     seen: list[dict[str, float]] = []
-    for k in range(start, len(schedule)):
-        with ctx.training():
+    with ctx.training():  # a colocated rollout engine sleeps through the reference pass and the steps
+        pairs = pairs.union(ctx.workers.train.compute_pair_ref_log_probs(pairs))
+        for k in range(start, len(schedule)):
             metrics = ctx.train(pairs.select_idxs(schedule[k]), "dpo", dpo=settings)
-        seen.append(metrics)
-        if checkpoints:  # a file phase logs and checkpoints step by step
-            ctx.log({**metrics, "phase": phase.index})
-            if (k + 1) % ctx.cfg.trainer.log_every == 0 or k + 1 == len(schedule):
-                print(
-                    f"[roll_ma] dpo {phase.name} {k + 1}/{len(schedule)}: {summary(metrics, phase.agents)}",
-                    flush=True,
-                )
-            every = ctx.cfg.trainer.save_every
-            if every and ctx.step % every == 0 and k + 1 < len(schedule):
-                ctx.save(phase.index, {"started": True, "steps_done": k + 1})
+            seen.append(metrics)
+            if checkpoints:  # a file phase logs and checkpoints step by step
+                ctx.log({**metrics, "phase": phase.index})
+                if (k + 1) % ctx.cfg.trainer.log_every == 0 or k + 1 == len(schedule):
+                    shown = summary(metrics, phase.agents)
+                    print(f"[roll_ma] dpo {phase.name} {k + 1}/{len(schedule)}: {shown}", flush=True)
+                every = ctx.cfg.trainer.save_every
+                if every and ctx.step % every == 0 and k + 1 < len(schedule):
+                    ctx.save(phase.index, {"started": True, "steps_done": k + 1})
     if not seen:
         return {}
     out = dict(seen[-1])

@@ -62,18 +62,17 @@ def run_sft_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> 
     if phase.sft.max_steps:
         schedule = schedule[: phase.sft.max_steps]
     names = list(phase.agents)
-    for k in range(int(progress.get("steps_done", 0)), len(schedule)):
-        with ctx.training():
+    with ctx.training():  # one sleep of a colocated rollout engine for the whole phase
+        for k in range(int(progress.get("steps_done", 0)), len(schedule)):
             metrics = ctx.train(rows.select_idxs(schedule[k]), "sft")
-        ctx.log({**metrics, "phase": phase.index})
-        if (k + 1) % ctx.cfg.trainer.log_every == 0 or k + 1 == len(schedule):
-            losses = " ".join(
-                f"{n} {metrics[f'agent/{n}/sft_loss']:.3f}" for n in names if f"agent/{n}/sft_loss" in metrics
-            )
-            print(f"[roll_ma] sft {phase.name} {k + 1}/{len(schedule)}: sft_loss {losses}", flush=True)
-        every = ctx.cfg.trainer.save_every
-        if every and ctx.step % every == 0 and k + 1 < len(schedule):
-            ctx.save(phase.index, {"data_ready": True, "steps_done": k + 1})
+            ctx.log({**metrics, "phase": phase.index})
+            if (k + 1) % ctx.cfg.trainer.log_every == 0 or k + 1 == len(schedule):
+                losses = " ".join(f"{n} {metrics[f'agent/{n}/sft_loss']:.3f}" for n in names
+                                  if f"agent/{n}/sft_loss" in metrics)
+                print(f"[roll_ma] sft {phase.name} {k + 1}/{len(schedule)}: sft_loss {losses}", flush=True)
+            every = ctx.cfg.trainer.save_every
+            if every and ctx.step % every == 0 and k + 1 < len(schedule):
+                ctx.save(phase.index, {"data_ready": True, "steps_done": k + 1})
     ctx.sync()
 
 

@@ -243,6 +243,10 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
         _set_aside_previous_run(out_dir)
     ckpt.prune(out_dir, cfg.trainer.keep_last)
     phases = plan_phases(cfg)
+    if cfg.model.random_weights:
+        from roll_ma.models.random_weights import use_random_weights
+
+        cfg = use_random_weights(cfg)  # benchmarks: model.path -> a random model of that architecture
     init_ray(cfg.resources.ray_address)
     _check_cluster_gpus(cfg)
     seats = resolve_seats(cfg, _num_players(cfg, resolve_env_class))
