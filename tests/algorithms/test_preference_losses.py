@@ -26,7 +26,7 @@ def test_dpo_loss_by_hand():
     #         l1 = -log sigmoid(-0.25) = softplus(0.25)
     l0, l1 = softplus(-0.5), softplus(0.25)
     assert l0 == pytest.approx(0.474077, abs=1e-6) and l1 == pytest.approx(0.825939, abs=1e-6)
-    assert float(loss) == pytest.approx((l0 + l1) / 2, abs=1e-6)
+    assert float(loss.detach()) == pytest.approx((l0 + l1) / 2, abs=1e-6)
     # rewards: chosen 0.5 (-1 - -1.5) = 0.25 and 0.5 (-2 - -2) = 0; rejected 0.5 (-3 - -2.5) = -0.25 and
     # 0.5 (-1 - -1.5) = 0.25; margins 0.5 and -0.25; chosen wins only in pair 0
     assert stats["rewards/chosen"].tolist() == pytest.approx([0.25, 0.0])
