@@ -12,6 +12,7 @@ overrides are Hydra-style key=value pairs, e.g.
 
 examples:
   python start_pipeline.py --config_name math_selfplay_tiny
+  python start_pipeline.py --config_name math_reflection_tiny      # SFT then iterative DPO, actor + critic
   python start_pipeline.py --config_name tiny_hanabi_selfplay trainer.max_steps=20
   RAY_ADDRESS=auto python start_pipeline.py --config_name hanabi_selfplay --num_agents 2 --lora_rank 16
 """

@@ -8,16 +8,11 @@ the pieces they need (``ModelConfig``, ``TrainConfig``, ...), never the whole tr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
-
-def _f(default: Any = None, help: str = "", factory: Any = None, **limits: Any) -> Any:
-    meta = {"help": help, **limits}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
-
+from roll_ma.config.fields import config_field as _f
+from roll_ma.config.schema_phases import DPOConfig, PhaseConfig, SFTConfig
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -149,6 +144,12 @@ class EnvConfig:
     groups_per_step: int = _f(8, "episode groups per step (problems / seeds)", min=1)
     group_size: int = _f(4, "episodes per group (GRPO samples per problem / seed)", min=1)
     max_turns: int = _f(64, "safety cap on turns per episode (workflows: on generate calls)", min=1)
+    max_rounds: int = _f(
+        5,
+        "reflection envs (math_reflection): the actor's answers per episode, its first answer and the "
+        "refinements after each critique (the K of p1@tK and m1@tK)",
+        min=1,
+    )
     data: DataConfig = _f(help="math problems", factory=DataConfig)
     eval_episodes: int = _f(64, "episodes per evaluation (games) ", min=1)
     eval_opponent: str = _f("random", "built-in opponent for game evaluation: random or scripted")
@@ -208,6 +209,11 @@ class TrainConfig:
         "multi_agent_deepspeed",
         "multi_agent_deepspeed (one adapter per agent) or deepspeed_train (one policy)",
     )
+    objective: Literal["ppo", "sft", "dpo"] = _f(
+        "ppo",
+        "what a run without `phases` trains: ppo (the RL loop), sft (one SFT phase, the sft block) or "
+        "dpo (one DPO phase, the dpo block); every agent learns from its own rows with its own optimizer",
+    )
     num_workers: int = _f(1, "data-parallel train ranks", min=1)
     zero_stage: int = _f(0, "DeepSpeed ZeRO stage (0, 1, 2)", min=0, max=3)
     lr: float = _f(5e-4, "learning rate", min=0.0)
@@ -251,6 +257,20 @@ class TrainConfig:
     ppo_epochs: int = _f(1, "passes over each step's rows", min=1)
     grad_clip: float = _f(1.0, "max gradient norm (0 disables)", min=0.0)
     full_finetune: bool = _f(False, "deepspeed_train only: train all base weights instead of one adapter")
+
+
+@dataclass
+class TeacherConfig:
+    """A teacher model served by its own rollout workers, without adapters (sft.source=teacher)."""
+
+    model: ModelConfig = _f(
+        help="the teacher's model (any model.path: a larger model on its own GPUs, or builtin:tiny on CPU); "
+        "its path is empty when there is no teacher",
+        factory=lambda: ModelConfig(path=""),
+    )
+    rollout: RolloutConfig = _f(
+        help="the teacher's generation (backend, workers, sampling)", factory=RolloutConfig
+    )
 
 
 @dataclass
@@ -398,6 +418,14 @@ class RunConfig:
     train: TrainConfig = _f(help="policy update", factory=TrainConfig)
     reference: ReferenceConfig = _f(help="reference log-probs", factory=ReferenceConfig)
     algorithm: AlgorithmConfig = _f(help="advantages and losses", factory=AlgorithmConfig)
+    sft: SFTConfig = _f(help="supervised fine-tuning (train.objective=sft, or sft phases)", factory=SFTConfig)
+    dpo: DPOConfig = _f(help="direct preference optimization (train.objective=dpo, or dpo phases)",
+                        factory=DPOConfig)
+    teacher: TeacherConfig = _f(help="the teacher model of sft.source=teacher", factory=TeacherConfig)
+    phases: list[PhaseConfig] = _f(
+        help="a chain of phases (sft, dpo, eval), each resumable; empty: one run of train.objective",
+        factory=list,
+    )
     trainer: TrainerConfig = _f(help="loop, checkpoints, evaluation", factory=TrainerConfig)
     tracking: TrackingConfig = _f(help="metric sinks", factory=TrackingConfig)
     resources: ResourcesConfig = _f(help="GPUs and Ray", factory=ResourcesConfig)

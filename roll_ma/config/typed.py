@@ -185,16 +185,20 @@ def to_dataclass(cls: Any, raw: dict[str, Any]) -> tuple[Any, list[ConfigProblem
     return obj, conv.problems
 
 
-def describe(cls: Any, prefix: str = "") -> list[tuple[str, str, Any, str]]:
-    """(key, type, default, help) of every leaf field, for --help and the docs."""
+def describe(cls: Any, prefix: str = "", defaults: Any = None) -> list[tuple[str, str, Any, str]]:
+    """(key, type, default, help) of every leaf field, for --help and the docs.
+
+    ``defaults``: the instance whose values are the defaults (a nested block's default factory may set
+    other values than its class, e.g. an empty teacher.model.path)."""
     rows = []
     hints = typing.get_type_hints(cls)
+    defaults = defaults if defaults is not None else cls()
     for f in dataclasses.fields(cls):
         path = f"{prefix}.{f.name}" if prefix else f.name
         tp = hints[f.name]
+        default = getattr(defaults, f.name)
         if dataclasses.is_dataclass(tp):
-            rows.extend(describe(tp, path))
+            rows.extend(describe(tp, path, default))
             continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         rows.append((path, _type_name(tp), default, f.metadata.get("help", "")))
     return rows

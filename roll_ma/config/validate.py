@@ -14,7 +14,7 @@ from roll_ma.models.builtin import BUILTIN_MODELS
 BUILTIN_MODEL_NAMES = list(BUILTIN_MODELS)
 
 BUILTIN_POLICIES = ("random", "scripted")
-ROLES = ("rollout", "train", "reference")
+ROLES = ("rollout", "train", "reference", "teacher")
 
 
 def _installed(module: str) -> bool:
@@ -78,7 +78,8 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
             add(
                 f"agents[{i}].init_adapter", f"{agent.init_adapter} is not a directory holding a PEFT adapter"
             )
-    if all(a.frozen for a in cfg.agents) and cfg.trainer.max_steps > 0:
+    rl_only = not cfg.phases and cfg.train.objective == "ppo"
+    if all(a.frozen for a in cfg.agents) and cfg.trainer.max_steps > 0 and rl_only:
         add("agents", "every agent is frozen: nothing would train; unfreeze one or set trainer.max_steps=0")
 
     # ---- env and seats
@@ -162,9 +163,7 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
 
     # ---- model
     path = cfg.model.path
-    looks_local = path.startswith(("/", "./", "../", "~")) or (
-        path.count("/") != 1 and not path.startswith("builtin:")
-    )
+    looks_local = _looks_local(path)
     if cfg.model.random_weights:
         from roll_ma.models.random_weights import shape_of
 
@@ -186,6 +185,9 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
             f"the built-in models are {BUILTIN_MODEL_NAMES}",
         )
 
+    from roll_ma.config.validate_phases import check_phases
+
+    check_phases(cfg, problems, _looks_local)
     _check_resources(cfg, problems, check_local_gpus)
     _check_ray_auth(cfg, problems)
     return problems
@@ -213,6 +215,12 @@ def _check_seats(
     unseated = [n for n in names if n not in seats]
     if seats and unseated:
         add("agents", f"agents {unseated} sit in no seat of the env; add them to env.seats or remove them")
+
+
+def _looks_local(path: str) -> bool:
+    """A path that names a directory rather than a hub model (org/name) or a built-in model."""
+    local_prefix = path.startswith(("/", "./", "../", "~"))
+    return local_prefix or (path.count("/") != 1 and not path.startswith("builtin:"))
 
 
 def env_parameters(cls: type) -> set[str] | None:
@@ -271,11 +279,14 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
         )
     if "show_greedy_moves" in cfg.env.kwargs:  # why: the env would show moves nobody decodes
         problems.append(ConfigProblem("env.kwargs.show_greedy_moves", "set env.show_greedy_moves instead"))
+    if "max_rounds" in cfg.env.kwargs:  # why: one place for the K of the reflection metrics
+        problems.append(ConfigProblem("env.kwargs.max_rounds", "set env.max_rounds instead"))
     known = env_parameters(cls)
     if known is not None:
         for key in cfg.env.kwargs:
             if key not in known:
-                options = sorted(known - {"seat_agents", "system_prompts", "role_kinds", "show_greedy_moves"})
+                options = sorted(known - {"seat_agents", "system_prompts", "role_kinds", "show_greedy_moves",
+                                         "max_rounds"})
                 problems.append(
                     ConfigProblem(
                         f"env.kwargs.{key}",
@@ -345,10 +356,13 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
                     f"resources.device_mapping.{role}",
                     f"GPU {g} is outside 0..{res.num_gpus - 1} (resources.num_gpus={res.num_gpus})",
                 )
+    from roll_ma.config.validate_phases import teacher_workers
+
     workers = {
         "rollout": cfg.rollout.num_workers,
         "train": cfg.train.num_workers,
         "reference": cfg.reference.num_workers if cfg.reference.mode == "worker" else 0,
+        "teacher": teacher_workers(cfg),
     }
     for role, n in workers.items():
         gpus = res.device_mapping.get(role)

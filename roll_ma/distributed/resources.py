@@ -14,7 +14,7 @@ from typing import Any
 
 from roll_ma.config.schema import ResourcesConfig
 
-GPU_ROLES = ("rollout", "train", "reference")
+GPU_ROLES = ("rollout", "train", "reference", "teacher")
 
 
 def usable_cpus() -> int:

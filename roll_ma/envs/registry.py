@@ -22,6 +22,7 @@ _BUILTIN_ENVS: dict[str, str] = {
     "leduc_poker": "roll_ma.envs.poker:LeducPokerEnv",
     "tic_tac_toe": "roll_ma.envs.tic_tac_toe:TicTacToeEnv",
     "math_selfplay": "roll_ma.envs.math_selfplay:MathSelfPlayEnv",
+    "math_reflection": "roll_ma.envs.math_reflection:MathReflectionEnv",
 }
 _USER_ENVS: dict[str, type] = {}
 

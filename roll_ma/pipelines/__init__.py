@@ -1,7 +1,15 @@
-"""The multi-agent pipeline loop and its evaluation."""
+"""The pipelines: the multi-agent RL loop, and supervised phases (sft, dpo, eval); a dispatcher picks one."""
 
 
-def run_pipeline(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point, see multi_agent_pipeline
+def run_pipeline(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
+    """The RL loop (``multi_agent_pipeline``) for ``train.objective=ppo``; the chain of supervised phases
+    (``phases``) for ``train.objective=sft|dpo`` or a config that lists ``phases``."""
+    if cfg.phases or cfg.train.objective != "ppo":
+        if step_hook is not None:
+            raise ValueError("step_hook is a hook of the RL loop; phase runs take none")
+        from roll_ma.pipelines.phases import run_phases
+
+        return run_phases(cfg)
     from roll_ma.pipelines.multi_agent_pipeline import run_pipeline as run
 
     return run(cfg, step_hook=step_hook)

@@ -3,7 +3,9 @@
 workflows: the means of the workflow's metrics over the evaluation tasks (``eval/<metric>``).
 
 math: pass1@turn1, pass1@turnK, maj1@turnK, critic precision / recall / accuracy against the
-always-`Correct` baseline, refiner fix and break rates. games: mean return per seat in
+always-`Correct` baseline, refiner fix and break rates; an env class with ``aggregate_metrics``
+reports its own (math_reflection: p1@t1, m1@tK, p1@tK, acc@t{i}, fix and break rates).
+games: mean return per seat in
 self-play, and each learning seat against a built-in opponent in every other seat
 (return and win rate).
 """
@@ -30,9 +32,12 @@ def evaluate(
         return episode_env_metrics(_play(workers, planner, step, None, "eval"), "eval")
     if planner.uses_problems:
         from roll_ma.envs.math_metrics import aggregate_math_metrics
+        from roll_ma.envs.registry import resolve_env_class
 
+        # an env may report its own aggregate (reflection: p1@t1, m1@tK, p1@tK); math self-play's otherwise
+        aggregate = getattr(resolve_env_class(planner.cfg.name), "aggregate_metrics", aggregate_math_metrics)
         episodes = _play(workers, planner, step, None, "eval")
-        return {f"eval/{k}": v for k, v in aggregate_math_metrics([e["metrics"] for e in episodes]).items()}
+        return {f"eval/{k}": v for k, v in aggregate([e["metrics"] for e in episodes]).items()}
     out: dict[str, float] = {}
     episodes = _play(workers, planner, step, None, "eval")
     for seat in range(len(seats)):

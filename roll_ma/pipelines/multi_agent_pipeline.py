@@ -282,7 +282,7 @@ def _check_cluster_gpus(cfg: RunConfig) -> None:
 
 def _set_aside_previous_run(out_dir: Path) -> None:
     """resume=never: move an earlier run's files aside instead of mixing them with the new run."""
-    old = [p for p in (out_dir / "checkpoints", out_dir / "metrics.jsonl") if p.exists()]
+    old = [p for p in (out_dir / "checkpoints", out_dir / "metrics.jsonl", out_dir / "phases") if p.exists()]
     if old:
         dest = out_dir / f"previous_{time.strftime('%Y%m%d_%H%M%S')}"
         dest.mkdir()

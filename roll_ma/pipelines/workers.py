@@ -1,4 +1,4 @@
-"""Build the Ray clusters of one run: rollout, train, reference (optional) and env workers."""
+"""Build the Ray clusters of one run: rollout, train, reference (optional) and env workers, and a teacher."""
 
 from __future__ import annotations
 
@@ -42,10 +42,14 @@ def worker_env(cfg: RunConfig) -> dict[str, str]:
     return env
 
 
-def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
+def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = False,
+                  teacher_workers: int = 0) -> RunWorkers:
     """Create every actor (models are loaded by init_model calls, which the pipeline makes).
 
-    If any cluster fails to start, the ones already started are killed and the GPU bundles released.
+    ``reference_copies``: the train workers also hold a frozen copy of every trainable adapter (DPO).
+    ``teacher_workers``: GPU bundles are reserved for a teacher's rollout workers, which
+    ``build_teacher`` starts when a phase needs them. If any cluster fails to start, the ones already
+    started are killed and the GPU bundles released.
     """
     from roll_ma.workers.env_worker import EnvWorker
     from roll_ma.workers.reference_worker import ReferenceWorker
@@ -56,7 +60,8 @@ def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
     ref_workers = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
     resources = ResourceManager.from_config(
         cfg.resources,
-        {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers},
+        {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers,
+         "teacher": teacher_workers},
     )
     env = worker_env(cfg)
     common: dict[str, Any] = {"model_cfg": cfg.model, "seed": cfg.seed}
@@ -80,6 +85,7 @@ def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
                 "agents": cfg.agents,
                 "train_cfg": cfg.train,
                 "algo_cfg": cfg.algorithm,
+                "reference_copies": reference_copies,
             },
         )
         rollout = cluster(
@@ -114,3 +120,43 @@ def build_workers(cfg: RunConfig, seats: list[str]) -> RunWorkers:
         resources.release()
         raise
     return RunWorkers(rollout, train, reference, envs, resources)
+
+
+@dataclass
+class TeacherWorkers:
+    """A teacher: rollout workers serving its model without adapters, and env workers that render and
+    tokenize prompts for it (its tokenizer may differ from the run's)."""
+
+    rollout: Cluster
+    env: Cluster
+
+    def shutdown(self) -> None:
+        for c in (self.env, self.rollout):
+            c.shutdown()
+
+
+def build_teacher(cfg: RunConfig, seats: list[str], resources: ResourceManager) -> TeacherWorkers:
+    """Start the teacher's clusters (on the ``teacher`` GPUs of ``resources``) and load its model."""
+    from roll_ma.workers.env_worker import EnvWorker
+    from roll_ma.workers.rollout_worker import RolloutWorker
+
+    env = worker_env(cfg)
+    model = cfg.teacher.model
+    rollout = Cluster("teacher", RolloutWorker, cfg.teacher.rollout.num_workers, resources, env_vars=env,
+                      init_kwargs={"model_cfg": model, "lora_cfg": cfg.lora, "agents": [],
+                                   "rollout_cfg": cfg.teacher.rollout, "seed": cfg.seed})
+    try:
+        envs = Cluster("teacher_env", EnvWorker, cfg.env.num_workers, ResourceManager.cpu_only(),
+                       env_vars=env, init_kwargs={"env_cfg": cfg.env, "model_cfg": model,
+                                                  "agents": cfg.agents, "seats": seats,
+                                                  "rollout_cfg": cfg.teacher.rollout, "seed": cfg.seed})
+    except BaseException:
+        rollout.shutdown()
+        raise
+    teacher = TeacherWorkers(rollout, envs)
+    try:
+        rollout.init_model()
+    except BaseException:
+        teacher.shutdown()
+        raise
+    return teacher

@@ -22,9 +22,12 @@ class DeepSpeedTrainStrategy(MultiAgentDeepSpeedStrategy):
 
     def _make_weights(self) -> LoraWeights | FullWeights:
         if self.train_cfg.full_finetune:
+            if self.reference_copies:
+                raise ValueError("full fine-tuning has no adapter to copy for a DPO reference; set "
+                                 "dpo.reference=base with a LoRA policy, or train LoRA adapters")
             return FullWeights(self.model_cfg)
         trainable = sorted({a.adapter for a in self.agents if not a.frozen})
         if len(trainable) > 1:
             raise ValueError(f"deepspeed_train trains one policy but adapters {trainable} are trainable; use "
                              "train.strategy=multi_agent_deepspeed or let the agents share one adapter")
-        return LoraWeights(self.model_cfg, self.adapters, self.seed)
+        return LoraWeights(self.model_cfg, self.adapters, self.seed, self._copied_adapters())

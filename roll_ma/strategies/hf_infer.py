@@ -73,7 +73,8 @@ class HFInferStrategy:
         model_cfg: the base model.
         rollout_cfg: sampling defaults and ``micro_batch_size`` (rows per generate call).
         agents: agent specs (``agent_id`` -> adapter name).
-        adapters: the adapters to hold, initialised like the trainer's (``inject_adapters(..., seed)``).
+        adapters: the adapters to hold, initialised like the trainer's (``inject_adapters(..., seed)``);
+            none (with no agents): the base model answers every row (a teacher).
         seed: the run seed (adapter init; unseeded requests draw row seeds from it and the rank).
         device: "cpu" or "cuda".
     """
@@ -87,8 +88,8 @@ class HFInferStrategy:
         seed: int,
         device: str,
     ):
-        if not adapters:
-            raise ValueError("the rollout needs at least one adapter")
+        if bool(adapters) != bool(agents):
+            raise ValueError("the rollout needs agents and their adapters, or neither (a base-model teacher)")
         self.model_cfg, self.rollout_cfg = model_cfg, rollout_cfg
         self.agents, self.adapters = list(agents), list(adapters)
         self.seed, self.device = seed, device
@@ -104,7 +105,7 @@ class HFInferStrategy:
         adapters' modules either way, so ``initial_adapters`` changes nothing here)."""
         self.tokenizer = load_tokenizer(self.model_cfg)
         base = load_base_model(self.model_cfg, self.device)
-        self.model = inject_adapters(base, self.adapters, self.seed)
+        self.model = inject_adapters(base, self.adapters, self.seed) if self.adapters else base
         self.model.eval()  # PEFT's mixed-adapter batches work in eval mode only
         gen_eos = self.model.generation_config.eos_token_id
         gen_eos = gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else []
@@ -156,7 +157,7 @@ class HFInferStrategy:
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
             generation_config=gen_cfg,
-            adapter_names=list(names),
+            **({"adapter_names": list(names)} if self.adapters else {}),
             output_logits=True,
             return_dict_in_generate=True,
             **extra,
@@ -172,7 +173,7 @@ class HFInferStrategy:
             responses.append(toks)
             finish.append(reason)
             log_probs.append(lps[: len(toks)])
-        versions = [self._versions[n] for n in names]
+        versions = [self._versions.get(n, 0) for n in names]
         return [
             RowResult(r, lp, response_text(self.tokenizer, r, settings.stop), f, v)
             for r, lp, f, v in zip(responses, log_probs, finish, versions, strict=True)
@@ -208,11 +209,10 @@ class HFInferStrategy:
             sl = slice(start, start + mb)
             ids = data.batch["input_ids"][sl].to(self.device)  # (b, T)
             mask = data.batch["attention_mask"][sl].to(self.device)  # (b, T)
-            lp, _ = response_log_probs(
-                self.model, ids, mask, resp_len, temperature=temperature, adapter_names=names[sl]
-            )
+            by_adapter = {"adapter_names": names[sl]} if self.adapters else {}
+            lp, _ = response_log_probs(self.model, ids, mask, resp_len, temperature=temperature, **by_adapter)
             out[sl] = lp.float().cpu()
-        return pack_scores(data, out, [self._versions[n] for n in names])
+        return pack_scores(data, out, [self._versions.get(n, 0) for n in names])
 
     # ------------------------------------------------------------------ adapters
     def update_adapters(self, tensors: dict[str, Any], version: int) -> dict[str, float]:

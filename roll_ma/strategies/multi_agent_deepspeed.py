@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from roll_ma.algorithms.preference import sequence_log_probs
 from roll_ma.config.schema import AlgorithmConfig, ModelConfig, TrainConfig
 from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
@@ -34,7 +35,9 @@ from roll_ma.models.logprobs import choice_log_probs
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.ds_utils import barrier, setup_deepspeed, training_device
 from roll_ma.strategies.micro_batches import MicroBatching
-from roll_ma.strategies.policy_updater import TRAIN_KEYS, PolicyUpdater
+from roll_ma.strategies.objective_dpo import REF_KEYS, SIDES, side
+from roll_ma.strategies.objectives import objective_named
+from roll_ma.strategies.policy_updater import PolicyUpdater
 from roll_ma.strategies.policy_weights import FullWeights, LoraWeights
 from roll_ma.strategies.scoring import check_columns, score_rows
 
@@ -59,14 +62,17 @@ class MultiAgentDeepSpeedStrategy:
         algo_cfg: loss settings (PPO clip, KL, entropy, aggregation).
         seed: seed of adapter init and mini-batch shuffling.
         rank, world_size: this process in the data-parallel group of train workers.
+        reference_copies: also inject a frozen copy of every trainable adapter (DPO's reference "the
+            adapter as the phase started": ``snapshot_reference`` fills it; no second model).
     """
 
     def __init__(self, model_cfg: ModelConfig, agents: Sequence[AgentSpec], adapters: Sequence[AdapterSpec],
                  train_cfg: TrainConfig, algo_cfg: AlgorithmConfig, seed: int = 0, rank: int = 0,
-                 world_size: int = 1):
+                 world_size: int = 1, reference_copies: bool = False):
         self.model_cfg, self.train_cfg, self.algo_cfg = model_cfg, train_cfg, algo_cfg
         self.agents, self.adapters = list(agents), list(adapters)
         self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.reference_copies = reference_copies
         self.weights = self._make_weights()
         self._check_config()
         self.device = training_device()
@@ -79,7 +85,13 @@ class MultiAgentDeepSpeedStrategy:
         """What the policies are: here one LoRA adapter each (deepspeed_train may pick all weights)."""
         if self.train_cfg.full_finetune:
             raise ValueError("train.full_finetune needs train.strategy=deepspeed_train (one policy)")
-        return LoraWeights(self.model_cfg, self.adapters, self.seed)
+        return LoraWeights(self.model_cfg, self.adapters, self.seed, self._copied_adapters())
+
+    def _copied_adapters(self) -> list[str]:
+        """The adapters that get a frozen reference copy: every trainable one, when asked for."""
+        if not self.reference_copies:
+            return []
+        return list(dict.fromkeys(a.adapter for a in self.agents if not a.frozen))
 
     def _check_config(self) -> None:
         if self.train_cfg.zero_stage not in (0, 1, 2):
@@ -177,7 +189,8 @@ class MultiAgentDeepSpeedStrategy:
 
     # ------------------------------------------------------------------ training
     def train_step(self, data: DataProto) -> dict[str, float]:
-        """Update every due policy from its agents' rows.
+        """Update every due policy from its agents' rows, by ``meta_info["objective"]`` (ppo, sft, dpo:
+        ``strategies/objectives.py``).
 
         Returns ``agent/<name>/<metric>`` of every agent and ``timing/update/<adapter>`` (seconds) of
         every adapter updated.
@@ -185,13 +198,10 @@ class MultiAgentDeepSpeedStrategy:
         self._require_model()
         step = int(data.meta_info.get("step", 0))
         temperature = float(data.meta_info.get("temperature", 1.0))
-        check_columns(data, TRAIN_KEYS, "train_step")
-        kl_in_loss = self.algo_cfg.kl_coef > 0 and self.algo_cfg.kl_mode == "loss"
-        if kl_in_loss and "ref_log_probs" not in data.batch.keys():
-            raise ValueError("algorithm.kl_coef > 0 with kl_mode=loss needs ref_log_probs in the batch; "
-                             "compute them with the reference (compute_ref_log_probs) before train_step")
+        objective = objective_named(str(data.meta_info.get("objective", "ppo")))
+        objective.check(data, self.algo_cfg)
         agent_ids = self._agent_ids(data) if len(data) else np.zeros(0, dtype=np.int64)
-        row_tokens = data.batch["response_mask"].float().sum(-1).numpy() if len(data) else np.zeros(0)
+        row_tokens = objective.row_tokens(data) if len(data) else np.zeros(0)
         metrics: dict[str, float] = {}
         for agent in self.agents:
             mine = agent_ids == agent.agent_id
@@ -207,7 +217,7 @@ class MultiAgentDeepSpeedStrategy:
                 continue
             updater = self.updaters[plan.name]
             start = time.perf_counter()
-            result = updater.update(data.select_idxs(idx), agent_ids[idx], due, step, temperature)
+            result = objective.update(updater, data.select_idxs(idx), agent_ids[idx], due, step, temperature)
             metrics[f"timing/update/{plan.name}"] = time.perf_counter() - start  # per adapter
             for agent_id, agent_metrics in result.agent_metrics.items():
                 if not (agent_ids[idx] == agent_id).any():
@@ -219,6 +229,47 @@ class MultiAgentDeepSpeedStrategy:
                                 prefix + "skipped_nonfinite": float(result.skipped_nonfinite)})
         self.weights.activate(None)
         return metrics
+
+    # ------------------------------------------------------------------ supervised phases
+    def compute_pair_ref_log_probs(self, data: DataProto, reference: str = "copy") -> DataProto:
+        """(N,) ``ref_chosen_logps`` and ``ref_rejected_logps`` of DPO pair rows: summed response log-probs
+        under each row's frozen adapter copy (``reference="copy"``) or the base with adapters off ("base")."""
+        self._require_model()
+        if reference not in ("copy", "base"):
+            raise ValueError(f"reference must be 'copy' or 'base', got {reference!r}")
+        n = len(data)
+        out = {k: torch.zeros(n, dtype=torch.float32) for k in REF_KEYS}
+        self.model.eval()
+        self.weights.activate(None)
+        batching = MicroBatching.for_scoring(self.train_cfg)
+        groups = self._scoring_groups(self._agent_ids(data)) if n else {}
+        for name, idx in groups.items():
+            scorer = None if reference == "base" else self.weights.reference_copy(name)
+            for key, which in zip(REF_KEYS, SIDES, strict=True):
+                rows = side(data.select_idxs(idx), which)
+                with self.weights.scoring(scorer):
+                    lp, _ = score_rows(self.model, rows, batching, self.device)
+                out[key][torch.from_numpy(idx)] = sequence_log_probs(lp, rows.batch["response_mask"].float())
+        self.weights.activate(None)
+        return DataProto.from_dict(out, meta_info=data.meta_info)
+
+    def snapshot_reference(self) -> list[str]:
+        """Copy every trainable adapter into its frozen reference copy (DPO: a phase or iteration starts)."""
+        self._require_model()
+        names = self._copied_adapters()
+        if not names:
+            raise ValueError("this strategy was built without reference copies (reference_copies=False)")
+        for name in names:
+            self.weights.snapshot(name)
+        self.weights.activate(None)
+        return names
+
+    def reset_optimizers(self, lr: float | None = None) -> None:
+        """A fresh optimizer and lr schedule for every policy (a new training phase), peaking at ``lr`` if
+        given (else each policy's own lr); weights unchanged."""
+        self._require_model()
+        for updater in self.updaters.values():
+            updater.reset_optimizer(lr)
 
     # ------------------------------------------------------------------ choices (joint search)
     def _choice_rows(self, data: DataProto) -> tuple[torch.Tensor, torch.Tensor, list[list[list[int]]]]:

@@ -15,6 +15,7 @@ mini-batch may have any number of micro-batches and takes exactly one optimizer 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 from collections.abc import Callable
@@ -102,6 +103,7 @@ class PolicyUpdater:
                                                        total_steps))
         self.zero_stage = int(train_cfg.zero_stage)
         self.batching = MicroBatching.for_training(train_cfg)
+        self._fresh_schedule = copy.deepcopy(self.engine.lr_scheduler.state_dict())
 
     # ------------------------------------------------------------------ facts
     @property
@@ -173,30 +175,19 @@ class PolicyUpdater:
                                 if bonus is not None else 0.0)
                 micro = self.batching.rank_plan(batch_idx, prompt_lens, response_lens, self.rank,
                                                 self.world_size)
-                for j, rows_j in enumerate(micro):
-                    # an empty micro-batch (this rank has fewer) runs one placeholder row of weight 0
-                    idx = rows_j if len(rows_j) else batch_idx[:1]
-                    real = np.full(len(idx), 1.0 if len(rows_j) else 0.0, dtype=np.float32)
-                    self.engine.set_gradient_accumulation_boundary(j == len(micro) - 1)
+
+                def micro_loss(idx: torch.Tensor, real: torch.Tensor, local_denom: float = local_denom,
+                               choice_denom: float = choice_denom) -> torch.Tensor:
+                    nonlocal sums
                     loss, micro_sums = self._micro_loss(
-                        cols, torch.from_numpy(idx), torch.from_numpy(real), row_slot, local_denom,
-                        temperature, len(agent_ids), entropy_coef, bonus, choice_denom)
-                    self.engine.backward(loss, scale_wrt_gas=False)
+                        cols, idx, real, row_slot, local_denom, temperature, len(agent_ids), entropy_coef,
+                        bonus, choice_denom)
                     sums += micro_sums
+                    return loss
+
                 lr = self.current_lr  # the lr this step uses (the scheduler advances inside step())
-                norm = self._local_grad_norm()
-                if norm is not None and not math.isfinite(norm):
-                    # an overflowed gradient must reach neither the weights nor Adam's moments (ZeRO-1/2
-                    # skip such steps themselves; ZeRO-0's torch optimizer would not)
-                    for p in self.params:
-                        p.grad = None
-                    nonfinite += 1
-                    norms.append(norm)
-                    continue
-                self.engine.step()
-                if norm is None:
-                    ds_norm = self.engine.get_global_grad_norm()
-                    norm = float(ds_norm) if ds_norm is not None else 0.0
+                norm, stepped = self.step_micro_batches(micro, batch_idx, micro_loss)
+                nonfinite += int(not stepped)
                 norms.append(norm)
 
         bar.close()
@@ -218,6 +209,50 @@ class PolicyUpdater:
                 metrics["action_entropy"] = action_ent / choice_rows
             result.agent_metrics[agent_id] = metrics
         return result
+
+    def step_micro_batches(self, micro: list[np.ndarray], batch_idx: np.ndarray,
+                           micro_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                           ) -> tuple[float, bool]:
+        """One optimizer step over this rank's micro-batches of a mini-batch: (grad norm, stepped).
+
+        ``micro_loss(idx, real)`` returns the loss of rows ``idx`` ((b,) int64), already divided by the
+        mini-batch's global count; ``real`` ((b,) float32) is 0 on the placeholder row an empty
+        micro-batch runs (this rank has fewer than another: every rank must run as many backwards).
+        A non-finite gradient reaches neither the weights nor Adam's moments: no step (stepped False).
+        """
+        for j, rows_j in enumerate(micro):
+            idx = rows_j if len(rows_j) else batch_idx[:1]
+            real = np.full(len(idx), 1.0 if len(rows_j) else 0.0, dtype=np.float32)
+            self.engine.set_gradient_accumulation_boundary(j == len(micro) - 1)
+            loss = micro_loss(torch.from_numpy(idx), torch.from_numpy(real))
+            self.engine.backward(loss, scale_wrt_gas=False)
+        norm = self._local_grad_norm()
+        if norm is not None and not math.isfinite(norm):
+            # ZeRO-1/2 skip such steps themselves; ZeRO-0's torch optimizer would not
+            for p in self.params:
+                p.grad = None
+            return norm, False
+        self.engine.step()
+        if norm is None:
+            ds_norm = self.engine.get_global_grad_norm()
+            norm = float(ds_norm) if ds_norm is not None else 0.0
+        return norm, True
+
+    def reset_optimizer(self, lr: float | None = None) -> None:
+        """A fresh optimizer for a new training phase (as a new trainer would have): Adam's moments and
+        step counts dropped, the lr schedule back at its start, peaking at ``lr`` if given. The weights
+        stay as they are."""
+        # torch's Adam re-creates a parameter's state at its next step
+        self.engine.basic_optimizer.state.clear()
+        fresh = copy.deepcopy(self._fresh_schedule)
+        if lr is not None:
+            fresh["base_lrs"] = [float(lr)] * len(fresh["base_lrs"])
+        sched = self.engine.lr_scheduler
+        sched.load_state_dict(fresh)
+        groups = self.engine.basic_optimizer.param_groups
+        for group, base, fn in zip(groups, sched.base_lrs, sched.lr_lambdas, strict=True):
+            group["lr"] = base * fn(sched.last_epoch)
+        sched._last_lr = [g["lr"] for g in groups]
 
     def distill(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, choices: list[list[list[int]]],
                 targets: torch.Tensor, max_steps: int, stop_prob: float) -> dict[str, float]:

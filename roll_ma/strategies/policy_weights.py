@@ -8,6 +8,8 @@ train strategies are written once against this small protocol.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,23 +32,55 @@ from roll_ma.models.adapters import (
 from roll_ma.models.loading import load_base_model
 
 FULL_POLICY = "full"  # name of the one policy of full fine-tuning
+REFERENCE_SUFFIX = "__ref"  # adapter <name>__ref: the frozen copy of adapter <name> (DPO's reference)
 
 
 class LoraWeights:
-    """Every adapter injected into one base model (PeftModel); a policy is an adapter."""
+    """Every adapter injected into one base model (PeftModel); a policy is an adapter.
+
+    ``copied``: adapters that also get a frozen copy ``<name>__ref`` of the same shape on the same base
+    (never trained, no optimizer; ``snapshot`` fills it), saved and loaded with the checkpoint.
+    """
 
     has_adapters = True
 
-    def __init__(self, model_cfg: ModelConfig, adapters: Sequence[AdapterSpec], seed: int):
+    def __init__(self, model_cfg: ModelConfig, adapters: Sequence[AdapterSpec], seed: int,
+                 copied: Sequence[str] = ()):
         self.model_cfg, self.adapters, self.seed = model_cfg, list(adapters), seed
+        specs = {a.name: a for a in self.adapters}
+        self.copies = [dataclasses.replace(specs[name], name=name + REFERENCE_SUFFIX, init_dir=None)
+                       for name in copied]
         self.model: Any = None
         self._lora_params: dict[str, list[torch.nn.Parameter]] | None = None
         self._export_plans: dict[str, list[tuple[str, torch.nn.Parameter]]] = {}
 
     def build(self, device: torch.device) -> Any:
-        # adapters are injected before any DeepSpeed engine wraps the model
-        self.model = inject_adapters(load_base_model(self.model_cfg, str(device)), self.adapters, self.seed)
+        # adapters (and their frozen copies) are injected before any DeepSpeed engine wraps the model
+        base = load_base_model(self.model_cfg, str(device))
+        self.model = inject_adapters(base, self.adapters + self.copies, self.seed)
+        for copy in self.copies:  # a copy starts equal to its adapter (the adapter's init dir included)
+            self.snapshot(copy.name.removesuffix(REFERENCE_SUFFIX))
         return self.model
+
+    def reference_copy(self, policy: str) -> str:
+        """The name of ``policy``'s frozen copy."""
+        name = policy + REFERENCE_SUFFIX
+        if name not in {c.name for c in self.copies}:
+            raise ValueError(f"adapter {policy!r} has no frozen reference copy; the train workers build one "
+                             "per trainable adapter when a DPO phase uses dpo.reference=phase_start or "
+                             "iteration_start")
+        return name
+
+    def snapshot(self, policy: str) -> None:
+        """Copy adapter ``policy``'s current weights into its frozen copy, tensor by tensor."""
+        target = self.reference_copy(policy)
+        source = adapter_parameters(self.model, policy)
+        copies = adapter_parameters(self.model, target)
+        # lora_A.<policy>.weight -> lora_A.<policy>__ref.weight (the name sits right after the LoRA part)
+        rename = re.compile(rf"\.(lora_\w+?)\.{re.escape(policy)}\.")
+        with torch.no_grad():
+            for key, param in source.items():
+                copies[rename.sub(rf".\1.{target}.", key)].copy_(param)
 
     def policy_of(self, agent: AgentSpec) -> str:
         return agent.adapter
@@ -60,7 +94,7 @@ class LoraWeights:
             self.model.set_adapter(policy)  # PEFT also marks it trainable; requires_grad is decided below
         if self._lora_params is None:  # one scan of the parameter names, then flips only
             set_trainable(self.model, None)
-            self._lora_params = {a.name: self.params(a.name) for a in self.adapters}
+            self._lora_params = {a.name: self.params(a.name) for a in self.adapters + self.copies}
         for name, params in self._lora_params.items():
             for p in params:
                 p.requires_grad_(name == policy)
@@ -77,9 +111,9 @@ class LoraWeights:
                         dtype: str | None = None, shared: SegmentOwner | None = None) -> dict[str, Any]:
         """Adapter name -> its PEFT-format CPU tensors, or (``packed``) one buffer per adapter, cast to
         ``dtype`` (a torch dtype name) when given: a ``PackedTensors`` on the host, or with ``shared``
-        a ``SharedTensors`` segment that ``shared`` owns (one copy off the GPU, nothing pickled)."""
-        known = [a.name for a in self.adapters]
-        names = list(names) if names is not None else known
+        a ``SharedTensors`` file that ``shared`` owns (one copy off the GPU, nothing pickled)."""
+        known = [a.name for a in self.adapters + self.copies]
+        names = list(names) if names is not None else [a.name for a in self.adapters]  # copies: by name
         unknown = [n for n in names if n not in known]
         if unknown:
             raise ValueError(f"unknown adapters {unknown}; adapters are {known}")
@@ -109,11 +143,11 @@ class LoraWeights:
         return self._export_plans[name]
 
     def save(self, root: Path) -> None:
-        for spec in self.adapters:
+        for spec in self.adapters + self.copies:
             save_adapter(self.model, spec, root / "adapters" / spec.name)
 
     def load(self, root: Path) -> None:
-        for spec in self.adapters:
+        for spec in self.adapters + self.copies:
             load_adapter_dir(self.model, spec.name, root / "adapters" / spec.name)
 
 

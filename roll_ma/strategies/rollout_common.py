@@ -96,10 +96,13 @@ def request_rows(data: DataProto, agents: Sequence[AgentSpec]) -> tuple[list[lis
     return prompts, adapters_of_rows(data, agents)
 
 
-def adapters_of_rows(data: DataProto, agents: Sequence[AgentSpec]) -> list[str]:
-    """The adapter name of each row's agent (``non_tensor['agent_id']``)."""
+def adapters_of_rows(data: DataProto, agents: Sequence[AgentSpec]) -> list[str | None]:
+    """The adapter name of each row's agent (``non_tensor['agent_id']``); None for every row of a rollout
+    that serves no adapters (a teacher: the base model answers for every agent)."""
     if "agent_id" not in data.non_tensor:
         raise ValueError(f"the batch lacks non_tensor['agent_id']; it has {list(data.non_tensor)}")
+    if not agents:
+        return [None] * len(data)
     names = []
     for agent_id in data.non_tensor["agent_id"]:
         a = int(agent_id)

@@ -121,8 +121,8 @@ class VLLMInferStrategy:
         seed: int,
         device: str,
     ):
-        if not adapters:
-            raise ValueError("the rollout needs at least one adapter")
+        if bool(adapters) != bool(agents):
+            raise ValueError("the rollout needs agents and their adapters, or neither (a base-model teacher)")
         self.model_cfg, self.rollout_cfg = model_cfg, rollout_cfg
         self.agents, self.adapters = list(agents), list(adapters)
         self.specs = {a.name: a for a in self.adapters}
@@ -161,21 +161,24 @@ class VLLMInferStrategy:
             dtype=self.model_cfg.dtype,
             trust_remote_code=self.model_cfg.trust_remote_code,
             seed=self.seed + 7919 * int(os.environ.get("RANK", "0")),  # distinct sampling streams per worker
-            enable_lora=True,
-            max_loras=len(self.adapters),  # a GPU slot for every adapter: no swapping within a batch
-            max_cpu_loras=2 * len(self.adapters),  # room for the old and the new version during an update
-            max_lora_rank=vllm_lora_rank(max(a.rank for a in self.adapters)),
             gpu_memory_utilization=self.rollout_cfg.gpu_memory_utilization,
             enforce_eager=self.rollout_cfg.enforce_eager,
             max_num_seqs=self.rollout_cfg.max_num_seqs,
             logprobs_mode="processed_logprobs",
         )
-        targets = engine_lora_targets([a.target_modules for a in self.adapters])
-        if targets and _engine_supports("lora_target_modules"):
-            kwargs["lora_target_modules"] = targets
+        if self.adapters:  # a teacher serves its base model alone: no LoRA kernels at all
+            kwargs.update(
+                enable_lora=True,
+                max_loras=len(self.adapters),  # a GPU slot for every adapter: no swapping within a batch
+                max_cpu_loras=2 * len(self.adapters),  # room for the old and the new version during an update
+                max_lora_rank=vllm_lora_rank(max(a.rank for a in self.adapters)),
+            )
+            targets = engine_lora_targets([a.target_modules for a in self.adapters])
+            if targets and _engine_supports("lora_target_modules"):
+                kwargs["lora_target_modules"] = targets
         if not self.on_cpu:
             kwargs["enable_sleep_mode"] = True
-        if self.sync_mode == "memory":
+        if self.sync_mode == "memory" and self.adapters:
             from roll_ma.strategies.vllm_worker_ext import EXTENSION_CLS
 
             theirs = self.rollout_cfg.engine_kwargs.get("worker_extension_cls")
@@ -190,8 +193,9 @@ class VLLMInferStrategy:
         self.llm = LLM(**kwargs)
         logger.info("vLLM engine ready in %.1f s", time.perf_counter() - t0)
         self.tokenizer = load_tokenizer(self.model_cfg)
-        self.adapters_served = EngineAdapters(self.llm, self.specs, self.sync_mode)
-        if initial_adapters:
+        if self.adapters:  # a teacher serves its base model alone
+            self.adapters_served = EngineAdapters(self.llm, self.specs, self.sync_mode)
+        if self.adapters and initial_adapters:
             self.adapters_served.install(self._initial_adapters(), 0)
         self.llm.reset_prefix_cache()
 
@@ -258,7 +262,7 @@ class VLLMInferStrategy:
         outputs = self.llm.generate(
             [{"prompt_token_ids": p} for p in prompts],
             params,
-            lora_request=[self.adapters_served.request(n) for n in names],
+            lora_request=self._lora_requests(names),
             use_tqdm=False,
         )
         rows = [self._row(out, settings.stop) for out in outputs]
@@ -292,7 +296,7 @@ class VLLMInferStrategy:
         # logprobs=0 returns the sampled token's entry only (one dict per generated token); off: zeros
         lps = ([float(step[t].logprob) for t, step in zip(ids, c.logprobs, strict=True)] if c.logprobs
                else [0.0] * len(ids))
-        _, version = self.adapters_served.lookup(out.lora_request.lora_int_id)
+        version = self._version_of(out)
         text = response_text(self.tokenizer, ids, stops)
         return RowResult(ids, lps, text, "stop" if c.finish_reason == "stop" else "length", version)
 
@@ -309,7 +313,7 @@ class VLLMInferStrategy:
             )
         names = adapters_of_rows(data, self.agents)
         prompts, responses = scoring_rows(data)
-        requests = [self.adapters_served.request(n) for n in names]
+        requests = self._lora_requests(names)
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
         inputs = [{"prompt_token_ids": p + r} for p, r in zip(prompts, responses, strict=True)]
         outputs = self.llm.generate(inputs, params, lora_request=requests, use_tqdm=False)
@@ -321,14 +325,25 @@ class VLLMInferStrategy:
             entries = o.prompt_logprobs[len(p) : len(p) + len(r)]
             lps = [float(e[t].logprob) for e, t in zip(entries, r, strict=True)]
             out[i, mask[i]] = torch.tensor(lps, dtype=torch.float32)
-            versions.append(self.adapters_served.lookup(o.lora_request.lora_int_id)[1])
+            versions.append(self._version_of(o))
         return pack_scores(data, out, versions)
+
+    def _lora_requests(self, names: list[str | None]) -> list[Any] | None:
+        """Each row's LoRARequest; None when this engine serves no adapters (a teacher's base model)."""
+        return [self.adapters_served.request(n) for n in names] if self.adapters_served is not None else None
+
+    def _version_of(self, out: Any) -> int:
+        if out.lora_request is None:
+            return 0
+        return self.adapters_served.lookup(out.lora_request.lora_int_id)[1]
 
     # ------------------------------------------------------------------ adapters
     def update_adapters(self, tensors: dict[str, Any], version: int) -> dict[str, float]:
         """Serve new adapter weights (tensors or ``PackedTensors``) without restarting the engine; returns
         seconds per adapter (the engine's own install)."""
         self._check_ready()
+        if self.adapters_served is None:
+            raise ValueError("this rollout serves no adapters (a base-model teacher); nothing to update")
         timings = self.adapters_served.install(tensors, version)
         self.llm.reset_prefix_cache()  # belt and braces: new names already miss the old KV
         return timings

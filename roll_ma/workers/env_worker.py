@@ -41,6 +41,8 @@ def env_kwargs(env_cfg: EnvConfig, agents: list[AgentConfig], seats: list[str] |
         kwargs["role_kinds"] = {**kinds, **kwargs.get("role_kinds", {})}
     if env_cfg.show_greedy_moves:
         kwargs["show_greedy_moves"] = True
+    if "max_rounds" in params:  # reflection envs: env.max_rounds (validation refuses env.kwargs.max_rounds)
+        kwargs["max_rounds"] = env_cfg.max_rounds
     return kwargs
 
 

@@ -28,8 +28,9 @@ class TrainWorker(Worker):
     def __init__(self, role: str, rank: int = 0, world_size: int = 1, env_vars: dict[str, str] | None = None,
                  model_cfg: ModelConfig | None = None, lora_cfg: LoraConfig | None = None,
                  agents: Sequence[AgentConfig] | None = None, train_cfg: TrainConfig | None = None,
-                 algo_cfg: AlgorithmConfig | None = None, seed: int = 0):
+                 algo_cfg: AlgorithmConfig | None = None, seed: int = 0, reference_copies: bool = False):
         super().__init__(role, rank, world_size, env_vars)
+        self.reference_copies = reference_copies  # frozen adapter copies for DPO's reference
         self.model_cfg = model_cfg or ModelConfig()
         self.lora_cfg = lora_cfg or LoraConfig()
         self.agents = list(agents) if agents is not None else [AgentConfig()]
@@ -52,7 +53,7 @@ class TrainWorker(Worker):
         agent_specs, adapter_specs = plan_adapters(self.lora_cfg, self.agents)
         cls = train_strategy_class(self.train_cfg.strategy)
         self.strategy = cls(self.model_cfg, agent_specs, adapter_specs, self.train_cfg, self.algo_cfg,
-                            self.seed, self.rank, self.world_size)
+                            self.seed, self.rank, self.world_size, reference_copies=self.reference_copies)
         self.strategy.initialize(total_steps=total_steps)
 
     def _strategy(self) -> Any:
@@ -89,6 +90,25 @@ class TrainWorker(Worker):
             torch.cuda.reset_peak_memory_stats()
         _release_cached_gpu_memory()
         return metrics
+
+    @register(Dispatch.DP_COMPUTE)
+    def compute_pair_ref_log_probs(self, data: DataProto) -> DataProto:
+        """DPO pairs: (N,) ``ref_chosen_logps`` / ``ref_rejected_logps`` under meta_info["reference"]: "copy"
+        (each agent's frozen adapter copy) or "base" (adapters off)."""
+        out = self._strategy().compute_pair_ref_log_probs(data, str(data.meta_info.get("reference", "copy")))
+        _release_cached_gpu_memory()
+        return out
+
+    @register(Dispatch.ONE_TO_ALL)
+    def snapshot_reference(self) -> list[str]:
+        """Freeze every trainable adapter as it is now into its reference copy (a DPO phase starts)."""
+        return self._strategy().snapshot_reference()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def reset_optimizers(self, lr: float | None = None) -> None:
+        """A fresh optimizer and lr schedule for every trainable adapter (a training phase starts), peaking
+        at ``lr`` if given."""
+        self._strategy().reset_optimizers(lr)
 
     @register(Dispatch.RANK_ZERO)
     def gpu_memory_used_gb(self) -> float:

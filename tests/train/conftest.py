@@ -59,7 +59,7 @@ def make_strategy(tiny_model_dir: str, adapter_init_dir: Callable[[str], str]) -
 
     def make(agents: Sequence[AgentConfig | str], zero_stage: int = 0, algo: AlgorithmConfig | None = None,
              strategy: str = "multi_agent_deepspeed", seed: int = 0, dtype: str = "float32",
-             **train_kwargs: Any) -> Any:
+             reference_copies: bool = False, **train_kwargs: Any) -> Any:
         cfgs = [AgentConfig(name=a) if isinstance(a, str) else a for a in agents]
         cfgs = [a if a.init_adapter else dataclasses.replace(a, init_adapter=adapter_init_dir(a.adapter_name))
                 for a in cfgs]
@@ -68,7 +68,7 @@ def make_strategy(tiny_model_dir: str, adapter_init_dir: Callable[[str], str]) -
         train_cfg = TrainConfig(strategy=strategy, zero_stage=zero_stage, **train_kwargs)
         cls = train_strategy_class(strategy)
         s = cls(ModelConfig(path=tiny_model_dir, dtype=dtype), agent_specs, adapter_specs, train_cfg,
-                algo or AlgorithmConfig(), seed=seed)
+                algo or AlgorithmConfig(), seed=seed, reference_copies=reference_copies)
         s.initialize()
         return s
 

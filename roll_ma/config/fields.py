@@ -1,0 +1,14 @@
+"""The one helper every config dataclass uses to declare a field with its help text and limits."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any
+
+
+def config_field(default: Any = None, help: str = "", factory: Any = None, **limits: Any) -> Any:
+    """A dataclass field whose metadata holds ``help`` and the ``min``/``max`` validation checks."""
+    meta = {"help": help, **limits}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)

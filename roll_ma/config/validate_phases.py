@@ -1,0 +1,140 @@
+"""Checks of supervised runs (train.objective sft / dpo, or phases), run with the others before any actor."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+from roll_ma.config.schema import DPOConfig, PhaseConfig, RunConfig, SFTConfig
+from roll_ma.config.typed import ConfigProblem, suggest, to_dataclass
+from roll_ma.models.builtin import BUILTIN_MODELS
+
+
+def check_phases(cfg: RunConfig, problems: list[ConfigProblem], looks_local) -> None:  # noqa: ANN001
+    """Every problem of the phases, their data sources and the teacher (nothing when the run is RL only)."""
+    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
+    if not cfg.phases and cfg.train.objective == "ppo":
+        return
+    listed = cfg.phases or [PhaseConfig(objective=cfg.train.objective)]
+    names = [a.name for a in cfg.agents]
+    trainable = [a.name for a in cfg.agents if not a.frozen]
+    if cfg.phases and cfg.train.objective != "ppo":
+        add(
+            "train.objective",
+            "with `phases` listed, each phase names its objective; leave train.objective=ppo",
+        )
+    if cfg.train.lr_schedule != "constant":
+        add(
+            "train.lr_schedule",
+            "phase runs use warmup then a constant lr (each phase starts a fresh optimizer); "
+            "set train.lr_schedule=constant",
+        )
+    phase_names = [p.name for p in listed if p.name]
+    for i, phase in enumerate(listed):
+        key = f"phases[{i}]" if cfg.phases else "train.objective"
+        if phase.name and phase_names.count(phase.name) > 1:
+            add(f"{key}.name", f"phase name {phase.name!r} is used twice; names must be unique")
+        for agent in phase.agents or []:
+            if agent not in trainable:
+                add(
+                    f"{key}.agents",
+                    f"{agent!r} is not a trainable agent{suggest(agent, names)}; "
+                    f"trainable agents are {trainable}",
+                )
+        sft = _merged(SFTConfig, cfg.sft, phase.sft, f"{key}.sft", problems)
+        dpo = _merged(DPOConfig, cfg.dpo, phase.dpo, f"{key}.dpo", problems)
+        if phase.objective == "sft" and sft is not None:
+            _check_sft(cfg, sft, key, problems, looks_local)
+        if phase.objective == "dpo" and dpo is not None:
+            _check_dpo(cfg, dpo, key, problems)
+
+
+def teacher_workers(cfg: RunConfig) -> int:
+    """The teacher's rollout workers if a phase reads from the teacher, else 0."""
+    single = [PhaseConfig(objective=cfg.train.objective)] if cfg.train.objective != "ppo" else []
+    listed = cfg.phases or single
+    uses = any(p.objective == "sft" and {**dataclasses.asdict(cfg.sft), **p.sft}.get("source") == "teacher"
+               for p in listed)
+    return cfg.teacher.rollout.num_workers if uses else 0
+
+
+def _merged(
+    cls: type, base: object, overrides: dict, key: str, problems: list[ConfigProblem]
+) -> object | None:
+    obj, found = to_dataclass(cls, {**dataclasses.asdict(base), **overrides})
+    problems.extend(ConfigProblem(f"{key}.{p.key}", p.message) for p in found)
+    return None if found else obj
+
+
+def _branching_env(cfg: RunConfig) -> bool:
+    try:
+        from roll_ma.envs.registry import resolve_env_class
+
+        return bool(getattr(resolve_env_class(cfg.env.name), "supports_branching", False))
+    except (ValueError, ImportError):
+        return True  # an unknown env is reported under env.name already
+
+
+def _check_sft(cfg: RunConfig, sft: SFTConfig, key: str, problems: list[ConfigProblem], looks_local) -> None:  # noqa: ANN001
+    add = lambda k, msg: problems.append(ConfigProblem(k, msg))  # noqa: E731
+    if sft.source == "file":
+        if not sft.path:
+            add(
+                "sft.path",
+                f"{key}: sft.source=file needs sft.path (a .jsonl/.parquet/.json of chat messages)",
+            )
+        elif not Path(sft.path).expanduser().is_file():
+            add("sft.path", f"{sft.path} is not a file (roll_ma never downloads data; give a local path)")
+    if sft.source == "teacher":
+        path = cfg.teacher.model.path
+        if not path:
+            add(
+                "teacher.model.path",
+                "sft.source=teacher needs a teacher: set teacher.model.path (a hub name, a "
+                "local directory or builtin:tiny)",
+            )
+        elif path.startswith("builtin:") and path not in BUILTIN_MODELS:
+            add(
+                "teacher.model.path",
+                f"unknown built-in model {path!r}; the built-in models are {list(BUILTIN_MODELS)}",
+            )
+        elif looks_local(path) and not Path(path).expanduser().exists():
+            add("teacher.model.path", f"{path} does not exist; give a local model directory or a hub name")
+        if cfg.teacher.rollout.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+            add("teacher.rollout.backend",
+                "vllm is not installed: pip install 'roll_ma[vllm]', or set teacher.rollout.backend=hf")
+        if (
+            cfg.teacher.rollout.backend == "vllm"
+            and cfg.resources.num_gpus > 0
+            and cfg.teacher.model.dtype == "float32"
+        ):
+            add("teacher.model.dtype", "vLLM's GPU kernels need bfloat16 or float16; set teacher.model.dtype")
+    if sft.source in ("teacher", "rejection") and not _branching_env(cfg):
+        add(
+            "sft.source",
+            f"{sft.source} makes data by playing {cfg.env.name}, which does not start from given "
+            "states; use env.name=math_reflection, or sft.source=file",
+        )
+
+
+def _check_dpo(cfg: RunConfig, dpo: DPOConfig, key: str, problems: list[ConfigProblem]) -> None:
+    add = lambda k, msg: problems.append(ConfigProblem(k, msg))  # noqa: E731
+    if dpo.source == "file":
+        if not dpo.path:
+            add(
+                "dpo.path",
+                f"{key}: dpo.source=file needs dpo.path (TRL's prompt/chosen/rejected + an agent column)",
+            )
+        elif not Path(dpo.path).expanduser().is_file():
+            add("dpo.path", f"{dpo.path} is not a file (roll_ma never downloads data; give a local path)")
+    elif not _branching_env(cfg):
+        add(
+            "dpo.source",
+            f"built pairs branch episodes of the reflection game; {cfg.env.name} cannot start from a "
+            "given state: use env.name=math_reflection, or dpo.source=file",
+        )
+    if dpo.reference != "base" and cfg.train.full_finetune:
+        add("dpo.reference", "full fine-tuning has no adapter to freeze as the reference; use LoRA adapters")
+    if dpo.reference == "base" and cfg.train.full_finetune:
+        add("dpo.reference", "full fine-tuning moves the base weights: there is no fixed reference; use LoRA")
