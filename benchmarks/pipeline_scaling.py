@@ -35,6 +35,7 @@ import json
 import os
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -298,7 +299,7 @@ def plot_parts(rows: list[dict[str, Any]], path: str, title: str) -> str:
     batch = min(r["episodes"] for r in rows)
     runs = sorted((r for r in rows if r["episodes"] == batch), key=lambda r: r["agents"])
     labels = [str(r["agents"]) for r in runs]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(8.5, 4.2))
     bottom = [0.0] * len(runs)
     sync_keys = {"sync_wake": "sync_wake_s", "sync_export": "sync_export_s", "sync_install": "sync_install_s"}
     for part in PARTS:
@@ -310,8 +311,8 @@ def plot_parts(rows: list[dict[str, Any]], path: str, title: str) -> str:
     ax.bar(labels, other, bottom=bottom, label="other", color="lightgray")
     ax.set_xlabel("agents (one LoRA adapter each)")
     ax.set_ylabel("seconds per step")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8, ncol=2)
+    ax.set_title(textwrap.fill(title, 95), fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -452,7 +453,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"<= {args.new_tokens} new tokens, {args.steps} steps per run (median over steps 2..{args.steps})"
     )
     if args.plot:
-        plot_parts(rows, args.plot, setting[:110] + ("..." if len(setting) > 110 else ""))
+        plot_parts(rows, args.plot, setting)
     mem_cols = list(mem[0]) if mem else []
     notes = [
         setting,
