@@ -86,6 +86,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kl-coef", type=float, default=0.0, help="> 0: reference log-probs (adapters off) too")
     p.add_argument("--replay", action="store_true", help="replay the last step's generate calls bare (vllm)")
     p.add_argument("--plot", default=None, help="write the stacked step parts vs agents here (png)")
+    p.add_argument(
+        "--timeline", default=None, help="write the rollout / update timeline of each run here (png)"
+    )
+    p.add_argument(
+        "--max-staleness",
+        type=int,
+        default=0,
+        help="rollout.max_staleness (>= 1: the asynchronous loop; on a colocated GPU add --sleep-level 0)",
+    )
     p.add_argument("--skip-memory", action="store_true", help="skip the memory comparison")
     p.add_argument(
         "--memory-agents",
@@ -133,6 +142,7 @@ def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str) 
     if args.targets:
         lora["target_modules"] = list(args.targets)
     rollout: dict[str, Any] = {
+        "max_staleness": args.max_staleness,
         "backend": args.backend,
         "max_new_tokens": args.new_tokens,
         "temperature": 1.0,
@@ -284,9 +294,61 @@ def run_one(args: argparse.Namespace, agents: int, batch: int) -> dict[str, Any]
         run_pipeline(cfg, step_hook=replay_hook(args))
         wall = time.perf_counter() - start
         metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
-    res = {"agents": agents, "episodes": batch, **summarize_run(metrics, agents), "run_wall_s": wall}
+    res = {
+        "agents": agents,
+        "episodes": batch,
+        "max_staleness": args.max_staleness,
+        **summarize_run(metrics, agents),
+        "run_wall_s": wall,
+        "timeline": timeline_of(metrics),
+    }
     log(f"{agents} agents, {batch} episodes/step: step {res['step_s']:.3f} s (run {wall:.0f} s)")
     return res
+
+
+def timeline_of(metrics: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Per step, the wall-clock intervals of the rollout (env workers) and of the update + sync (the
+    trainer), in seconds from the first rollout's start."""
+    keys = ("rollout_start", "rollout_end", "score_start", "update_start", "update_end", "sync_end")
+    steps = [m for m in metrics if all(f"timeline/{k}" in m for k in keys)]
+    if not steps:
+        return []
+    t0 = min(m["timeline/rollout_start"] for m in steps)
+    return [{"step": m["step"], **{k: m[f"timeline/{k}"] - t0 for k in keys}} for m in steps]
+
+
+def plot_timeline(rows: list[dict[str, Any]], path: str, title: str) -> str:
+    """One panel per run: rollout bars (the engines' lane) and the trainer's bars (log-probs orange,
+    update green, what is left of the sync brown) over the steps, so a reader sees whether they overlap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in rows if r.get("timeline")]
+    if not runs:
+        raise SystemExit("pipeline_scaling: no run has a timeline to plot (timeline/* metrics)")
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.6 * len(runs) + 0.8), squeeze=False)
+    for ax, run in zip(axes[:, 0], runs, strict=True):
+        for seg in run["timeline"]:
+            ax.barh(1, seg["rollout_end"] - seg["rollout_start"], left=seg["rollout_start"], color="tab:blue")
+            ax.barh(0, seg["update_start"] - seg["score_start"], left=seg["score_start"], color="tab:orange")
+            ax.barh(0, seg["update_end"] - seg["update_start"], left=seg["update_start"], color="tab:green")
+            ax.barh(0, seg["sync_end"] - seg["update_end"], left=seg["update_end"], color="tab:brown")
+            ax.text(seg["rollout_start"], 1.45, f"s{seg['step']}", fontsize=7)
+        ax.set_yticks([0, 1], ["trainer: log-probs,\nupdate, sync", "rollout"])
+        ax.set_ylim(-0.6, 1.8)
+        ax.set_title(
+            f"{run['agents']} agents, max_staleness={run.get('max_staleness', 0)}: "
+            f"{run['step_s']:.2f} s a step",
+            fontsize=8,
+        )
+    axes[-1, 0].set_xlabel("seconds")
+    fig.suptitle(textwrap.fill(title, 110), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def plot_parts(rows: list[dict[str, Any]], path: str, title: str) -> str:
@@ -438,10 +500,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     init_ray(env_vars={"PYTHONPATH": os.environ["PYTHONPATH"]})
     new = [run_one(args, n, batch) for n, batch in planned_runs(args)]
-    runs = merge_previous("pipeline_scaling", args.out, new, ("agents", "episodes"))
-    rows = sorted(runs, key=lambda r: (r["episodes"], r["agents"]))
-    for r in rows:  # relative to the fewest agents at the same batch
-        ref = min((b for b in rows if b["episodes"] == r["episodes"]), key=lambda b: b["agents"])
+    runs = merge_previous("pipeline_scaling", args.out, new, ("agents", "episodes", "max_staleness"))
+    rows = sorted(runs, key=lambda r: (r["episodes"], r.get("max_staleness", 0), r["agents"]))
+    for r in rows:  # relative to the fewest agents at the same batch and staleness
+        same = [
+            b
+            for b in rows
+            if b["episodes"] == r["episodes"] and b.get("max_staleness", 0) == r.get("max_staleness", 0)
+        ]
+        ref = min(same, key=lambda b: b["agents"])
         r["step_vs_fewest_agents"] = r["step_s"] / ref["step_s"]
         if r.get("gpu_peak_gb") and ref.get("gpu_peak_gb"):
             r["gpu_vs_fewest_agents"] = r["gpu_peak_gb"] / ref["gpu_peak_gb"]
@@ -453,7 +520,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"<= {args.new_tokens} new tokens, {args.steps} steps per run (median over steps 2..{args.steps})"
     )
     if args.plot:
-        plot_parts(rows, args.plot, setting)
+        plot_parts([r for r in rows if r.get("max_staleness", 0) == args.max_staleness], args.plot, setting)
+    if args.timeline:
+        plot_timeline(rows, args.timeline, setting)
     mem_cols = list(mem[0]) if mem else []
     notes = [
         setting,
@@ -469,6 +538,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     columns = [
         "agents",
         "episodes",
+        "max_staleness",
         "rows",
         "step_s",
         "rollout_s",

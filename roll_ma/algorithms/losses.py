@@ -37,16 +37,21 @@ def ppo_clip_loss(
     clip_high: float = 0.2,
     agg: str = "token_mean",
     denominator: float | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7), negated for minimisation.
 
     L = -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A), r = exp(log pi - log pi_old).
+    ``weights`` (B, R), detached, multiply each token's term: the decoupled objective's importance
+    weights (``behavior_weights``); None = 1.
     """
     log_ratio = (log_probs - old_log_probs).clamp(-20.0, 20.0)  # exp() of a stale row must not overflow
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.maximum(unclipped, clipped)
+    if weights is not None:
+        per_token = per_token * weights
     loss = aggregate(per_token, mask, agg, denominator)
     with torch.no_grad():
         m = mask.to(per_token.dtype)
@@ -57,6 +62,21 @@ def ppo_clip_loss(
             "ratio_mean": float((ratio * m).sum() / n),
         }
     return loss, stats
+
+
+def behavior_weights(
+    proximal_log_probs: torch.Tensor, behavior_log_probs: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated importance weights of decoupled PPO (Hilton et al. 2022; AReaL, Fu et al. 2025).
+
+    Rows sampled by an older adapter (the behaviour policy, log-probs the engine reported) are trained
+    with PPO's ratio and clip taken against the proximal policy (the trainer's adapter when the update
+    starts, ``old_log_probs``) and each token weighted by w = min(pi_prox / pi_behav, cap):
+    L = -w * min(r A, clip(r) A), r = pi / pi_prox. Returns (B, R) detached weights and the (B, R) mask of
+    truncated ones; w = 1 exactly when the two log-probs are equal.
+    """
+    raw = torch.exp((proximal_log_probs - behavior_log_probs).clamp(-20.0, 20.0)).detach()
+    return raw.clamp(max=cap), raw > cap
 
 
 def kl_estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str = "k3") -> torch.Tensor:

@@ -180,6 +180,16 @@ class RolloutConfig:
         1, "vllm: sleep level while training when colocated (0 = never sleep)", min=0, max=1
     )
     max_num_seqs: int = _f(256, "vllm: max concurrent sequences", min=1)
+    max_staleness: int = _f(
+        0,
+        "0: the synchronous loop (roll out, update, sync, repeat). k >= 1: the next step's rollout runs "
+        "while the trainer updates on this one, each agent's new adapter is pushed to the engines as "
+        "soon as its own update ends, rows whose agent's adapter is more than k versions newer than "
+        "the one that generated them are dropped, and the update uses decoupled PPO "
+        "(algorithm.is_weight_cap). Needs the engine awake during the update (its own GPU, or "
+        "rollout.sleep_level=0)",
+        min=0,
+    )
     adapter_sync: Literal["memory", "disk"] = _f(
         "memory",
         "vllm: how new adapter weights reach the engine. memory: the tensors go straight into vLLM's LoRA "
@@ -294,6 +304,12 @@ class AlgorithmConfig:
         "grpo: normalise within (group, agent); reinforce_pp: baseline per agent, normalised per agent",
     )
     gamma: float = _f(1.0, "discount of turn rewards back through an agent's earlier turns", min=0.0, max=1.0)
+    is_weight_cap: float = _f(
+        2.0,
+        "rollout.max_staleness > 0: cap on the decoupled objective's importance weight pi_old / pi_rollout "
+        "per token (rows from older adapters are weighted by it, PPO's clip is taken against pi_old)",
+        min=1.0,
+    )
     norm_std: bool = _f(True, "divide advantages by the std (GRPO) / per-agent std (REINFORCE++)")
     clip_ratio_low: float = _f(0.2, "PPO clip epsilon below 1", min=0.0)
     clip_ratio_high: float = _f(0.2, "PPO clip epsilon above 1", min=0.0)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.typed import ConfigProblem, suggest
+from roll_ma.config.validate_async import check_async
 from roll_ma.models.builtin import BUILTIN_MODELS
 
 BUILTIN_MODEL_NAMES = list(BUILTIN_MODELS)
@@ -190,6 +191,7 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
     check_phases(cfg, problems, _looks_local)
     _check_resources(cfg, problems, check_local_gpus)
     _check_ray_auth(cfg, problems)
+    check_async(cfg, problems)
     return problems
 
 

@@ -92,13 +92,13 @@ class SegmentOwner:
             del mapped
         return SharedTensors(str(path), nbytes, list(entries), self.node_id)
 
-    def release(self) -> int:
-        """Delete every file written so far; returns how many."""
-        count = len(self._live)
-        for path in self._live:
+    def release(self, segments: list[str] | None = None) -> int:
+        """Delete the named files (None: every file written so far); returns how many."""
+        gone = self._live if segments is None else [p for p in self._live if str(p) in set(segments)]
+        for path in gone:
             path.unlink(missing_ok=True)
-        self._live = []
-        return count
+        self._live = [p for p in self._live if p not in gone]
+        return len(gone)
 
     def _remove_orphans(self) -> None:
         """Files of owners whose process has died (a run killed between an export and its release)."""

@@ -49,16 +49,56 @@ class AdapterSync:
             payload, pack_s = self.workers.train.export_adapters(names, self.dtype, self.transport)
         with timed("sync_install"):
             engine_s = self.workers.rollout.update_adapters(payload, version)[0]
-        if self.transport == "shm":
-            self.workers.train.release_exports()  # every engine has copied the files out
+        if self.transport == "shm":  # every engine has copied the files out
+            self.workers.train.release_exports([p.segment for p in payload.values()])
         metrics["timing/sync_per_adapter"] = (time.perf_counter() - start) / len(names)
         metrics["timing/sync_export_pack"] = float(pack_s)
         metrics.update({f"timing/sync_install_{k.removesuffix('_s')}": float(v)
                         for k, v in self.workers.rollout.last_sync_profile().items()})
         metrics.update({f"timing/sync/{name}": float(s) for name, s in (engine_s or {}).items()})
-        served = self.workers.rollout.adapter_versions()
-        wrong = {a: v for a, v in served.items() if a in names and v != version}
-        if wrong:
-            raise RuntimeError(f"rollout engine reports adapter versions {wrong} after the sync of version "
-                               f"{version}")
+        self.check_versions(names, version)
         return metrics
+
+    def stream(self, batch: Any, adapters: list[str], version: int, timer: Timer | None = None
+               ) -> tuple[dict[str, float], list[str]]:
+        """Update ``adapters`` one after another (the asynchronous loop), pushing each to every engine as
+        soon as its own update ends: the install runs (between the engines' generate calls) while the
+        trainer goes on with the next adapter. Returns the updates' metrics plus the sync's, and the
+        adapters pushed (those that took an optimizer step).
+
+        ``timing/update`` covers the updates (and the exports), ``timing/sync`` what is left of the
+        installs after the last update.
+        """
+        import ray
+
+        timed = timer or (lambda _name: nullcontext())
+        metrics: dict[str, float] = {}
+        batch_ref = ray.put(batch)  # one copy in the object store, read by every update call
+        pending: list[tuple[str, Any, Any]] = []  # (adapter, install call, payload)
+        with timed("update"):
+            for name in adapters:
+                first, *_ = self.workers.train.train_and_export(batch_ref, name, self.dtype, self.transport)
+                part, payload, pack_s = first
+                metrics.update(part)
+                if payload is not None:  # it changed: out to every engine at once, without waiting
+                    call = self.workers.rollout.dispatch("update_adapters", payload, version)
+                    pending.append((name, call, payload))
+                    metrics["timing/sync_export_pack"] = metrics.get("timing/sync_export_pack", 0.0) + pack_s
+        with timed("sync"):
+            for _name, call, payload in pending:
+                engine_s = call.get()[0]
+                metrics.update({f"timing/sync/{n}": float(s) for n, s in (engine_s or {}).items()})
+                if self.transport == "shm":
+                    self.workers.train.release_exports([p.segment for p in payload.values()])
+            names = [name for name, _, _ in pending]
+            self.check_versions(names, version)
+        metrics["rollout/adapters_synced"] = float(len(names))
+        return metrics, names
+
+    def check_versions(self, names: list[str], version: int) -> None:
+        """Every engine must serve ``names`` as ``version`` now."""
+        for rank, served in enumerate(self.workers.rollout.all_adapter_versions()):
+            wrong = {a: v for a, v in served.items() if a in names and v != version}
+            if wrong:
+                raise RuntimeError(f"rollout engine {rank} reports adapter versions {wrong} after the sync "
+                                   f"of version {version}")

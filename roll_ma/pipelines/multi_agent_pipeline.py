@@ -58,12 +58,17 @@ class StepTimer:
 
     def __init__(self) -> None:
         self.times: dict[str, float] = {}
+        self.timeline: dict[str, float] = {}  # timeline/<lane>_start|_end: wall clock of the trainer's work
 
     @contextmanager
     def __call__(self, name: str):
-        start = time.perf_counter()
+        start, wall = time.perf_counter(), time.time()
         yield
         self.times[f"timing/{name}"] = self.times.get(f"timing/{name}", 0.0) + time.perf_counter() - start
+        lane = {"reference": "score", "old_log_probs": "score", "update": "update", "sync": "sync"}.get(name)
+        if lane is not None:  # the trainer's work: scoring, the update, what is left of the sync
+            self.timeline.setdefault(f"timeline/{lane}_start", wall)
+            self.timeline[f"timeline/{lane}_end"] = time.time()
 
 
 def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, Any]:
@@ -86,6 +91,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         rollout_metrics,
         system_metrics,
     )
+    from roll_ma.pipelines.rollout_queue import RolloutQueue
+    from roll_ma.pipelines.staleness import drop_stale_rows
     from roll_ma.pipelines.workers import build_workers
     from roll_ma.tracking import Tracker, console_summary, plot_rewards
 
@@ -146,33 +153,45 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         # version = the step whose update produced the weights; the first sync serves the initial adapters
         sync = AdapterSync(cfg, workers)
         sync.push(all_adapters, start_step)
-        expected = {i: (start_step if a.adapter_name in trainable else 0) for i, a in enumerate(cfg.agents)}
+        served = {a: (start_step if a in trainable else 0) for a in all_adapters}  # adapter -> version
+        expected = {i: served[a.adapter_name] for i, a in enumerate(cfg.agents)}
+        adapter_of_agent = [a.adapter_name for a in cfg.agents]
+        train_order = list(dict.fromkeys(a.adapter_name for a in cfg.agents if not a.frozen))
         if cfg.trainer.eval_every > 0 and start_step == 0:
             tracker.log(evaluate(workers, planner, seats, cfg.env.eval_opponent, 0), step=0)
 
         metrics: dict[str, Any] = {}
+        # max_staleness 0: roll out, then train. k >= 1: step s + 1's rollout plays while step s trains
+        staleness = cfg.rollout.max_staleness
+        rollouts = RolloutQueue(workers, planner, ahead=staleness > 0)
+        sleeps = workers.colocated() and cfg.rollout.sleep_level > 0  # the engine frees the GPU to train
         for step in range(start_step + 1, cfg.trainer.max_steps + 1):
             timer = StepTimer()
             with timer("step"):
-                # 1. roll out: env workers x rollout workers
+                # 1. roll out: env workers x rollout workers (with k >= 1: mostly played already)
                 with timer("rollout"):
-                    n = workers.env.world_size
-                    parts = workers.env.run_episodes(
-                        workers.rollout, planner.train_assignments(step, n), step
-                    )
+                    parts = rollouts.take(step)
                     batch = concat_padded(parts)
                     episodes = [e for p in parts for e in p.meta_info["episodes"]]
                     # concat gathers every env worker's summaries; the workers below need none of them
                     batch.pop(meta_info_keys=["episodes"])
+                if step < cfg.trainer.max_steps:
+                    rollouts.launch(step + 1)  # k >= 1: the next step's episodes play from now on
                 if len(batch) == 0:
                     raise RuntimeError(NO_ROWS_ERROR.format(step=step, errors=_episode_errors(episodes)))
                 metrics = rollout_metrics(batch, episodes, agent_names, expected)
                 metrics.update(episode_env_metrics(episodes, "rollout/env"))
-                if metrics.get("rollout/stale_rows", 0) > 0:
+                metrics.update(rollout_timeline(parts))
+                if staleness == 0 and metrics.get("rollout/stale_rows", 0) > 0:
                     raise RuntimeError(STALE_ERROR.format(rows=int(metrics["rollout/stale_rows"])))
-                if workers.colocated():
-                    if cfg.resources.num_gpus > 0:  # the whole GPU with the engine awake, read by the trainer
-                        metrics["system/gpu_used_gb_rollout"] = workers.train.gpu_memory_used_gb()
+                if staleness > 0:  # rows more than k versions old are not trained on
+                    batch, dropped = drop_stale_rows(batch, agent_names, adapter_of_agent, served, staleness)
+                    metrics.update(dropped)
+                    batch.meta_info["behavior_correction"] = True  # the decoupled objective (policy_updater)
+                if workers.colocated() and cfg.resources.num_gpus > 0:
+                    # the whole GPU with the engine awake, read by the trainer
+                    metrics["system/gpu_used_gb_rollout"] = workers.train.gpu_memory_used_gb()
+                if sleeps:
                     workers.rollout.sleep()  # frees the engine's GPU memory for the update
                 batch.meta_info.update(step=step, temperature=cfg.rollout.temperature)
 
@@ -189,33 +208,40 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                 with timer("advantages"):
                     batch = add_advantages(batch, cfg.algorithm)
 
-                # 4. per-agent update, agent after agent
-                with timer("update"):
-                    metrics.update(workers.train.train_step(batch)[0])
+                if staleness > 0:
+                    # 4-5. (k >= 1) agent after agent: update it, push it to the engines at once, go on
+                    streamed, changed = sync.stream(batch, train_order, step, timer)
+                    metrics.update(streamed)
+                else:
+                    # 4. per-agent update, agent after agent
+                    with timer("update"):
+                        metrics.update(workers.train.train_step(batch)[0])
 
-                # 4b. joint search (small cooperative games): distill a better joint policy when one is found
-                search_ran = search is not None and step % cfg.algorithm.joint_search_every == 0
-                if search_ran:
-                    with timer("joint_search"):
-                        metrics.update(search.improve(workers.train, step))
+                    # 4b. joint search (small cooperative games): distill a better joint policy when found
+                    search_ran = search is not None and step % cfg.algorithm.joint_search_every == 0
+                    if search_ran:
+                        with timer("joint_search"):
+                            metrics.update(search.improve(workers.train, step))
 
-                # 5. push the adapters that changed this step into every rollout engine under version = step
-                with timer("sync"):
-                    changed = trainable if search_ran else updated_adapters(cfg, metrics)
-                    if workers.colocated():
-                        with timer("sync_wake"):
-                            workers.rollout.wake_up()
-                    metrics.update(sync.push(changed, step, timer))  # export, install, versions checked
-                    expected = {i: (step if a.adapter_name in changed else expected[i])
-                                for i, a in enumerate(cfg.agents)}
+                    # 5. push the adapters that changed this step into every engine under version = step
+                    with timer("sync"):
+                        changed = trainable if search_ran else updated_adapters(cfg, metrics)
+                        if sleeps:
+                            with timer("sync_wake"):
+                                workers.rollout.wake_up()
+                        metrics.update(sync.push(changed, step, timer))  # export, install, versions checked
+                served.update({a: step for a in changed})
+                expected = {i: served[a.adapter_name] for i, a in enumerate(cfg.agents)}
 
                 # 6. evaluation and checkpoint
                 if cfg.trainer.eval_every > 0 and (
                     step % cfg.trainer.eval_every == 0 or step == cfg.trainer.max_steps
                 ):
                     with timer("eval"):
+                        rollouts.settle()  # the env workers finish the next step's rollout first
                         metrics.update(evaluate(workers, planner, seats, cfg.env.eval_opponent, step))
             metrics.update(timer.times)
+            metrics.update(timer.timeline)
             metrics.update(system_metrics())
             if cfg.model.random_weights:
                 metrics["system/random_weights"] = 1.0
@@ -233,8 +259,10 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
             ) or step == cfg.trainer.max_steps:
                 tmp = ckpt.begin_checkpoint(out_dir, step)
                 workers.train.save_checkpoint(str(tmp / "trainer"))
+                # the planner as before any rollout not yet trained on: a resume plays those episodes again
                 ckpt.finish_checkpoint(
-                    tmp, step, {"planner": planner.state_dict(), "config": cfg.name}, cfg.trainer.keep_last
+                    tmp, step, {"planner": rollouts.planner_state(), "config": cfg.name},
+                    cfg.trainer.keep_last,
                 )
         tracker.close()
         plot = plot_rewards(out_dir / "metrics.jsonl", out_dir / "rewards.png", agent_names)
@@ -245,6 +273,15 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         return metrics
     finally:
         workers.shutdown()
+
+
+def rollout_timeline(parts: list[Any]) -> dict[str, float]:
+    """Wall-clock start and end of a step's rollout, as its env workers saw them (benchmarks' timeline)."""
+    starts = [p.meta_info["started_at"] for p in parts if "started_at" in p.meta_info]
+    ends = [p.meta_info["finished_at"] for p in parts if "finished_at" in p.meta_info]
+    if not (starts and ends):
+        return {}
+    return {"timeline/rollout_start": min(starts), "timeline/rollout_end": max(ends)}
 
 
 def updated_adapters(cfg: RunConfig, train_metrics: dict[str, Any]) -> set[str]:

@@ -134,6 +134,15 @@ def all_reduce_sum(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return buf.to("cpu", torch.float64)
 
 
+def all_reduce_max(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Elementwise max of ``t`` over the data-parallel ranks (a copy, returned on CPU)."""
+    if dist_world_size() == 1:
+        return t.clone()
+    buf = t.to(device=device, dtype=torch.float64).contiguous()
+    torch.distributed.all_reduce(buf, op=torch.distributed.ReduceOp.MAX)
+    return buf.to("cpu", torch.float64)
+
+
 def barrier() -> None:
     if dist_world_size() > 1:
         torch.distributed.barrier()

@@ -202,15 +202,21 @@ class MultiAgentDeepSpeedStrategy:
         objective.check(data, self.algo_cfg)
         agent_ids = self._agent_ids(data) if len(data) else np.zeros(0, dtype=np.int64)
         row_tokens = objective.row_tokens(data) if len(data) else np.zeros(0)
+        # meta_info["policies"]: update only these (the streaming sync updates one adapter per call)
+        only = data.meta_info.get("policies")
+        plans = [p for p in self.plans if only is None or p.name in only]
+        mine_agents = {a for p in plans for a in p.agent_ids} if only is not None else None
         metrics: dict[str, float] = {}
         for agent in self.agents:
+            if mine_agents is not None and agent.agent_id not in mine_agents:
+                continue
             mine = agent_ids == agent.agent_id
             prefix = f"agent/{agent.name}/"
             metrics[prefix + "rows"] = float(mine.sum())
             metrics[prefix + "tokens"] = float(row_tokens[mine].sum())
             metrics[prefix + "updated"] = 0.0
 
-        for plan in self.plans:
+        for plan in plans:
             due = [a for a in plan.agent_ids if step % self.agents[a].update_every == 0]
             idx = np.nonzero(np.isin(agent_ids, due))[0]
             if len(idx) == 0:

@@ -25,18 +25,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_ma.algorithms.losses import aggregate, choice_entropy, entropy_coef_at, kl_estimate, ppo_clip_loss
+from roll_ma.algorithms.losses import (
+    aggregate,
+    behavior_weights,
+    choice_entropy,
+    entropy_coef_at,
+    kl_estimate,
+    ppo_clip_loss,
+)
 from roll_ma.config.schema import AlgorithmConfig, TrainConfig
 from roll_ma.distributed.progress import progress_bar
 from roll_ma.models.logprobs import choice_log_probs, response_log_probs
 from roll_ma.protocol import DataProto
-from roll_ma.strategies.ds_utils import all_reduce_sum, deepspeed_config, setup_deepspeed
+from roll_ma.strategies.ds_utils import all_reduce_max, all_reduce_sum, deepspeed_config, setup_deepspeed
 from roll_ma.strategies.lr_schedule import make_lr_scheduler
 from roll_ma.strategies.micro_batches import MicroBatching, real_lengths
 
 TRAIN_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages", "old_log_probs")
 # per-agent sums gathered over micro-batches, epochs and ranks
-_SUMS = ("policy_loss", "kl", "entropy", "clipped", "tokens", "units", "action_entropy", "choice_rows")
+_SUMS = ("policy_loss", "kl", "entropy", "clipped", "tokens", "units", "action_entropy", "choice_rows",
+         "is_weight", "is_truncated")
 
 
 @dataclass
@@ -136,6 +144,14 @@ class PolicyUpdater:
         cfg, algo = self.train_cfg, self.algo_cfg
         n = len(rows)
         keys = list(TRAIN_KEYS) + (["ref_log_probs"] if "ref_log_probs" in rows.batch.keys() else [])
+        # rows from older adapters (rollout.max_staleness > 0): the decoupled objective needs the engine's
+        # behaviour log-probs next to the proximal ones (old_log_probs)
+        decoupled = bool(rows.meta_info.get("behavior_correction", False))
+        if decoupled:
+            if "rollout_log_probs" not in rows.batch.keys():
+                raise ValueError("the decoupled objective (rollout.max_staleness > 0) needs the rows' "
+                                 "rollout_log_probs (rollout.log_probs=true)")
+            keys.append("rollout_log_probs")
         cols = {k: rows.batch[k] for k in keys}
         row_tokens = cols["response_mask"].float().sum(-1)  # (N,)
         # (N,) real prompt and response tokens of each row: what a token budget counts
@@ -143,6 +159,7 @@ class PolicyUpdater:
         slot_of = {a: s for s, a in enumerate(agent_ids)}
         row_slot = torch.tensor([slot_of[int(a)] for a in agent_of_row], dtype=torch.long)  # (N,)
         sums = torch.zeros(len(agent_ids), len(_SUMS), dtype=torch.float64)
+        self._is_max = torch.zeros(len(agent_ids), dtype=torch.float64)  # decoupled: largest weight per agent
         mini = min(cfg.mini_batch_size or n, n)
         norms: list[float] = []
         nonfinite = 0
@@ -192,12 +209,13 @@ class PolicyUpdater:
 
         bar.close()
         sums = all_reduce_sum(sums, self.device)
+        is_max = all_reduce_max(self._is_max, self.device)
         mean_norm = float(np.mean(norms)) if norms else 0.0
         result = PolicyUpdate(optimizer_steps=len(norms) - nonfinite, grad_norm=mean_norm, lr=lr,
                               skipped_nonfinite=nonfinite)
         has_ref = "ref_log_probs" in cols
         for s, agent_id in enumerate(agent_ids):
-            pl, kl, ent, clipped, toks, units, action_ent, choice_rows = sums[s].tolist()
+            pl, kl, ent, clipped, toks, units, action_ent, choice_rows, is_w, is_trunc = sums[s].tolist()
             metrics = {
                 "policy_loss": pl / units if units > 0 else 0.0,
                 "entropy": ent / units if units > 0 else 0.0,
@@ -207,6 +225,9 @@ class PolicyUpdater:
                 metrics["kl"] = kl / units if units > 0 else 0.0
             if choice_rows > 0:  # only while the action bonus is on (it costs a forward per action)
                 metrics["action_entropy"] = action_ent / choice_rows
+            if decoupled and toks > 0:  # per response token of this agent
+                metrics.update(is_weight_mean=is_w / toks, is_weight_max=float(is_max[s]),
+                               is_weight_truncated=is_trunc / toks)
             result.agent_metrics[agent_id] = metrics
         return result
 
@@ -303,8 +324,12 @@ class PolicyUpdater:
             self.engine, ids, attn, mask.shape[1], temperature=temperature, with_entropy=True,
             remove_padding=self.batching.remove_padding,
             chunk_tokens=self.batching.chunk_tokens)  # (b, R) each
+        weights = truncated = None
+        if "rollout_log_probs" in cols:  # decoupled: clip against pi_old (proximal), weight pi_old / pi_behav
+            behav = cols["rollout_log_probs"][idx].to(dev).float()  # (b, R)
+            weights, truncated = behavior_weights(old, behav, algo.is_weight_cap)  # (b, R) each
         loss, _ = ppo_clip_loss(log_probs, old, adv, mask, algo.clip_ratio_low, algo.clip_ratio_high,
-                                algo.loss_agg, local_denom)
+                                algo.loss_agg, local_denom, weights)
         kl = None
         if "ref_log_probs" in cols:
             ref = cols["ref_log_probs"][idx].to(dev).float()  # (b, R)
@@ -327,7 +352,13 @@ class PolicyUpdater:
                 agent_mask = mask * (slots == s).to(dev, mask.dtype)[:, None]  # (b, R) this agent's tokens
                 # denominator 1: sums, divided by the agent's total count after all micro-batches and ranks
                 pl, stats = ppo_clip_loss(lp, old, adv, agent_mask, algo.clip_ratio_low, algo.clip_ratio_high,
-                                          algo.loss_agg, 1.0)
+                                          algo.loss_agg, 1.0, weights)
+                is_w = is_trunc = 0.0
+                if weights is not None:
+                    is_w = float((weights * agent_mask).sum())
+                    is_trunc = float((truncated.to(agent_mask.dtype) * agent_mask).sum())
+                    if agent_mask.any():
+                        self._is_max[s] = max(float(self._is_max[s]), float(weights[agent_mask > 0].max()))
                 toks = float(agent_mask.sum())
                 units = toks if algo.loss_agg == "token_mean" else float(((slots == s) & (real > 0)).sum())
                 kl_sum = 0.0 if kl is None else float(aggregate(kl.detach(), agent_mask, algo.loss_agg, 1.0))
@@ -337,7 +368,7 @@ class PolicyUpdater:
                     agent_rows = choice_rows * (slots == s).to(dev, choice_rows.dtype)  # (b,)
                     a_ent, a_rows = float((action_ent.detach() * agent_rows).sum()), float(agent_rows.sum())
                 sums[s] = torch.tensor([float(pl), kl_sum, ent_sum, stats["clip_frac"] * toks, toks, units,
-                                        a_ent, a_rows], dtype=torch.float64)
+                                        a_ent, a_rows, is_w, is_trunc], dtype=torch.float64)
         return loss, sums
 
     def _action_entropy(self, cols: dict[str, torch.Tensor], idx: torch.Tensor, bonus: _ActionBonus,

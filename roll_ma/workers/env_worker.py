@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import random
+import time
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -141,6 +142,7 @@ class EnvWorker(Worker):
         ``seats`` overrides the seat map (evaluation against a built-in opponent).
         ``meta_info["episodes"]`` holds one summary per episode (returns, env metrics, errors).
         """
+        started_at = time.time()  # wall clock: the benchmarks' timeline of rollouts and updates
         from roll_ma.envs.registry import make_env
 
         specs = assignments[self.rank] if self.rank < len(assignments) else []
@@ -210,6 +212,8 @@ class EnvWorker(Worker):
             "rounds": round_idx,
             "step": step,
             "pad_id": self.tokenizer.pad_token_id,
+            "started_at": started_at,
+            "finished_at": time.time(),
         }
         return collate_turns(samples, self.tokenizer.pad_token_id, meta)
 

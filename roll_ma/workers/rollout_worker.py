@@ -102,6 +102,11 @@ class RolloutWorker(Worker):
         """Benchmarks (vllm): rank 0's recorded calls replayed bare on its engine (``engine_replay``)."""
         return self._ready().replay_generate_calls()
 
+    @register(Dispatch.ONE_TO_ALL)
+    def all_adapter_versions(self) -> dict[str, int]:
+        """Every rank's adapter versions (the sync checks that no engine was left behind)."""
+        return self._ready().adapter_versions()
+
     @register(Dispatch.RANK_ZERO)
     def adapter_versions(self) -> dict[str, int]:
         return self._ready().adapter_versions()

@@ -144,14 +144,13 @@ class TrainWorker(Worker):
         ``transport="ray"``: one ``PackedTensors`` per adapter put into Ray's object store by this worker
         (payload = the ref): the rollout workers read it from there, on any node, and the adapters never
         pass through the driver. ``"shm"`` (rollout workers on this node): each adapter is copied off the
-        GPU straight into a shared-memory segment and the payload is the segments' names (tiny); they
-        live until ``release_exports``. The list keeps Ray from resolving the ref on its way back.
+        GPU straight into a shared-memory file and the payload is the files' names (tiny); they live
+        until ``release_exports`` names them. The list keeps Ray from resolving the ref on its way back.
         """
         import ray
 
         start = time.perf_counter()
         if transport == "shm":
-            self._segments.release()  # the previous export's, if nobody released them
             payload = self._strategy().adapter_tensors(adapters, packed=True, dtype=dtype,
                                                        shared=self._segments)
             return [payload, time.perf_counter() - start]
@@ -160,10 +159,25 @@ class TrainWorker(Worker):
         ref = ray.put(self._strategy().adapter_tensors(adapters, packed=True, dtype=dtype))
         return [ref, time.perf_counter() - start]
 
+    @register(Dispatch.ONE_TO_ALL)
+    def train_and_export(self, data: DataProto, policy: str, dtype: str | None = None,
+                         transport: str = "ray") -> list[Any]:
+        """Update one policy (adapter) from its agents' rows, then export it if it changed: the streaming
+        sync's unit of work. Every rank trains; rank 0 returns ``[metrics, payload, seconds]`` (payload
+        as ``export_adapters``; None when the policy took no optimizer step), the others ``[metrics]``."""
+        data.meta_info["policies"] = [policy]
+        metrics = self.train_step(data)
+        changed = any(k.endswith("/updated") and v > 0 for k, v in metrics.items())
+        if self.rank != 0:
+            return [metrics]
+        if not changed:
+            return [metrics, None, 0.0]
+        return [metrics, *self.export_adapters([policy], dtype, transport)]
+
     @register(Dispatch.RANK_ZERO)
-    def release_exports(self) -> int:
-        """Unlink the shared-memory segments of the last export (the engines have copied them)."""
-        return self._segments.release()
+    def release_exports(self, segments: list[str] | None = None) -> int:
+        """Delete the shared-memory files of exports the engines have installed (None: all of them)."""
+        return self._segments.release(segments)
 
     @register(Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, ckpt_dir: str) -> None:

@@ -15,6 +15,7 @@ the others go on.
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -76,6 +77,7 @@ class WorkflowWorker(Worker):
 
         ``seats`` (an evaluation opponent of turn-based games) does not apply to workflows.
         """
+        started_at = time.time()  # wall clock: the benchmarks' timeline of rollouts and updates
         from roll_ma.workflows.episode import EpisodeRecord
         from roll_ma.workflows.scheduler import TickScheduler, run_coroutine
 
@@ -127,6 +129,8 @@ class WorkflowWorker(Worker):
             "rounds": scheduler.ticks,
             "step": step,
             "pad_id": self.tokenizer.pad_token_id,
+            "started_at": started_at,
+            "finished_at": time.time(),
         }
         return collate_turns(samples, self.tokenizer.pad_token_id, meta)
 

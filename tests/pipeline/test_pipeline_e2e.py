@@ -114,3 +114,28 @@ def test_random_weights_run_says_so(ray_session, tmp_path, monkeypatch, capsys):
     assert (random_model_dir("tiny", "float32", 0) / "config.json").exists()
     rows = read_metrics(tmp_path / "out" / "metrics.jsonl")
     assert [r["system/random_weights"] for r in rows] == [1.0]
+
+
+def test_async_pipeline_overlaps_the_rollout_and_trains_rows_at_most_k_versions_old(
+    ray_session, tiny_model_dir, tmp_path
+):
+    """rollout.max_staleness=1: step s + 1's rollout plays while step s trains, so from step 2 on rows carry
+    the adapter version before the last update (or the new one, where an install landed between two of
+    their rounds); none older is trained on, and the decoupled objective reports its weights."""
+    agents = [{"name": "alice"}, {"name": "bob"}]
+    cfg = load(tmp_path, toy_config(tmp_path, tiny_model_dir, agents, trainer={"max_steps": 4},
+                                    rollout={"max_staleness": 1}))
+    run_pipeline(cfg)
+    out = tmp_path / "out"
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for r in rows:
+        assert r["rollout/dropped_stale_rows"] == 0.0  # one rollout ahead: nothing is more than 1 behind
+        for name in ("alice", "bob"):
+            assert r[f"agent/{name}/staleness_max"] <= 1.0
+            assert r[f"agent/{name}/is_weight_mean"] > 0.0 and r[f"agent/{name}/is_weight_max"] <= 2.0
+            assert r[f"agent/{name}/updated"] == 1.0
+    # step 2's rows were generated while step 1 trained: from version 0, one behind the trainer's 1
+    assert max(rows[1][f"agent/{n}/staleness_max"] for n in ("alice", "bob")) == 1.0
+    assert rows[0]["agent/alice/staleness_max"] == 0.0  # step 1 had nothing to overlap with
+    assert not same_tensors(adapter_tensors_at(out, 1, "alice"), adapter_tensors_at(out, 4, "alice"))

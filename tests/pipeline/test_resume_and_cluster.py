@@ -174,3 +174,18 @@ def test_bad_config_is_refused_before_ray_or_any_actor(tiny_model_dir, tmp_path)
     assert run.returncode == 2
     assert "env.seats[1]: 'carol' is not an agent" in log and "train.lr: must be a number" in log
     assert "Traceback" not in log and "[roll_ma]" not in log and not (tmp_path / "out").exists()
+
+
+def test_async_run_killed_with_a_rollout_in_flight_resumes_each_step_once(tiny_model_dir, tmp_path):
+    """max_staleness=1: a kill lands while the next step's rollout plays; the resumed run regenerates that
+    rollout's episodes (the checkpoint keeps the planner from before them) and logs every step once."""
+    steps = 4
+    cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": steps, "resume": "auto"},
+                     rollout={"max_staleness": 1})
+    config_dir, out = write_config(tmp_path, cfg), tmp_path / "out"
+    _kill_after_step(_launch(config_dir), step=2, delay=0.2)
+    final = _launch(config_dir)
+    log, _ = final.communicate(timeout=600)
+    assert final.returncode == 0, log
+    assert "resumed from" in log
+    assert steps_logged(out) == list(range(1, steps + 1)), "every step exactly once"
