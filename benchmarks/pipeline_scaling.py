@@ -89,6 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--timeline", default=None, help="write the rollout / update timeline of each run here (png)"
     )
+    p.add_argument("--split", action="store_true", help="cuda: rollout on GPU 1, train on GPU 0 (2 GPUs)")
     p.add_argument(
         "--max-staleness",
         type=int,
@@ -194,7 +195,11 @@ def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str) 
             "resume": "never",
             "progress_bars": False,
         },
-        "resources": {"num_gpus": 1 if cuda else 0},
+        "resources": (
+            {"num_gpus": 2, "device_mapping": {"rollout": [1], "train": [0]}}
+            if cuda and args.split
+            else {"num_gpus": 1 if cuda else 0}
+        ),
     }
     cfg, problems = to_dataclass(RunConfig, raw)
     problems += validate(cfg, check_env=True)

@@ -130,5 +130,16 @@ PY
       --batches 64 --turns 2 --new-tokens 256 --steps 3 --replay --skip-memory --out "$OUT/sweep7b.json" \
       --plot "$OUT/sweep7b.png" > "$OUT/sweep7b_${a//,/_}.log" 2>&1
     cp "$OUT/sweep7b.json" /tmp/sweep7b.json; tail -12 "$OUT/sweep7b_${a//,/_}.log" ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b"; exit 2 ;;
+  async7b)  # issue 19: the asynchronous loop against the synchronous one at the 7B shape, same GPUs.
+    # SPLIT=1 (nvidia-h200-x2): rollout on GPU 1, train on GPU 0; else one GPU, the engine awake (sleep 0)
+    m=$(python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct | tail -1)
+    if [ -n "${SPLIT:-}" ]; then lay="--split"; else lay="--sleep-level 0 --gpu-memory-utilization 0.4"; fi
+    for k in ${STALENESS:-0 1}; do
+      log "async7b: max_staleness $k ($lay)"
+      timeout ${TIMEOUT:-280} python benchmarks/pipeline_scaling.py --device cuda --model "$m" --agents ${AGENTS:-3} \
+        --batches 64 --turns 3 --new-tokens 512 --steps 4 --max-staleness $k $lay --skip-memory \
+        --out "$OUT/async7b.json" --timeline "$OUT/async7b_timeline.png" > "$OUT/async7b_k$k.log" 2>&1
+      tail -6 "$OUT/async7b_k$k.log"
+    done ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b"; exit 2 ;;
 esac

@@ -186,3 +186,20 @@ def test_random_weights_needs_a_known_architecture():
     found = problems_of("math_selfplay_7b", ["model.random_weights=true", "model.path=acme/unknown-7b"],
                         check_local_gpus=False)
     assert any(p.startswith("model.random_weights:") and "Qwen/Qwen2.5-7B" in p for p in found)
+
+
+def test_configuration_reference_is_generated_from_the_schema_and_up_to_date(tmp_path):
+    """docs/configuration.md lists every key with its type, default, allowed values and help; it is
+    rewritten by `python -m roll_ma.config.reference`, and this fails when someone forgets to."""
+    from roll_ma.config.reference import DOC, main, render_reference
+    from roll_ma.config.schema import RunConfig
+    from roll_ma.config.typed import describe
+
+    text = render_reference()
+    assert DOC.read_text() == text, "docs/configuration.md is stale: run python -m roll_ma.config.reference"
+    for key, _tp, _default, _help in describe(RunConfig):  # a key, or a list of blocks with its own section
+        assert f"| `{key}` |" in text or f"## `{key}` (a list" in text, key
+    assert "| `agents[].lr` |" in text and "`hf`, `vllm`" in text and ">= 0" in text
+    stale = tmp_path / "configuration.md"
+    stale.write_text(text.replace("experiment name", "an old help text"))
+    assert main(["--check", "--out", str(stale)]) == 1 and main(["--check"]) == 0
