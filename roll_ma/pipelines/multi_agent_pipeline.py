@@ -250,7 +250,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
             tokens = metrics.get("rollout/response_tokens", 0.0)
             rollout_s = metrics["timing/rollout"]
             if staleness > 0:  # timing/rollout is only the trainer's wait: the rollout's own wall clock
-                rollout_s = metrics.get("timeline/rollout_end", 0.0) - metrics.get("timeline/rollout_start", 0)
+                rollout_s = metrics.get("timeline/rollout_end", 0) - metrics.get("timeline/rollout_start", 0)
             metrics["system/rollout_tokens_per_s"] = tokens / max(rollout_s, 1e-9)
             trained = sum(v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/tokens"))
             metrics["system/train_tokens_per_s"] = trained / max(metrics["timing/update"], 1e-9)
