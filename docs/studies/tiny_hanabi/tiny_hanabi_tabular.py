@@ -1,6 +1,6 @@
 """Where independent policy-gradient learners settle in tiny Hanabi, computed exactly on the table.
 
-    python benchmarks/tiny_hanabi_tabular.py            # ~20 s on CPU
+    python docs/studies/tiny_hanabi/tiny_hanabi_tabular.py            # ~20 s on CPU
 
 Two tabular softmax policies (player 0: card -> action; player 1: (card, partner's action) ->
 action) follow the exact gradient of the expected shared return of OpenSpiel's `tiny_hanabi`

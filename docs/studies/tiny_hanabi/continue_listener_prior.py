@@ -1,6 +1,6 @@
 """Continue a tiny base with a listener prior for tiny Hanabi's player 1 (an experiment, not shipped).
 
-    python scripts/continue_listener_prior.py --out /tmp/bases/listener_p1 --perm-seed 1   # ~6 min, 2 cores
+    python docs/studies/tiny_hanabi/continue_listener_prior.py --out /tmp/bases/listener_p1 --perm-seed 1   # ~6 min, 2 cores
 
 Why: the step from 9 to 10 needs player 1 to answer the signal `a0` the opposite way from `a2`
 (its card XOR the signal; docs/benchmarks.md). On `builtin:tiny-habits` RL ties the two answers
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 import build_tiny_model as build  # noqa: E402  (the script's examples, encoding and habits)
 
 from roll_ma.models.loading import resolve_model_path  # noqa: E402

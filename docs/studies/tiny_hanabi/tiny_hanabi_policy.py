@@ -1,6 +1,6 @@
 """What the two seats of a tiny_hanabi_selfplay checkpoint learned: their exact policy tables.
 
-    python benchmarks/tiny_hanabi_policy.py outputs/tiny_hanabi_selfplay/checkpoints/step_000260
+    python docs/studies/tiny_hanabi/tiny_hanabi_policy.py outputs/tiny_hanabi_selfplay/checkpoints/step_000260
 
 For every information set (player 0: its card; player 1: its card and player 0's action) the
 prompt the env would show is scored against the three answers `<answer>a0</answer>` ..

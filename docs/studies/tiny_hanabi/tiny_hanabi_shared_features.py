@@ -1,6 +1,6 @@
 """Why the LM's tiny Hanabi seats stop at 8 or 9: a policy that shares its features across cards and signals.
 
-    python benchmarks/tiny_hanabi_shared_features.py            # ~1 min on one core
+    python docs/studies/tiny_hanabi/tiny_hanabi_shared_features.py            # ~1 min on one core
 
 `tiny_hanabi_tabular.py` gives each information set its own logits. An LM does not: "Card d0"
 and "Card d1" differ by one digit of the prompt, and an update for one card moves the other

@@ -1,7 +1,7 @@
 """How far a LoRA update for one card also moves the other card: the card tie of a base.
 
-    python benchmarks/tiny_hanabi_card_tie.py                      # the built-in tiny model
-    python benchmarks/tiny_hanabi_card_tie.py --model /tmp/my_base
+    python docs/studies/tiny_hanabi/tiny_hanabi_card_tie.py                      # the built-in tiny model
+    python docs/studies/tiny_hanabi/tiny_hanabi_card_tie.py --model /tmp/my_base
 
 For each tiny Hanabi information set and each answer, g(card) is the gradient, over a fresh
 LoRA adapter's parameters, of that answer's logit (minus the mean of the three answers' logits)
