@@ -81,7 +81,7 @@ def hanabi_habits(env, rng: random.Random) -> dict[str, list[float]]:
     pretrained model's priors they carry no knowledge of the payoffs; they make the model's
     answer depend on what it sees. Uniform answers do not: a LoRA step that raises an answer
     for one card raises it 0.98 as much for the other (0.28 on the seed-0 habits base;
-    `benchmarks/tiny_hanabi_card_tie.py`).
+    `docs/studies/tiny_hanabi/tiny_hanabi_card_tie.py`).
     """
     habits, frontier = {}, [env.game.new_initial_state()]
     while frontier:
