@@ -145,6 +145,8 @@ class Cluster:
 
     def _call_ranks(self, method: str, ranks: list[int], call_args: tuple, gather: Callable) -> PendingCall:
         args, kwargs = call_args
+        if len(ranks) > 1:
+            args, kwargs = _put_once(args, kwargs)
         refs = [getattr(self.workers[r], method).remote(*args, **kwargs) for r in ranks]
         return self._pending(method, ranks, refs, gather)
 
@@ -160,6 +162,16 @@ class Cluster:
         if self.workers:
             activity.clear(self._keys)
         self.workers = []
+
+
+def _put_once(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """DataProto arguments put into Ray's object store once, for every rank of a call to read (Ray hands
+    each actor the value behind a top-level ref): the driver serialises a batch once, not once per rank,
+    and a node fetches it once for all of its ranks."""
+    import ray
+
+    put = lambda v: ray.put(v) if isinstance(v, DataProto) else v  # noqa: E731
+    return tuple(put(a) for a in args), {k: put(v) for k, v in kwargs.items()}
 
 
 def _pop_data(args: tuple, kwargs: dict) -> tuple[DataProto, tuple, str | None]:

@@ -36,6 +36,10 @@ class EchoWorker(Worker):
         return self.ping()
 
     @register(Dispatch.ONE_TO_ALL)
+    def whole(self, data: DataProto, scale: float = 1.0) -> tuple[int, float]:
+        return len(data), float(data.batch["x"].sum()) * scale
+
+    @register(Dispatch.ONE_TO_ALL)
     def num_calls(self) -> int:
         return self.calls
 
@@ -86,6 +90,13 @@ def test_dp_compute_keeps_the_meta_info_of_every_rank(cluster):
     out = cluster.report(DataProto.from_dict({"x": torch.arange(5.0)}, meta_info={"step": 3}))
     assert out.meta_info["step"] == 3  # echoed by both ranks: kept once
     assert out.meta_info["metrics"] == {"rows": [3, 2], "rank": [0, 1], "scale": 3.0}  # rank 1 not dropped
+
+
+def test_one_to_all_gives_every_rank_the_whole_batch(cluster):
+    # the batch is put into the object store once and every rank reads it (positional or keyword)
+    data = DataProto.from_dict({"x": torch.arange(6.0)}, {"tag": list("abcdef")})
+    assert cluster.whole(data, scale=2.0) == [(6, 30.0), (6, 30.0)]
+    assert cluster.whole(data=data) == [(6, 15.0), (6, 15.0)]
 
 
 def test_rank_zero_and_non_blocking(cluster):
