@@ -10,6 +10,14 @@ the memory of N agents as adapters on one base against N separate models.
     python benchmarks/pipeline_scaling.py --device cuda --shape qwen2.5-7b --agents 4,8 --batches 64 \
         --turns 2 --new-tokens 256 --replay --skip-memory --out ps.json --plot ps.png
 
+Throughput vs GPUs at fixed per-GPU work (``--gpus``): each GPU count G runs G rollout engines and G
+train ranks, every role colocated on every GPU, on G x ``--batches[0]`` episodes per step, for each of
+``--agents``; the table adds episodes/s, tokens/s and the efficiency against 1 GPU, ``--plot`` draws
+throughput vs GPUs (``throughput.py``). On cpu the same runs use G workers of each role and no GPU.
+
+    python benchmarks/pipeline_scaling.py --device cuda --model M --agents 8 --gpus 1,2,4,8 --batches 64 \
+        --turns 2 --new-tokens 256 --skip-memory --out scaling.json --plot scaling.png
+
 Every run is ``roll_ma.pipelines.run_pipeline`` on a config built here (nothing else is mocked): the
 env is ``seat_game.SeatGame``, an N-seat game where every seat is its own agent (own LoRA adapter) and
 an episode is ``--turns`` turns. The turns per episode stay the same as N grows, so every run trains
@@ -59,6 +67,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--batches", type=int_list, default=None, help="episodes per step (default: 4,8 cpu; 64 cuda)"
     )
     p.add_argument("--batch-agents", type=int, default=2, help="agents of the batch sweep")
+    p.add_argument(
+        "--gpus",
+        type=int_list,
+        default=None,
+        help="GPU counts of a throughput sweep at fixed per-GPU work (--batches[0] episodes per GPU); "
+        "replaces the agent and batch sweeps",
+    )
     p.add_argument("--turns", type=int, default=None, help="turns per episode (default: 4 cpu, 2 cuda)")
     p.add_argument("--group-size", type=int, default=4, help="episodes per GRPO group")
     p.add_argument("--steps", type=int, default=3, help="pipeline steps per run (the first is not counted)")
@@ -112,6 +127,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--steps must be >= 2 (the first step is warm-up)")
     if args.replay and args.backend != "vllm":
         p.error("--replay needs --backend vllm (it replays calls on the vLLM engine)")
+    if args.gpus and (min(args.gpus) < 1 or 1 not in args.gpus and not args.out):
+        p.error("--gpus needs counts >= 1 and 1 among them (the efficiency's base), or an --out that a "
+                "1-GPU run already wrote to")
     return args
 
 
@@ -122,8 +140,8 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[int, int]]:
 
 
 # ---------------------------------------------------------------------------- one pipeline run
-def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str) -> Any:
-    """The typed, validated RunConfig of one run."""
+def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str, gpus: int = 1) -> Any:
+    """The typed, validated RunConfig of one run (``gpus``: engines, train ranks and env workers)."""
     from roll_ma.config import ConfigError, RunConfig, to_dataclass
     from roll_ma.config.validate import validate
 
@@ -172,9 +190,10 @@ def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str) 
             "groups_per_step": batch // args.group_size,
             "group_size": args.group_size,
             "max_turns": args.turns,
+            "num_workers": gpus,
         },
-        "rollout": rollout,
-        "train": train,
+        "rollout": {**rollout, "num_workers": gpus},
+        "train": {**train, "num_workers": gpus},
         "reference": {"mode": "train_worker" if args.kl_coef > 0 else "none"},
         "algorithm": {"kl_coef": args.kl_coef},
         "trainer": {
@@ -183,7 +202,7 @@ def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str) 
             "resume": "never",
             "progress_bars": False,
         },
-        "resources": {"num_gpus": 1 if cuda else 0},
+        "resources": {"num_gpus": gpus if cuda else 0},  # default mapping: every role on GPUs 0..gpus-1
     }
     cfg, problems = to_dataclass(RunConfig, raw)
     problems += validate(cfg, check_env=True)
@@ -239,6 +258,7 @@ def summarize_run(metrics: list[dict[str, Any]], agents: int) -> dict[str, Any]:
             else None
         ),
         "rows": med("rollout/turns"),
+        "response_tokens": med("rollout/response_tokens"),
         "rollout_tok_s": med("system/rollout_tokens_per_s"),
         "gpu_rollout_gb": peak("system/gpu_used_gb_rollout"),
         "gpu_update_gb": peak("system/gpu_peak_gb_update"),
@@ -271,20 +291,22 @@ def replay_hook(args: argparse.Namespace):
     return hook if args.replay else None
 
 
-def run_one(args: argparse.Namespace, agents: int, batch: int) -> dict[str, Any]:
+def run_one(args: argparse.Namespace, agents: int, batch: int, gpus: int = 1) -> dict[str, Any]:
     from common import log
 
     from roll_ma.pipelines import run_pipeline
     from roll_ma.tracking import read_metrics
 
     with tempfile.TemporaryDirectory(prefix="roll_ma_scaling_") as out_dir:
-        cfg = run_config(args, agents, batch, out_dir)
+        cfg = run_config(args, agents, batch, out_dir, gpus)
         start = time.perf_counter()
         run_pipeline(cfg, step_hook=replay_hook(args))
         wall = time.perf_counter() - start
         metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
-    res = {"agents": agents, "episodes": batch, **summarize_run(metrics, agents), "run_wall_s": wall}
-    log(f"{agents} agents, {batch} episodes/step: step {res['step_s']:.3f} s (run {wall:.0f} s)")
+    res = {"agents": agents, "episodes": batch, "gpus": gpus, **summarize_run(metrics, agents),
+           "run_wall_s": wall}
+    log(f"{agents} agents, {batch} episodes/step, {gpus} GPU(s): step {res['step_s']:.3f} s "
+        f"(run {wall:.0f} s)")
     return res
 
 
@@ -412,13 +434,79 @@ def memory_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+# ---------------------------------------------------------------------------- the sweeps
+COLUMNS = [
+    "agents",
+    "episodes",
+    "rows",
+    "step_s",
+    "rollout_s",
+    "reference_s",
+    "old_log_probs_s",
+    "update_s",
+    "update_adapter_s",
+    "sync_s",
+    "sync_wake_s",
+    "sync_export_s",
+    "sync_install_s",
+    "sync_per_adapter_ms",
+    "sync_export_pack_ms",
+    "sync_install_worker_ms",
+    "sync_install_rpc_ms",
+    "sync_engine_sum_ms",
+    "sync_adapter_ms",
+    "other_s",
+    "step_vs_fewest_agents",
+    "gpu_peak_gb",
+    "gpu_vs_fewest_agents",
+    "rollout_tok_s",
+    "engine_tok_s",
+    "engine_logprobs_tok_s",
+    "rollout_vs_engine",
+    "run_wall_s",
+]
+GPU_COLUMNS = ["episodes_per_s", "tokens_per_s", "speedup", "efficiency"]  # the --gpus sweep's
+
+
+def run_sweep(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every planned run (merged with those ``--out`` already holds) and the JSON summary."""
+    from common import merge_previous
+    from throughput import add_throughput, planned_gpu_runs
+
+    if args.gpus:
+        plan = planned_gpu_runs(args.agents, args.batches[0], args.gpus)
+        key: tuple[str, ...] = ("agents", "episodes", "gpus")
+    else:
+        plan = [(n, batch, 1) for n, batch in planned_runs(args)]
+        key = ("agents", "episodes")
+    new = [run_one(args, n, batch, gpus) for n, batch, gpus in plan]
+    runs = merge_previous("pipeline_scaling", args.out, new, key)
+    rows = sorted(runs, key=lambda r: (r.get("gpus", 1), r["episodes"], r["agents"]))
+    for r in rows:  # relative to the fewest agents at the same batch (and GPUs)
+        same = [b for b in rows if b["episodes"] == r["episodes"] and b.get("gpus", 1) == r.get("gpus", 1)]
+        ref = min(same, key=lambda b: b["agents"])
+        r["step_vs_fewest_agents"] = r["step_s"] / ref["step_s"]
+        if r.get("gpu_peak_gb") and ref.get("gpu_peak_gb"):
+            r["gpu_vs_fewest_agents"] = r["gpu_peak_gb"] / ref["gpu_peak_gb"]
+    if not args.gpus:
+        return rows, {f"step_s_{r['agents']}agents_{r['episodes']}ep": round(r["step_s"], 4) for r in rows}
+    add_throughput(rows)
+    summary = {}
+    for r in rows:
+        tag = f"{r['agents']}agents_{r['gpus']}gpus"
+        summary[f"episodes_per_s_{tag}"] = round(r["episodes_per_s"], 4)
+        if r.get("efficiency") is not None:
+            summary[f"efficiency_{tag}"] = round(r["efficiency"], 4)
+    return rows, summary
+
+
 # ---------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     # SeatGame is imported by import path in every Ray actor: they must find this folder
     here = str(Path(__file__).resolve().parent)
     sys.path.insert(0, here)
     os.environ["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
-    from common import environment, markdown_table, merge_previous, prepare_model, report, setup_device
+    from common import environment, markdown_table, prepare_model, report, setup_device
 
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     setup_device(args)
@@ -436,23 +524,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from roll_ma.distributed.ray_env import init_ray
 
     init_ray(env_vars={"PYTHONPATH": os.environ["PYTHONPATH"]})
-    new = [run_one(args, n, batch) for n, batch in planned_runs(args)]
-    runs = merge_previous("pipeline_scaling", args.out, new, ("agents", "episodes"))
-    rows = sorted(runs, key=lambda r: (r["episodes"], r["agents"]))
-    for r in rows:  # relative to the fewest agents at the same batch
-        ref = min((b for b in rows if b["episodes"] == r["episodes"]), key=lambda b: b["agents"])
-        r["step_vs_fewest_agents"] = r["step_s"] / ref["step_s"]
-        if r.get("gpu_peak_gb") and ref.get("gpu_peak_gb"):
-            r["gpu_vs_fewest_agents"] = r["gpu_peak_gb"] / ref["gpu_peak_gb"]
-    summary = {f"step_s_{r['agents']}agents_{r['episodes']}ep": round(r["step_s"], 4) for r in rows}
+    rows, summary = run_sweep(args)
     engine = f" ({'eager' if args.eager else 'CUDA graphs'})" if args.backend == "vllm" else ""
     setting = (
         f"model {model_label}, {args.dtype}, rollout {args.backend}{engine}, LoRA rank {args.lora_rank} on "
         f"{','.join(args.targets) if args.targets else 'all linear layers'}; {args.turns} turns per episode, "
         f"<= {args.new_tokens} new tokens, {args.steps} steps per run (median over steps 2..{args.steps})"
     )
-    if args.plot:
-        plot_parts(rows, args.plot, setting[:110] + ("..." if len(setting) > 110 else ""))
+    title = setting[:110] + ("..." if len(setting) > 110 else "")
+    if args.plot and args.gpus:
+        from throughput import plot_throughput
+
+        plot_throughput(rows, args.plot, title)
+    elif args.plot:
+        plot_parts(rows, args.plot, title)
     mem_cols = list(mem[0]) if mem else []
     notes = [
         setting,
@@ -465,36 +550,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "same calls (--replay)",
         "memory (weights only):\n\n" + (markdown_table(mem_cols, mem) if mem else "skipped"),
     ]
-    columns = [
-        "agents",
-        "episodes",
-        "rows",
-        "step_s",
-        "rollout_s",
-        "reference_s",
-        "old_log_probs_s",
-        "update_s",
-        "update_adapter_s",
-        "sync_s",
-        "sync_wake_s",
-        "sync_export_s",
-        "sync_install_s",
-        "sync_per_adapter_ms",
-        "sync_export_pack_ms",
-        "sync_install_worker_ms",
-        "sync_install_rpc_ms",
-        "sync_engine_sum_ms",
-        "sync_adapter_ms",
-        "other_s",
-        "step_vs_fewest_agents",
-        "gpu_peak_gb",
-        "gpu_vs_fewest_agents",
-        "rollout_tok_s",
-        "engine_tok_s",
-        "engine_logprobs_tok_s",
-        "rollout_vs_engine",
-        "run_wall_s",
-    ]
+    if args.gpus:
+        where = "GPUs 0..G-1" if args.device == "cuda" else "the CPU: G workers of each role, no GPU"
+        notes.insert(1, (
+            f"gpus = G: G rollout engines and G train ranks, every role colocated on {where}; G env workers; "
+            f"{args.batches[0]} episodes per GPU per step. episodes_per_s = episodes / step_s; tokens_per_s "
+            "= response tokens / step_s; efficiency = episodes_per_s / (G x episodes_per_s at 1 GPU)"))
+    columns = (["gpus", *COLUMNS[:2], *GPU_COLUMNS, *COLUMNS[2:]] if args.gpus else COLUMNS)
     return report(
         "pipeline_scaling",
         args,
