@@ -99,6 +99,18 @@ def test_one_to_all_gives_every_rank_the_whole_batch(cluster):
     assert cluster.whole(data=data) == [(6, 15.0), (6, 15.0)]
 
 
+def test_a_share_of_the_ranks_calls_only_those_and_names_their_real_rank(cluster):
+    # two callers, two ranks: caller 1 gets rank 1 alone (env worker i drives engine i)
+    mine = cluster.share(1, 2)
+    assert mine.world_size == 1 and cluster.world_size == 2
+    out = mine.scaled(DataProto.from_dict({"x": torch.arange(3.0)}))
+    assert out.non_tensor["served_by"].tolist() == [1, 1, 1]
+    with pytest.raises(WorkerError, match="echo worker rank 1 failed in fail_on_rank_one"):
+        mine.fail_on_rank_one()
+    assert cluster.share(0, 1) is cluster and cluster.share(0, 2).only_rank_zero() == 0
+    assert [cluster.share(c, 3)._rank_ids for c in range(3)] == [[0], [1], [0]]  # more callers than ranks
+
+
 def test_rank_zero_and_non_blocking(cluster):
     assert cluster.only_rank_zero() == 0
     pending = cluster.async_scaled(DataProto.from_dict({"x": torch.ones(4)}))
