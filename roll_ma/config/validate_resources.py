@@ -32,6 +32,12 @@ def check_placement(cfg: RunConfig, workers: dict[str, int], problems: list[Conf
     _check_role_resources(cfg, problems)
     per = gpus_per_worker(cfg)
     res = cfg.resources
+    for prefix, rollout in (("rollout", cfg.rollout), ("teacher.rollout", cfg.teacher.rollout)):
+        if "tensor_parallel_size" in rollout.engine_kwargs:  # why: placement must know an engine's GPUs
+            problems.append(ConfigProblem(
+                f"{prefix}.engine_kwargs.tensor_parallel_size",
+                f"set {prefix}.tensor_parallel instead: each worker's placement bundle then holds that many "
+                "GPUs (through engine_kwargs the engine would look for GPUs its actor was not given)"))
     for role, (tp_key, _) in TP_KEYS.items():
         k, n = per[role], workers.get(role, 0)
         if k == 1 or n == 0:

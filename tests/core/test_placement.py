@@ -139,6 +139,9 @@ def test_tensor_parallel_mistakes_name_the_key_and_the_fix(eight_gpus):
     assert any(p.startswith("resources.device_mapping.rollout: with rollout.tensor_parallel=2 each "
                             "rollout worker takes whole GPUs") and "shares GPUs [0] with train" in p
                and "resources.device_mapping.rollout=[1, 2]" in p for p in found), found
+    found = problems_of("math_selfplay_7b", ["+rollout.engine_kwargs.tensor_parallel_size=2"])
+    assert any(p.startswith("rollout.engine_kwargs.tensor_parallel_size: set rollout.tensor_parallel instead")
+               for p in found), found
     # Qwen2.5-7B has 28 attention heads: 8 shards cannot split them
     found = problems_of("math_selfplay_7b", ["rollout.tensor_parallel=8", "resources.num_gpus=8",
                                              "model.random_weights=true", "~resources.device_mapping",
