@@ -10,6 +10,14 @@ the memory of N agents as adapters on one base against N separate models.
     python benchmarks/pipeline_scaling.py --device cuda --shape qwen2.5-7b --agents 4,8 --batches 64 \
         --turns 2 --new-tokens 256 --replay --skip-memory --out ps.json --plot ps.png
 
+Throughput vs GPUs at fixed per-GPU work (``--gpus``): each GPU count G runs G rollout engines and G
+train ranks, every role colocated on every GPU, on G x ``--batches[0]`` episodes per step, for each of
+``--agents``; the table adds episodes/s, tokens/s and the efficiency against 1 GPU, ``--plot`` draws
+throughput vs GPUs (``throughput.py``). On cpu the same runs use G workers of each role and no GPU.
+
+    python benchmarks/pipeline_scaling.py --device cuda --model M --agents 8 --gpus 1,2,4,8 --batches 64 \
+        --turns 2 --new-tokens 256 --skip-memory --out scaling.json --plot scaling.png
+
 Every run is ``roll_ma.pipelines.run_pipeline`` on a config built here (nothing else is mocked): the
 env is ``seat_game.SeatGame``, an N-seat game where every seat is its own agent (own LoRA adapter) and
 an episode is ``--turns`` turns. The turns per episode stay the same as N grows, so every run trains
@@ -35,13 +43,10 @@ import json
 import os
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
-# what one step is made of, in the order of the stacked plot ("other" = the rest of timing/step)
-PARTS = ("rollout", "reference", "old_log_probs", "update", "sync_wake", "sync_export", "sync_install")
 GRAPH_SIZES = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256]  # CUDA graphs captured (engine start)
 
 
@@ -60,6 +65,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--batches", type=int_list, default=None, help="episodes per step (default: 4,8 cpu; 64 cuda)"
     )
     p.add_argument("--batch-agents", type=int, default=2, help="agents of the batch sweep")
+    p.add_argument(
+        "--gpus",
+        type=int_list,
+        default=None,
+        help="GPU counts of a throughput sweep at fixed per-GPU work (--batches[0] episodes per GPU); "
+        "replaces the agent and batch sweeps",
+    )
     p.add_argument("--turns", type=int, default=None, help="turns per episode (default: 4 cpu, 2 cuda)")
     p.add_argument("--group-size", type=int, default=4, help="episodes per GRPO group")
     p.add_argument("--steps", type=int, default=3, help="pipeline steps per run (the first is not counted)")
@@ -87,7 +99,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--replay", action="store_true", help="replay the last step's generate calls bare (vllm)")
     p.add_argument("--plot", default=None, help="write the stacked step parts vs agents here (png)")
     p.add_argument(
-        "--timeline", default=None, help="write the rollout / update timeline of each run here (png)"
+        "--timeline", default=None, help="write the rollout / trainer timeline of each run here (png)"
     )
     p.add_argument("--split", action="store_true", help="cuda: rollout on GPU 1, train on GPU 0 (2 GPUs)")
     p.add_argument(
@@ -123,6 +135,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--steps must be >= 2 (the first step is warm-up)")
     if args.replay and args.backend != "vllm":
         p.error("--replay needs --backend vllm (it replays calls on the vLLM engine)")
+    if args.gpus and (min(args.gpus) < 1 or 1 not in args.gpus and not args.out):
+        p.error(
+            "--gpus needs counts >= 1 and 1 among them (the efficiency's base), or an --out that a "
+            "1-GPU run already wrote to"
+        )
     return args
 
 
@@ -133,8 +150,8 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[int, int]]:
 
 
 # ---------------------------------------------------------------------------- one pipeline run
-def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str) -> Any:
-    """The typed, validated RunConfig of one run."""
+def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str, gpus: int = 1) -> Any:
+    """The typed, validated RunConfig of one run (``gpus``: engines, train ranks and env workers)."""
     from roll_ma.config import ConfigError, RunConfig, to_dataclass
     from roll_ma.config.validate import validate
 
@@ -184,9 +201,10 @@ def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str) 
             "groups_per_step": batch // args.group_size,
             "group_size": args.group_size,
             "max_turns": args.turns,
+            "num_workers": gpus,
         },
-        "rollout": rollout,
-        "train": train,
+        "rollout": {**rollout, "num_workers": gpus},
+        "train": {**train, "num_workers": gpus},
         "reference": {"mode": "train_worker" if args.kl_coef > 0 else "none"},
         "algorithm": {"kl_coef": args.kl_coef},
         "trainer": {
@@ -195,10 +213,11 @@ def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str) 
             "resume": "never",
             "progress_bars": False,
         },
+        # default mapping: every role on GPUs 0..gpus-1; --split: rollout and train on a GPU each
         "resources": (
             {"num_gpus": 2, "device_mapping": {"rollout": [1], "train": [0]}}
             if cuda and args.split
-            else {"num_gpus": 1 if cuda else 0}
+            else {"num_gpus": gpus if cuda else 0}
         ),
     }
     cfg, problems = to_dataclass(RunConfig, raw)
@@ -255,6 +274,7 @@ def summarize_run(metrics: list[dict[str, Any]], agents: int) -> dict[str, Any]:
             else None
         ),
         "rows": med("rollout/turns"),
+        "response_tokens": med("rollout/response_tokens"),
         "rollout_tok_s": med("system/rollout_tokens_per_s"),
         "gpu_rollout_gb": peak("system/gpu_used_gb_rollout"),
         "gpu_update_gb": peak("system/gpu_peak_gb_update"),
@@ -287,30 +307,6 @@ def replay_hook(args: argparse.Namespace):
     return hook if args.replay else None
 
 
-def run_one(args: argparse.Namespace, agents: int, batch: int) -> dict[str, Any]:
-    from common import log
-
-    from roll_ma.pipelines import run_pipeline
-    from roll_ma.tracking import read_metrics
-
-    with tempfile.TemporaryDirectory(prefix="roll_ma_scaling_") as out_dir:
-        cfg = run_config(args, agents, batch, out_dir)
-        start = time.perf_counter()
-        run_pipeline(cfg, step_hook=replay_hook(args))
-        wall = time.perf_counter() - start
-        metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
-    res = {
-        "agents": agents,
-        "episodes": batch,
-        "max_staleness": args.max_staleness,
-        **summarize_run(metrics, agents),
-        "run_wall_s": wall,
-        "timeline": timeline_of(metrics),
-    }
-    log(f"{agents} agents, {batch} episodes/step: step {res['step_s']:.3f} s (run {wall:.0f} s)")
-    return res
-
-
 def timeline_of(metrics: list[dict[str, Any]]) -> list[dict[str, float]]:
     """Per step, the wall-clock intervals of the rollout (env workers) and of the update + sync (the
     trainer), in seconds from the first rollout's start."""
@@ -322,162 +318,105 @@ def timeline_of(metrics: list[dict[str, Any]]) -> list[dict[str, float]]:
     return [{"step": m["step"], **{k: m[f"timeline/{k}"] - t0 for k in keys}} for m in steps]
 
 
-def plot_timeline(rows: list[dict[str, Any]], path: str, title: str) -> str:
-    """One panel per run: rollout bars (the engines' lane) and the trainer's bars (log-probs orange,
-    update green, what is left of the sync brown) over the steps, so a reader sees whether they overlap."""
-    import matplotlib
+def run_one(args: argparse.Namespace, agents: int, batch: int, gpus: int = 1) -> dict[str, Any]:
+    from common import log
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from roll_ma.pipelines import run_pipeline
+    from roll_ma.tracking import read_metrics
 
-    runs = [r for r in rows if r.get("timeline")]
-    if not runs:
-        raise SystemExit("pipeline_scaling: no run has a timeline to plot (timeline/* metrics)")
-    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.6 * len(runs) + 0.8), squeeze=False)
-    for ax, run in zip(axes[:, 0], runs, strict=True):
-        for seg in run["timeline"]:
-            ax.barh(1, seg["rollout_end"] - seg["rollout_start"], left=seg["rollout_start"], color="tab:blue")
-            ax.barh(0, seg["update_start"] - seg["score_start"], left=seg["score_start"], color="tab:orange")
-            ax.barh(0, seg["update_end"] - seg["update_start"], left=seg["update_start"], color="tab:green")
-            ax.barh(0, seg["sync_end"] - seg["update_end"], left=seg["update_end"], color="tab:brown")
-            ax.text(seg["rollout_start"], 1.45, f"s{seg['step']}", fontsize=7)
-        ax.set_yticks([0, 1], ["trainer: log-probs,\nupdate, sync", "rollout"])
-        ax.set_ylim(-0.6, 1.8)
-        ax.set_title(
-            f"{run['agents']} agents, max_staleness={run.get('max_staleness', 0)}: "
-            f"{run['step_s']:.2f} s a step",
-            fontsize=8,
-        )
-    axes[-1, 0].set_xlabel("seconds")
-    fig.suptitle(textwrap.fill(title, 110), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def plot_parts(rows: list[dict[str, Any]], path: str, title: str) -> str:
-    """Stacked bars of the step's parts against the number of agents (the first batch size's runs)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    batch = min(r["episodes"] for r in rows)
-    runs = sorted((r for r in rows if r["episodes"] == batch), key=lambda r: r["agents"])
-    labels = [str(r["agents"]) for r in runs]
-    fig, ax = plt.subplots(figsize=(8.5, 4.2))
-    bottom = [0.0] * len(runs)
-    sync_keys = {"sync_wake": "sync_wake_s", "sync_export": "sync_export_s", "sync_install": "sync_install_s"}
-    for part in PARTS:
-        vals = [float(r.get(sync_keys.get(part, f"{part}_s")) or 0.0) for r in runs]
-        if any(vals):
-            ax.bar(labels, vals, bottom=bottom, label=part.replace("_", " "))
-            bottom = [b + v for b, v in zip(bottom, vals)]
-    other = [max(float(r["step_s"] or 0.0) - b, 0.0) for r, b in zip(runs, bottom)]
-    ax.bar(labels, other, bottom=bottom, label="other", color="lightgray")
-    ax.set_xlabel("agents (one LoRA adapter each)")
-    ax.set_ylabel("seconds per step")
-    ax.set_title(textwrap.fill(title, 95), fontsize=8)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-# ---------------------------------------------------------------------------- memory
-def parameter_counts(model_path: str, rank: int, targets: list[str]) -> tuple[int, int]:
-    """(base parameters, LoRA parameters of one adapter): r x (in + out) for every targeted Linear."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(model_path)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    base = sum(p.numel() for p in model.parameters())  # tied embeddings counted once
-    lora = sum(
-        rank * (m.in_features + m.out_features)
-        for name, m in model.named_modules()
-        if isinstance(m, torch.nn.Linear) and name.split(".")[-1] in targets
+    with tempfile.TemporaryDirectory(prefix="roll_ma_scaling_") as out_dir:
+        cfg = run_config(args, agents, batch, out_dir, gpus)
+        start = time.perf_counter()
+        run_pipeline(cfg, step_hook=replay_hook(args))
+        wall = time.perf_counter() - start
+        metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
+    res = {
+        "agents": agents,
+        "episodes": batch,
+        "gpus": gpus,
+        "max_staleness": args.max_staleness,
+        **summarize_run(metrics, agents),
+        "run_wall_s": wall,
+        "timeline": timeline_of(metrics),
+    }
+    log(
+        f"{agents} agents, {batch} episodes/step, {gpus} GPU(s): step {res['step_s']:.3f} s "
+        f"(run {wall:.0f} s)"
     )
-    return base, lora
+    return res
 
 
-def measure_memory_child(args: argparse.Namespace) -> None:
-    """GPU bytes (max_memory_allocated) of base + N adapters and of N base copies, for each N."""
-    import gc
+# ---------------------------------------------------------------------------- the sweeps
+COLUMNS = [
+    "agents",
+    "episodes",
+    "max_staleness",
+    "rows",
+    "step_s",
+    "rollout_s",
+    "reference_s",
+    "old_log_probs_s",
+    "update_s",
+    "update_adapter_s",
+    "sync_s",
+    "sync_wake_s",
+    "sync_export_s",
+    "sync_install_s",
+    "sync_per_adapter_ms",
+    "sync_export_pack_ms",
+    "sync_install_worker_ms",
+    "sync_install_rpc_ms",
+    "sync_engine_sum_ms",
+    "sync_adapter_ms",
+    "other_s",
+    "step_vs_fewest_agents",
+    "gpu_peak_gb",
+    "gpu_vs_fewest_agents",
+    "rollout_tok_s",
+    "engine_tok_s",
+    "engine_logprobs_tok_s",
+    "rollout_vs_engine",
+    "run_wall_s",
+]
+GPU_COLUMNS = ["episodes_per_s", "tokens_per_s", "speedup", "efficiency"]  # the --gpus sweep's
 
-    import torch
-    from common import write_json
 
-    from roll_ma.config.schema import AgentConfig, LoraConfig, ModelConfig
-    from roll_ma.models.adapters import inject_adapters, plan_adapters
-    from roll_ma.models.loading import load_base_model
+def run_sweep(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every planned run (merged with those ``--out`` already holds) and the JSON summary."""
+    from common import merge_previous
+    from throughput import add_throughput, planned_gpu_runs
 
-    model_cfg = ModelConfig(path=args.model, dtype=args.dtype)
+    if args.gpus:
+        plan = planned_gpu_runs(args.agents, args.batches[0], args.gpus)
+        key: tuple[str, ...] = ("agents", "episodes", "gpus", "max_staleness")
+    else:
+        plan = [(n, batch, 1) for n, batch in planned_runs(args)]
+        key = ("agents", "episodes", "max_staleness")
+    new = [run_one(args, n, batch, gpus) for n, batch, gpus in plan]
+    runs = merge_previous("pipeline_scaling", args.out, new, key)
 
-    def peak(load) -> int:
-        gc.collect()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        held = load()
-        torch.cuda.synchronize()
-        used = torch.cuda.max_memory_allocated() - before
-        del held
-        return int(used)
+    def kind(r: dict[str, Any]) -> tuple:  # runs compared with each other: same batch, GPUs and staleness
+        return r["episodes"], r.get("gpus", 1), r.get("max_staleness", 0)
 
-    out = {}
-    for n in args.memory_agents:
-        lora = LoraConfig(rank=args.lora_rank, alpha=2.0 * args.lora_rank)
-        _, specs = plan_adapters(lora, [AgentConfig(name=f"agent{i}") for i in range(n)])
-        adapters = peak(lambda s=specs: inject_adapters(load_base_model(model_cfg, "cuda"), s, args.seed))
-        copies = peak(lambda k=n: [load_base_model(model_cfg, "cuda") for _ in range(k)])
-        out[str(n)] = {"adapters_bytes": adapters, "copies_bytes": copies}
-    write_json(args.child_out, out)
-
-
-def memory_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from common import log, run_child
-
-    from roll_ma.config.schema import ALL_LINEAR
-
-    base, lora = parameter_counts(args.model, args.lora_rank, ALL_LINEAR)
-    width = {"float32": 4, "bfloat16": 2, "float16": 2}[args.dtype]
-    measured = {}
-    if args.device == "cuda":
-        agents = ",".join(str(n) for n in args.memory_agents)
-        argv = [
-            "--device",
-            "cuda",
-            "--model",
-            args.model,
-            "--dtype",
-            args.dtype,
-            "--lora-rank",
-            str(args.lora_rank),
-        ]
-        # --memory-child: without it the child would run main() again and spawn a child of its own
-        measured = run_child(__file__, [*argv, "--memory-child", "--memory-agents", agents])
-        log(f"measured GPU memory: {json.dumps(measured)}")
-    rows = []
-    for n in args.memory_agents:
-        shared, separate = (base + n * lora) * width, n * base * width
-        m = measured.get(str(n), {})
-        rows.append(
-            {
-                "agents": n,
-                "base_params_M": base / 1e6,
-                "lora_params_M_per_agent": lora / 1e6,
-                "adapters_on_one_base_GiB": shared / 2**30,
-                "separate_models_GiB": separate / 2**30,
-                "separate_over_shared": separate / shared,
-                "measured_adapters_GiB": m["adapters_bytes"] / 2**30 if m else None,
-                "measured_separate_GiB": m["copies_bytes"] / 2**30 if m else None,
-            }
-        )
-    return rows
+    rows = sorted(
+        runs, key=lambda r: (r.get("gpus", 1), r.get("max_staleness", 0), r["episodes"], r["agents"])
+    )
+    for r in rows:  # relative to the fewest agents of the same kind
+        same = [b for b in rows if kind(b) == kind(r)]
+        ref = min(same, key=lambda b: b["agents"])
+        r["step_vs_fewest_agents"] = r["step_s"] / ref["step_s"]
+        if r.get("gpu_peak_gb") and ref.get("gpu_peak_gb"):
+            r["gpu_vs_fewest_agents"] = r["gpu_peak_gb"] / ref["gpu_peak_gb"]
+    if not args.gpus:
+        return rows, {f"step_s_{r['agents']}agents_{r['episodes']}ep": round(r["step_s"], 4) for r in rows}
+    add_throughput(rows)
+    summary = {}
+    for r in rows:
+        tag = f"{r['agents']}agents_{r['gpus']}gpus"
+        summary[f"episodes_per_s_{tag}"] = round(r["episodes_per_s"], 4)
+        if r.get("efficiency") is not None:
+            summary[f"efficiency_{tag}"] = round(r["efficiency"], 4)
+    return rows, summary
 
 
 # ---------------------------------------------------------------------------- main
@@ -486,7 +425,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     here = str(Path(__file__).resolve().parent)
     sys.path.insert(0, here)
     os.environ["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
-    from common import environment, markdown_table, merge_previous, prepare_model, report, setup_device
+    from common import environment, markdown_table, prepare_model, report, setup_device
+    from scaling_memory import measure_memory_child, memory_rows
+    from scaling_plots import plot_parts, plot_timeline
 
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     setup_device(args)
@@ -504,27 +445,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from roll_ma.distributed.ray_env import init_ray
 
     init_ray(env_vars={"PYTHONPATH": os.environ["PYTHONPATH"]})
-    new = [run_one(args, n, batch) for n, batch in planned_runs(args)]
-    runs = merge_previous("pipeline_scaling", args.out, new, ("agents", "episodes", "max_staleness"))
-    rows = sorted(runs, key=lambda r: (r["episodes"], r.get("max_staleness", 0), r["agents"]))
-    for r in rows:  # relative to the fewest agents at the same batch and staleness
-        same = [
-            b
-            for b in rows
-            if b["episodes"] == r["episodes"] and b.get("max_staleness", 0) == r.get("max_staleness", 0)
-        ]
-        ref = min(same, key=lambda b: b["agents"])
-        r["step_vs_fewest_agents"] = r["step_s"] / ref["step_s"]
-        if r.get("gpu_peak_gb") and ref.get("gpu_peak_gb"):
-            r["gpu_vs_fewest_agents"] = r["gpu_peak_gb"] / ref["gpu_peak_gb"]
-    summary = {f"step_s_{r['agents']}agents_{r['episodes']}ep": round(r["step_s"], 4) for r in rows}
+    rows, summary = run_sweep(args)
     engine = f" ({'eager' if args.eager else 'CUDA graphs'})" if args.backend == "vllm" else ""
     setting = (
         f"model {model_label}, {args.dtype}, rollout {args.backend}{engine}, LoRA rank {args.lora_rank} on "
         f"{','.join(args.targets) if args.targets else 'all linear layers'}; {args.turns} turns per episode, "
         f"<= {args.new_tokens} new tokens, {args.steps} steps per run (median over steps 2..{args.steps})"
     )
-    if args.plot:
+    if args.plot and args.gpus:
+        from throughput import plot_throughput
+
+        plot_throughput(rows, args.plot, setting)
+    elif args.plot:
         plot_parts([r for r in rows if r.get("max_staleness", 0) == args.max_staleness], args.plot, setting)
     if args.timeline:
         plot_timeline(rows, args.timeline, setting)
@@ -540,37 +472,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "same calls (--replay)",
         "memory (weights only):\n\n" + (markdown_table(mem_cols, mem) if mem else "skipped"),
     ]
-    columns = [
-        "agents",
-        "episodes",
-        "max_staleness",
-        "rows",
-        "step_s",
-        "rollout_s",
-        "reference_s",
-        "old_log_probs_s",
-        "update_s",
-        "update_adapter_s",
-        "sync_s",
-        "sync_wake_s",
-        "sync_export_s",
-        "sync_install_s",
-        "sync_per_adapter_ms",
-        "sync_export_pack_ms",
-        "sync_install_worker_ms",
-        "sync_install_rpc_ms",
-        "sync_engine_sum_ms",
-        "sync_adapter_ms",
-        "other_s",
-        "step_vs_fewest_agents",
-        "gpu_peak_gb",
-        "gpu_vs_fewest_agents",
-        "rollout_tok_s",
-        "engine_tok_s",
-        "engine_logprobs_tok_s",
-        "rollout_vs_engine",
-        "run_wall_s",
-    ]
+    if args.gpus:
+        where = "GPUs 0..G-1" if args.device == "cuda" else "the CPU: G workers of each role, no GPU"
+        notes.insert(
+            1,
+            (
+                f"gpus = G: G rollout engines and G train ranks, every role colocated on {where}; G env "
+                f"workers; {args.batches[0]} episodes per GPU per step. episodes_per_s = episodes / step_s; "
+                "tokens_per_s = response tokens / step_s; efficiency = episodes_per_s / (G x episodes_per_s "
+                "at 1 GPU)"
+            ),
+        )
+    columns = ["gpus", *COLUMNS[:2], *GPU_COLUMNS, *COLUMNS[2:]] if args.gpus else COLUMNS
     return report(
         "pipeline_scaling",
         args,

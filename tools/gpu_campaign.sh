@@ -2,6 +2,7 @@
 # The GPU runs behind docs/benchmarks.md and docs/runs/, in parts that each fit one 10-minute
 # device command (results under $OUT, at most 8 files per part). On the lent GPU machine:
 #   source tools/device_install.sh; bash tools/gpu_campaign.sh tests|pipelines|multilora1|multilora2|extra|graphs
+# (scaling7b / scaling7b_tp: the multi-GPU throughput sweep and a tensor-parallel engine, issue 25)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -142,4 +143,26 @@ PY
       tail -6 "$OUT/async7b_k$k.log"
     done ;;
   *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b"; exit 2 ;;
+  scaling7b)  # issue 25: throughput vs GPUs at the 7B shape, fixed per-GPU work (64 episodes x 2 turns x
+    # <= 256 new tokens per GPU; G engines and G train ranks colocated on G GPUs). One GPU count per call
+    # (G engines start with CUDA graphs, ~4 min), all calls on ONE warm machine of one kind (the 1-GPU
+    # point is the efficiency's base, so it runs there first): on nvidia-h200-x8 (or -x4 up to GPUS=4)
+    #   GPUS=1 bash tools/gpu_campaign.sh scaling7b; then GPUS=2, GPUS=4, GPUS=8; AGENTS=1 likewise
+    g=${GPUS:-1}; a=${AGENTS:-8}; m=$(python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct | tail -1)
+    nvidia-smi topo -m > "$OUT/topology.txt" 2>&1
+    [ -f /tmp/scaling7b.json ] && cp /tmp/scaling7b.json "$OUT/scaling7b.json"
+    log "throughput sweep: $g GPU(s), $a agent(s) on $m"
+    timeout ${TIMEOUT:-570} python benchmarks/pipeline_scaling.py --device cuda --model "$m" --agents "$a" \
+      --gpus "$g" --batches 64 --turns 2 --new-tokens 256 --steps 3 --skip-memory --out "$OUT/scaling7b.json" \
+      --plot "$OUT/scaling7b.png" > "$OUT/scaling7b_${g}gpu_${a}agents.log" 2>&1
+    cp "$OUT/scaling7b.json" /tmp/scaling7b.json; tail -14 "$OUT/scaling7b_${g}gpu_${a}agents.log" ;;
+  scaling7b_tp)  # issue 25: one engine over 2 GPUs (rollout.tensor_parallel=2) beside one train GPU, 7B
+    # shape, to check the TP engine and the adapter install on both shards (nvidia-h200-x4 or larger)
+    m=$(python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct | tail -1)
+    timeout ${TIMEOUT:-570} python start_pipeline.py --config_name math_selfplay_7b model.path="$m" \
+      rollout.tensor_parallel=2 resources.num_gpus=3 'resources.device_mapping={train:[0],rollout:[1,2]}' \
+      rollout.gpu_memory_utilization=0.85 trainer.max_steps=3 trainer.eval_every=0 trainer.save_every=0 \
+      trainer.progress_bars=false trainer.output_dir=/tmp/runs/tp2 > "$OUT/tp2.log" 2>&1
+    cp /tmp/runs/tp2/metrics.jsonl "$OUT/tp2_metrics.jsonl"; grep -E "^\[roll_ma\]|^step|Error" "$OUT/tp2.log" | tail -12 ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|scaling7b|scaling7b_tp"; exit 2 ;;
 esac

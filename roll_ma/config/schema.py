@@ -166,7 +166,18 @@ class RolloutConfig:
     """Generation: backend, sampling, engine settings."""
 
     backend: Literal["hf", "vllm"] = _f("hf", "hf (transformers + PEFT) or vllm (one engine, all adapters)")
-    num_workers: int = _f(1, "rollout worker actors; requests are spread across them", min=1)
+    num_workers: int = _f(
+        1, "rollout worker actors (data parallel: each is one engine serving every adapter; a step's "
+        "requests are split across them, and every sync installs each new adapter in all of them)", min=1
+    )
+    tensor_parallel: int = _f(
+        1,
+        "vllm: GPUs one engine is sharded over (vLLM's tensor_parallel_size), all on one node. Each "
+        "rollout worker then takes this many whole GPUs of resources.device_mapping.rollout (num_workers x "
+        "tensor_parallel entries), which no other role may share (default mapping: GPUs after the "
+        "train/reference ones); 1: one GPU per engine, colocation allowed",
+        min=1,
+    )
     temperature: float = _f(1.0, "sampling temperature", min=0.0)
     top_p: float = _f(1.0, "nucleus sampling", min=0.0, max=1.0)
     max_new_tokens: int = _f(32, "cap on generated tokens per turn", min=1)
@@ -224,7 +235,10 @@ class TrainConfig:
         "what a run without `phases` trains: ppo (the RL loop), sft (one SFT phase, the sft block) or "
         "dpo (one DPO phase, the dpo block); every agent learns from its own rows with its own optimizer",
     )
-    num_workers: int = _f(1, "data-parallel train ranks", min=1)
+    num_workers: int = _f(
+        1, "data-parallel train ranks (DeepSpeed, one GPU each): every agent's rows are split across them "
+        "and their gradients all-reduced, with ZeRO sharding as train.zero_stage says", min=1
+    )
     zero_stage: int = _f(0, "DeepSpeed ZeRO stage (0, 1, 2)", min=0, max=3)
     lr: float = _f(5e-4, "learning rate", min=0.0)
     weight_decay: float = _f(0.0, "AdamW weight decay", min=0.0)
@@ -409,6 +423,13 @@ class ResourcesConfig:
         factory=dict,
     )
     num_cpus_per_worker: float = _f(0.1, "CPUs Ray reserves per actor", min=0.0)
+    role_resources: dict[str, dict[str, float]] = _f(
+        help="Ray custom resources every worker of a role asks for, to pin roles to nodes, e.g. "
+        "{rollout: {inference_node: 1}, train: {train_node: 1}} with `ray start --resources="
+        "'{\"inference_node\": 8}'` on the nodes meant for rollout (amounts per worker; with GPUs they are "
+        "reserved in the worker's placement bundle). Roles: rollout, train, reference, teacher, env",
+        factory=dict,
+    )
     actor_start_timeout_s: float = _f(
         300.0,
         "every worker actor must start (its process running and registered with Ray) within this many "

@@ -187,10 +187,11 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
         )
 
     from roll_ma.config.validate_phases import check_phases
+    from roll_ma.config.validate_resources import check_ray_auth
 
     check_phases(cfg, problems, _looks_local)
     _check_resources(cfg, problems, check_local_gpus)
-    _check_ray_auth(cfg, problems)
+    check_ray_auth(cfg, problems)
     check_async(cfg, problems)
     return problems
 
@@ -333,8 +334,17 @@ def _check_joint_search(cfg: RunConfig, env: object, seats: list[str], problems:
 
 
 def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_gpus: bool = True) -> None:
+    from roll_ma.config.validate_phases import teacher_workers
+    from roll_ma.config.validate_resources import check_placement, gpus_per_worker, workers_key
+
     res = cfg.resources
     add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
+    workers = {
+        "rollout": cfg.rollout.num_workers,
+        "train": cfg.train.num_workers,
+        "reference": cfg.reference.num_workers if cfg.reference.mode == "worker" else 0,
+        "teacher": teacher_workers(cfg),
+    }
     for role in res.device_mapping:
         if role not in ROLES:
             add(
@@ -348,6 +358,7 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
             )
         if cfg.model.dtype == "float16":
             add("model.dtype", "float16 needs a GPU; use float32 (or bfloat16) on CPU")
+        check_placement(cfg, workers, problems)
         return
     if cfg.rollout.backend == "vllm" and cfg.model.dtype == "float32":
         add("model.dtype", "vLLM's LoRA kernels on GPU need bfloat16 or float16; set model.dtype=bfloat16")
@@ -358,24 +369,20 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
                     f"resources.device_mapping.{role}",
                     f"GPU {g} is outside 0..{res.num_gpus - 1} (resources.num_gpus={res.num_gpus})",
                 )
-    from roll_ma.config.validate_phases import teacher_workers
-
-    workers = {
-        "rollout": cfg.rollout.num_workers,
-        "train": cfg.train.num_workers,
-        "reference": cfg.reference.num_workers if cfg.reference.mode == "worker" else 0,
-        "teacher": teacher_workers(cfg),
-    }
+    per = gpus_per_worker(cfg)
     for role, n in workers.items():
+        k = per.get(role, 1)
         gpus = res.device_mapping.get(role)
-        if gpus is not None and n and len(gpus) != n:
+        if gpus is not None and n and len(gpus) != n * k:
+            each = "one GPU each" if k == 1 else f"{k} GPUs each, tensor parallel"
+            fix = f"set {workers_key(role)}={len(gpus) // k} or " if len(gpus) % k == 0 and gpus else ""
             add(
                 f"resources.device_mapping.{role}",
-                f"maps {len(gpus)} GPUs but {role} has {n} workers "
-                f"(one GPU each); set {role}.num_workers={len(gpus)} or map {n} GPUs",
+                f"maps {len(gpus)} GPUs but {role} has {n} workers ({each}); {fix}map {n * k} GPUs",
             )
-        if gpus is None and n and n > res.num_gpus:
-            add(f"{role}.num_workers", f"{n} workers need {n} GPUs but resources.num_gpus={res.num_gpus}")
+        if gpus is None and n and n * k > res.num_gpus:
+            add(workers_key(role), f"{n} workers need {n * k} GPUs but resources.num_gpus={res.num_gpus}")
+    check_placement(cfg, workers, problems)
     if check_local_gpus and not (res.ray_address or os.environ.get("RAY_ADDRESS")):
         have = local_gpu_count()
         if have < res.num_gpus:
@@ -384,27 +391,6 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
                 f"asks for {res.num_gpus} GPUs but this machine has {have}; "
                 "lower it, or join a cluster with RAY_ADDRESS",
             )
-
-
-def _check_ray_auth(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
-    """Ray's token-auth variables, as the driver will pass them to Ray (see ``distributed/ray_env.py``)."""
-    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
-    mode = os.environ.get("RAY_AUTH_MODE")
-    if mode is not None and mode.lower() not in ("token", "disabled"):
-        add("RAY_AUTH_MODE", f"the environment variable is {mode!r}; Ray knows 'token' and 'disabled' "
-                             "(or leave it unset)")
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if path and not Path(path).expanduser().is_file():
-        add("RAY_AUTH_TOKEN_PATH", f"{path} is not a file; point it at the cluster's token file or unset it")
-    joining = cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")
-    has_token = os.environ.get("RAY_AUTH_TOKEN") or path or (Path.home() / ".ray" / "auth_token").is_file()
-    if joining and mode is not None and mode.lower() == "token" and not has_token:
-        add(
-            "RAY_AUTH_MODE",
-            "is token but this process has no token to join the cluster with: set RAY_AUTH_TOKEN or "
-            "RAY_AUTH_TOKEN_PATH, or copy the cluster's token to ~/.ray/auth_token (`ray get-auth-token` "
-            "on the head prints it)",
-        )
 
 
 def local_gpu_count() -> int:

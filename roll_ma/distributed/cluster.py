@@ -10,6 +10,7 @@ worker's last report and its log files (``roll_ma.distributed.watchdog``).
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,6 +86,7 @@ class Cluster:
         tag = uuid.uuid4().hex[:6]
         self.workers = []
         self._keys = [f"{role}_{rank}_{tag}" for rank in range(num_workers)]  # actor names = report keys
+        self._rank_ids = list(range(num_workers))  # the role's rank of each worker here (see ``share``)
         for rank in range(num_workers):
             options = resources.actor_options(role, rank)
             options["name"] = self._keys[rank]
@@ -145,12 +147,35 @@ class Cluster:
 
     def _call_ranks(self, method: str, ranks: list[int], call_args: tuple, gather: Callable) -> PendingCall:
         args, kwargs = call_args
+        if len(ranks) > 1:
+            args, kwargs = _put_once(args, kwargs)
         refs = [getattr(self.workers[r], method).remote(*args, **kwargs) for r in ranks]
         return self._pending(method, ranks, refs, gather)
 
     def _pending(self, method: str, ranks: list[int], refs: list[Any], gather: Callable) -> PendingCall:
         keys = [self._keys[r] for r in ranks]
-        return PendingCall(self.role, method, ranks, refs, gather, keys, self.stall_timeout_s)
+        named = [self._rank_ids[r] for r in ranks]  # errors name the role's rank, also through a share
+        return PendingCall(self.role, method, named, refs, gather, keys, self.stall_timeout_s)
+
+    def share(self, caller: int, callers: int) -> Cluster:
+        """The ranks that caller ``caller`` of ``callers`` (e.g. env worker i of E) sends its calls to,
+        as a Cluster of those ranks; every rank is some caller's, and each has as few callers as can be.
+
+        E env workers all splitting their rows over all N engines would give every engine E small calls
+        per round, run one after another (an actor runs one call at a time): E times the decode steps of
+        one call with all of its rows. With shares, E = N pairs env worker i with engine i; E > N gives
+        engine j the callers j, j + N, ...; E < N gives caller i the engines i, i + E, ...
+        """
+        if callers <= 1 or self.world_size <= 1:
+            return self
+        n = self.world_size
+        mine = [caller % n] if callers >= n else list(range(caller % callers, n, callers))
+        view = copy.copy(self)
+        view.workers = [self.workers[r] for r in mine]
+        view._keys = [self._keys[r] for r in mine]
+        view._rank_ids = [self._rank_ids[r] for r in mine]
+        view.world_size = len(mine)
+        return view
 
     def shutdown(self) -> None:
         import ray
@@ -160,6 +185,16 @@ class Cluster:
         if self.workers:
             activity.clear(self._keys)
         self.workers = []
+
+
+def _put_once(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """DataProto arguments put into Ray's object store once, for every rank of a call to read (Ray hands
+    each actor the value behind a top-level ref): the driver serialises a batch once, not once per rank,
+    and a node fetches it once for all of its ranks."""
+    import ray
+
+    put = lambda v: ray.put(v) if isinstance(v, DataProto) else v  # noqa: E731
+    return tuple(put(a) for a in args), {k: put(v) for k, v in kwargs.items()}
 
 
 def _pop_data(args: tuple, kwargs: dict) -> tuple[DataProto, tuple, str | None]:

@@ -66,6 +66,13 @@ def registered_methods(cls: type) -> dict[str, Dispatch]:
     }
 
 
+def share_of(cluster: Any, rank: int, world_size: int) -> Any:
+    """The ranks of ``cluster`` that worker ``rank`` of ``world_size`` calls (``Cluster.share``: env
+    worker i drives engine i); anything without ``share`` (a local worker in tests) as it is."""
+    share = getattr(cluster, "share", None)
+    return share(rank, world_size) if callable(share) else cluster
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))

@@ -1,10 +1,12 @@
 """Pushing the trainer's adapters into every rollout engine, versioned and checked.
 
-One sync: the train worker packs the adapters that changed (cast to the engine's dtype on the GPU)
-and hands them over, the rollout workers install them under version = step, and the engines'
-reported versions are checked. The hand-over is a shared-memory segment per adapter when every
-rollout worker runs on the train worker's node (colocated, or a single host), else Ray's object
-store; the adapters never pass through the driver.
+One sync: train rank 0 packs the adapters that changed (cast to the engine's dtype on the GPU) and
+hands them over, EVERY rollout worker (each one engine, data parallel) installs them under version =
+step, and every engine's reported versions are checked (``check_versions``: a stale engine of any rank
+stops the run). The hand-over is a shared-memory file per adapter when every rollout worker runs on
+train rank 0's Ray node (colocated, or a single host), else Ray's object store: one copy put by the
+train worker, pulled by each node that holds a rollout worker (``system/sync_object_store`` = 1); the
+adapters never pass through the driver. The run prints which one it chose.
 
 Timings (seconds, into the step's metrics): ``timing/sync_per_adapter`` (export + install, wake-up
 excluded, over the adapters pushed), ``timing/sync_export`` (pack + hand-over, the driver's wall),
@@ -34,14 +36,18 @@ class AdapterSync:
         self.workers = workers
         self.dtype = adapter_sync_dtype(cfg.rollout, cfg.model)
         train_node = workers.train.node_id()[0]
-        same_node = all(n == train_node for n in workers.rollout.node_id())
-        self.transport = "shm" if same_node else "ray"
+        elsewhere = {n for n in workers.rollout.node_id() if n != train_node}
+        self.transport = "ray" if elsewhere else "shm"
+        how = (f"Ray's object store (rollout workers on {len(elsewhere)} node(s) other than train rank 0's)"
+               if elsewhere else "shared-memory files (every rollout worker on train rank 0's node)")
+        print(f"[roll_ma] adapter sync through {how}", flush=True)
 
     def push(self, adapters: Iterable[str], version: int, timer: Timer | None = None) -> dict[str, float]:
         """Install ``adapters`` as ``version`` in every engine; checks the engines report that version."""
         names = sorted(adapters)
         timed = timer or (lambda _name: nullcontext())
-        metrics: dict[str, float] = {"rollout/adapters_synced": float(len(names))}
+        metrics: dict[str, float] = {"rollout/adapters_synced": float(len(names)),
+                                     "system/sync_object_store": float(self.transport == "ray")}
         if not names:
             return metrics
         start = time.perf_counter()
@@ -56,7 +62,7 @@ class AdapterSync:
         metrics.update({f"timing/sync_install_{k.removesuffix('_s')}": float(v)
                         for k, v in self.workers.rollout.last_sync_profile().items()})
         metrics.update({f"timing/sync/{name}": float(s) for name, s in (engine_s or {}).items()})
-        self.check_versions(names, version)
+        check_versions(self.workers.rollout.adapter_versions(), names, version)
         return metrics
 
     def stream(self, batch: Any, adapters: list[str], version: int, timer: Timer | None = None
@@ -91,14 +97,24 @@ class AdapterSync:
                 if self.transport == "shm":
                     self.workers.train.release_exports([p.segment for p in payload.values()])
             names = [name for name, _, _ in pending]
-            self.check_versions(names, version)
+            check_versions(self.workers.rollout.adapter_versions(), names, version)
         metrics["rollout/adapters_synced"] = float(len(names))
         return metrics, names
 
-    def check_versions(self, names: list[str], version: int) -> None:
-        """Every engine must serve ``names`` as ``version`` now."""
-        for rank, served in enumerate(self.workers.rollout.all_adapter_versions()):
-            wrong = {a: v for a, v in served.items() if a in names and v != version}
-            if wrong:
-                raise RuntimeError(f"rollout engine {rank} reports adapter versions {wrong} after the sync "
-                                   f"of version {version}")
+
+def check_versions(per_rank: list[dict[str, int]], names: Iterable[str], version: int) -> None:
+    """Raise unless every rollout rank's engine serves ``version`` of every adapter in ``names``.
+
+    ``per_rank``: each rank's ``adapter_versions()`` (rank order). One engine that missed the sync would
+    serve its share of the next step's rows from an old adapter.
+    """
+    wanted = sorted(names)
+    stale = {rank: {a: served.get(a) for a in wanted if served.get(a) != version}
+             for rank, served in enumerate(per_rank)}
+    stale = {rank: wrong for rank, wrong in stale.items() if wrong}
+    if stale:
+        ranks = "; ".join(f"rank {rank}: {wrong}" for rank, wrong in stale.items())
+        raise RuntimeError(
+            f"after the sync of version {version}, {len(stale)} of {len(per_rank)} rollout engines serve "
+            f"other adapter versions ({ranks}; None = not served); this is a bug in the adapter sync"
+        )

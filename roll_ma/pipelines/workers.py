@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roll_ma.config.schema import RunConfig
+from roll_ma.config.validate_resources import gpus_per_worker
 from roll_ma.distributed.cluster import Cluster
 from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
 from roll_ma.distributed.resources import ResourceManager
@@ -42,6 +43,11 @@ def worker_env(cfg: RunConfig) -> dict[str, str]:
     return env
 
 
+def cpu_placement(cfg: RunConfig) -> ResourceManager:
+    """Placement of the CPU-only roles (env workers): CPUs, and the nodes resources.role_resources names."""
+    return ResourceManager.cpu_only(cfg.resources.num_cpus_per_worker, cfg.resources.role_resources)
+
+
 def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = False,
                   teacher_workers: int = 0) -> RunWorkers:
     """Create every actor (models are loaded by init_model calls, which the pipeline makes).
@@ -62,6 +68,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
         cfg.resources,
         {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers,
          "teacher": teacher_workers},
+        gpus_per_worker(cfg),
     )
     env = worker_env(cfg)
     common: dict[str, Any] = {"model_cfg": cfg.model, "seed": cfg.seed}
@@ -103,7 +110,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
             "env",
             WorkflowWorker if cfg.env.workflow else EnvWorker,
             cfg.env.num_workers,
-            ResourceManager.cpu_only(),
+            cpu_placement(cfg),
             {
                 "env_cfg": cfg.env,
                 "model_cfg": cfg.model,
@@ -119,7 +126,31 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
             c.shutdown()
         resources.release()
         raise
-    return RunWorkers(rollout, train, reference, envs, resources)
+    workers = RunWorkers(rollout, train, reference, envs, resources)
+    report = placement_report(workers)
+    if report:
+        print(report, flush=True)
+    return workers
+
+
+def placement_report(workers: RunWorkers) -> str | None:
+    """Which node every worker runs on, when the run spans several nodes (None on one node)::
+
+        [roll_ma] placement over 2 nodes: node 3f2a9c1e (10.0.0.5): rollout 0, env 0; node 8b0d...: train 0
+    """
+    import ray
+
+    where: dict[str, list[str]] = {}
+    for c in (workers.rollout, workers.train, workers.reference, workers.env):
+        if c is not None:
+            for rank, node in enumerate(c.node_id()):
+                where.setdefault(node, []).append(f"{c.role} {rank}")
+    if len(where) < 2:
+        return None
+    ips = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes()}
+    nodes = "; ".join(f"node {node[:8]} ({ips.get(node, '?')}): {', '.join(names)}"
+                      for node, names in where.items())
+    return f"[roll_ma] placement over {len(where)} nodes: {nodes}"
 
 
 @dataclass
@@ -146,7 +177,8 @@ def build_teacher(cfg: RunConfig, seats: list[str], resources: ResourceManager) 
                       init_kwargs={"model_cfg": model, "lora_cfg": cfg.lora, "agents": [],
                                    "rollout_cfg": cfg.teacher.rollout, "seed": cfg.seed})
     try:
-        envs = Cluster("teacher_env", EnvWorker, cfg.env.num_workers, ResourceManager.cpu_only(),
+        envs = Cluster("teacher_env", EnvWorker, cfg.env.num_workers,
+                       cpu_placement(cfg),
                        env_vars=env, init_kwargs={"env_cfg": cfg.env, "model_cfg": model,
                                                   "agents": cfg.agents, "seats": seats,
                                                   "rollout_cfg": cfg.teacher.rollout, "seed": cfg.seed})

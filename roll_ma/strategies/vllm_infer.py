@@ -16,6 +16,11 @@ sampled token's log-prob is ``log_softmax(logits / T)`` as the trainer computes 
 nucleus first, so those numbers are the truncated distribution's (logged once).
 ``score()`` uses ``prompt_logprobs``, which vLLM always computes at temperature 1.
 
+Tensor parallel (``rollout.tensor_parallel = k``): the engine is sharded over the k GPUs of this
+worker's placement bundle, its shards run in k child processes of this actor (vLLM's ``mp`` executor),
+and everything that reaches vLLM's workers (adapter installs through ``collective_rpc``, sleep and
+wake-up) runs on every shard.
+
 vLLM is imported inside the methods: ``import roll_ma`` works without it.
 """
 
@@ -178,6 +183,12 @@ class VLLMInferStrategy:
                 kwargs["lora_target_modules"] = targets
         if not self.on_cpu:
             kwargs["enable_sleep_mode"] = True
+        if self.rollout_cfg.tensor_parallel > 1:
+            # the engine's shards run as child processes of this actor, on the GPUs Ray gave it (its bundle
+            # holds tensor_parallel GPUs of one node); vLLM's Ray executor would ask Ray for GPUs again
+            kwargs.update(
+                tensor_parallel_size=self.rollout_cfg.tensor_parallel, distributed_executor_backend="mp"
+            )
         if self.sync_mode == "memory" and self.adapters:
             from roll_ma.strategies.vllm_worker_ext import EXTENSION_CLS
 

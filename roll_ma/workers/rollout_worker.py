@@ -1,8 +1,8 @@
 """Rollout worker: one rank of the rollout role, owning one inference strategy (hf or vllm).
 
 Every rank serves every agent's adapter. ``generate`` and ``score`` are data-parallel (the
-Cluster splits the rows across ranks and concatenates the pieces); adapter updates and
-sleep/wake go to every rank.
+Cluster splits the rows across ranks and concatenates the pieces); adapter updates, version
+reports and sleep/wake go to every rank.
 """
 
 from __future__ import annotations
@@ -103,12 +103,9 @@ class RolloutWorker(Worker):
         return self._ready().replay_generate_calls()
 
     @register(Dispatch.ONE_TO_ALL)
-    def all_adapter_versions(self) -> dict[str, int]:
-        """Every rank's adapter versions (the sync checks that no engine was left behind)."""
-        return self._ready().adapter_versions()
-
-    @register(Dispatch.RANK_ZERO)
     def adapter_versions(self) -> dict[str, int]:
+        """adapter -> the version this rank's engine serves (through a Cluster: one dict per rank, so a
+        sync that missed any engine shows)."""
         return self._ready().adapter_versions()
 
     @register(Dispatch.ONE_TO_ALL)

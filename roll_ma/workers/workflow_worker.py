@@ -21,7 +21,7 @@ from typing import Any
 
 from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
 from roll_ma.distributed.progress import progress_bar
-from roll_ma.distributed.worker import Dispatch, Worker, register
+from roll_ma.distributed.worker import Dispatch, Worker, register, share_of
 from roll_ma.protocol import DataProto
 from roll_ma.workers.env_worker import EpisodeSpec, sample_seed
 from roll_ma.workers.prompts import encode_chat
@@ -82,6 +82,7 @@ class WorkflowWorker(Worker):
         from roll_ma.workflows.scheduler import TickScheduler, run_coroutine
 
         specs = assignments[self.rank] if self.rank < len(assignments) else []
+        rollout = share_of(rollout, self.rank, self.world_size)  # env worker i drives engine i
         episodes = [
             EpisodeRecord(i, s.episode_id, s.group_id, s.seed, dict(s.problem or {}))
             for i, s in enumerate(specs)

@@ -91,6 +91,48 @@ def test_pipeline_scaling_summary_skips_the_first_step():
     assert out["rollout_vs_engine"] == 0.5 and out["engine_tok_s"] == 100.0 and out["gpu_peak_gb"] == 40.0
 
 
+def test_gpu_sweep_plans_fixed_work_per_gpu_and_configures_every_gpu(monkeypatch):
+    import pipeline_scaling
+    from throughput import planned_gpu_runs
+
+    from roll_ma.config import validate as validate_module
+
+    args = pipeline_scaling.parse_args(["--device", "cuda", "--gpus", "1,2,4,8", "--agents", "1,8"])
+    assert args.gpus == [1, 2, 4, 8] and args.batches == [64]
+    assert planned_gpu_runs(args.agents, args.batches[0], args.gpus) == [
+        (1, 64, 1), (1, 128, 2), (1, 256, 4), (1, 512, 8), (8, 64, 1), (8, 128, 2), (8, 256, 4), (8, 512, 8)]
+    with pytest.raises(SystemExit):  # no 1-GPU run to compare with
+        pipeline_scaling.parse_args(["--gpus", "2,4"])
+    monkeypatch.setattr(validate_module, "local_gpu_count", lambda: 8)
+    args.model, args.dtype = "builtin:tiny", "bfloat16"  # what setup_device and prepare_model would set
+    cfg = pipeline_scaling.run_config(args, agents=8, batch=256, out_dir="/tmp/unused", gpus=4)
+    assert (cfg.rollout.num_workers, cfg.train.num_workers, cfg.env.num_workers) == (4, 4, 4)
+    assert cfg.resources.num_gpus == 4 and cfg.resources.device_mapping == {}  # every role on GPUs 0..3
+    assert cfg.env.groups_per_step * cfg.env.group_size == 256
+    cpu = pipeline_scaling.parse_args(["--gpus", "1,2"])
+    cpu.model, cpu.dtype = "builtin:tiny", "float32"
+    cfg = pipeline_scaling.run_config(cpu, agents=2, batch=8, out_dir="/tmp/unused", gpus=2)
+    assert (cfg.rollout.num_workers, cfg.train.num_workers, cfg.resources.num_gpus) == (2, 2, 0)
+
+
+def test_throughput_efficiency_and_plot_from_a_fake_sweep(tmp_path):
+    from throughput import add_throughput, plot_throughput
+
+    rows = [  # 64 episodes per GPU; 128 rows of 200 response tokens per GPU
+        {"agents": 8, "gpus": 1, "episodes": 64, "step_s": 16.0, "response_tokens": 25600.0},
+        {"agents": 8, "gpus": 2, "episodes": 128, "step_s": 20.0, "response_tokens": 51200.0},
+        {"agents": 8, "gpus": 8, "episodes": 512, "step_s": 32.0, "response_tokens": 204800.0},
+        {"agents": 1, "gpus": 4, "episodes": 256, "step_s": 13.0, "response_tokens": None},  # no 1-GPU run
+    ]
+    add_throughput(rows)
+    assert [r["episodes_per_s"] for r in rows[:3]] == [4.0, 6.4, 16.0]
+    assert [r["tokens_per_s"] for r in rows[:3]] == [1600.0, 2560.0, 6400.0]
+    assert [r["efficiency"] for r in rows[:3]] == [1.0, 0.8, 0.5] and rows[2]["speedup"] == 4.0
+    assert "efficiency" not in rows[3] and rows[3]["tokens_per_s"] is None
+    png = plot_throughput(rows, str(tmp_path / "t.png"), "fake sweep")
+    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_seat_game_gives_every_seat_its_turns():
     import random
 
@@ -221,6 +263,18 @@ def test_pipeline_scaling_script(tmp_path):
     assert row["sync_adapter_ms"] is not None  # the rollout's own per-adapter sync times reached the metrics
     (mem,) = data["memory"]
     assert mem["separate_models_GiB"] == pytest.approx(2 * mem["base_params_M"] * 1e6 * 4 / 2**30)
+
+
+@pytest.mark.slow
+def test_pipeline_scaling_gpu_sweep_on_cpu(tmp_path):
+    # the --gpus path end to end with CPU workers: 1 and 2 rollout workers and train ranks (gloo)
+    out, plot = tmp_path / "sweep.json", tmp_path / "sweep.png"
+    run_script("pipeline_scaling.py", "--gpus", "1,2", "--agents", "2", "--batches", "4", "--steps", "2",
+               "--turns", "2", "--skip-memory", "--out", str(out), "--plot", str(plot))
+    rows = {r["gpus"]: r for r in _load(out)["rows"]}
+    assert sorted(rows) == [1, 2] and (rows[1]["episodes"], rows[2]["episodes"]) == (4, 8)
+    assert rows[2]["rows"] == 8 * 2 and rows[1]["efficiency"] == 1.0 and rows[2]["efficiency"] > 0
+    assert rows[2]["tokens_per_s"] > 0 and plot.stat().st_size > 0
 
 
 @pytest.mark.slow

@@ -36,6 +36,10 @@ class EchoWorker(Worker):
         return self.ping()
 
     @register(Dispatch.ONE_TO_ALL)
+    def whole(self, data: DataProto, scale: float = 1.0) -> tuple[int, float]:
+        return len(data), float(data.batch["x"].sum()) * scale
+
+    @register(Dispatch.ONE_TO_ALL)
     def num_calls(self) -> int:
         return self.calls
 
@@ -86,6 +90,25 @@ def test_dp_compute_keeps_the_meta_info_of_every_rank(cluster):
     out = cluster.report(DataProto.from_dict({"x": torch.arange(5.0)}, meta_info={"step": 3}))
     assert out.meta_info["step"] == 3  # echoed by both ranks: kept once
     assert out.meta_info["metrics"] == {"rows": [3, 2], "rank": [0, 1], "scale": 3.0}  # rank 1 not dropped
+
+
+def test_one_to_all_gives_every_rank_the_whole_batch(cluster):
+    # the batch is put into the object store once and every rank reads it (positional or keyword)
+    data = DataProto.from_dict({"x": torch.arange(6.0)}, {"tag": list("abcdef")})
+    assert cluster.whole(data, scale=2.0) == [(6, 30.0), (6, 30.0)]
+    assert cluster.whole(data=data) == [(6, 15.0), (6, 15.0)]
+
+
+def test_a_share_of_the_ranks_calls_only_those_and_names_their_real_rank(cluster):
+    # two callers, two ranks: caller 1 gets rank 1 alone (env worker i drives engine i)
+    mine = cluster.share(1, 2)
+    assert mine.world_size == 1 and cluster.world_size == 2
+    out = mine.scaled(DataProto.from_dict({"x": torch.arange(3.0)}))
+    assert out.non_tensor["served_by"].tolist() == [1, 1, 1]
+    with pytest.raises(WorkerError, match="echo worker rank 1 failed in fail_on_rank_one"):
+        mine.fail_on_rank_one()
+    assert cluster.share(0, 1) is cluster and cluster.share(0, 2).only_rank_zero() == 0
+    assert [cluster.share(c, 3)._rank_ids for c in range(3)] == [[0], [1], [0]]  # more callers than ranks
 
 
 def test_rank_zero_and_non_blocking(cluster):

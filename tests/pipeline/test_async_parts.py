@@ -76,7 +76,7 @@ class _Events:
                     self.versions[name] = version
                 return _Pending(lambda: [{name: 0.01 for name in payload}])
 
-            def all_adapter_versions(self):
+            def adapter_versions(self):
                 return [dict(self.versions)]
 
             def node_id(self):

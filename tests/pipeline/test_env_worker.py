@@ -182,12 +182,13 @@ def test_over_long_history_is_cut_from_the_left_keeping_system_and_current(tiny_
 
 
 def test_env_workers_on_ray(ray_session, tiny_model_dir):
+    """Two env workers, two engines: env worker i sends its rounds to engine i only (Cluster.share)."""
     from roll_ma.distributed.cluster import Cluster
 
     rollout = Cluster(
         "rollout",
         RolloutWorker,
-        1,
+        2,
         init_kwargs=dict(
             model_cfg=ModelConfig(path=tiny_model_dir),
             lora_cfg=LoraConfig(rank=4),

@@ -51,14 +51,27 @@ def test_worker_without_ray(rollout_model_cfg, tokenizer, make_adapter_tensors):
 def test_two_hf_ranks_split_rows_without_changing_samples(
     ray_session, rollout_model_cfg, tokenizer, make_adapter_tensors
 ):
-    """DP_COMPUTE spreads rows over the ranks; seeded samples equal one local worker's."""
+    """DP_COMPUTE spreads rows over the ranks; seeded samples equal one local worker's; the versions of
+    every rank are checked, so an engine of rank 1 that missed a sync stops the run."""
+    import ray
+
     from roll_ma.distributed.cluster import Cluster
+    from roll_ma.pipelines.adapter_sync import check_versions
 
     cluster = Cluster("rollout", RolloutWorker, 2, init_kwargs=_init_kwargs(rollout_model_cfg, "hf"))
     try:
         cluster.init_model()
         cluster.update_adapters(make_adapter_tensors(1), 3)
-        assert cluster.adapter_versions() == {"a0": 3, "a1": 3}
+        assert cluster.adapter_versions() == [{"a0": 3, "a1": 3}] * 2  # one report per engine
+        check_versions(cluster.adapter_versions(), ["a0", "a1"], 3)
+        # rank 1's engine gets a1's version 3 again as version 2 (a sync that reached rank 0 only looks so)
+        ray.get(cluster.workers[1].update_adapters.remote({"a1": make_adapter_tensors(1)["a1"]}, 2))
+        assert cluster.adapter_versions() == [{"a0": 3, "a1": 3}, {"a0": 3, "a1": 2}]
+        stale = r"1 of 2 rollout engines serve other adapter versions \(rank 1: \{'a1': 2\}"
+        with pytest.raises(RuntimeError, match=stale):
+            check_versions(cluster.adapter_versions(), ["a0", "a1"], 3)
+        check_versions(cluster.adapter_versions(), ["a0"], 3)  # a sync of a0 alone leaves a1 as it was
+        cluster.update_adapters(make_adapter_tensors(1), 3)
         request = make_request(tokenizer, TEXTS, AGENT_IDS, {"seed": 4}, list(range(len(TEXTS))))
         remote = cluster.generate(request)
         local = RolloutWorker("rollout", 0, 1, {}, **_init_kwargs(rollout_model_cfg, "hf"))
@@ -81,7 +94,7 @@ def test_vllm_worker_inside_a_ray_actor(ray_session, rollout_model_cfg, tokenize
     cluster = Cluster("rollout", RolloutWorker, 1, init_kwargs=kwargs)
     try:
         cluster.init_model()
-        assert cluster.adapter_versions() == {"a0": 0, "a1": 0}
+        assert cluster.adapter_versions() == [{"a0": 0, "a1": 0}]
         cluster.update_adapters(make_adapter_tensors(1), 2)
         request = make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True})
         out = cluster.generate(request)

@@ -1,0 +1,137 @@
+"""Checks of placement that go beyond one GPU per worker: tensor-parallel engines, roles pinned to nodes,
+and Ray's token-auth variables. Run with the rest of ``validate`` before any actor starts."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from roll_ma.config.schema import RunConfig
+from roll_ma.config.typed import ConfigProblem, suggest
+from roll_ma.distributed.placement import default_device_mapping, shared_tp_gpus
+
+PINNABLE_ROLES = ("rollout", "train", "reference", "teacher", "env")
+RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+# role -> (its tensor_parallel key, its worker-count key)
+TP_KEYS = {"rollout": ("rollout.tensor_parallel", "rollout.num_workers"),
+           "teacher": ("teacher.rollout.tensor_parallel", "teacher.rollout.num_workers")}
+
+
+def gpus_per_worker(cfg: RunConfig) -> dict[str, int]:
+    """GPUs one worker of each GPU role takes: an engine's tensor_parallel, 1 for every other role."""
+    return {"rollout": cfg.rollout.tensor_parallel, "teacher": cfg.teacher.rollout.tensor_parallel}
+
+
+def workers_key(role: str) -> str:
+    return TP_KEYS[role][1] if role in TP_KEYS else f"{role}.num_workers"
+
+
+def check_placement(cfg: RunConfig, workers: dict[str, int], problems: list[ConfigProblem]) -> None:
+    """``workers``: role -> worker count of every GPU role (0: the role does not run)."""
+    _check_role_resources(cfg, problems)
+    per = gpus_per_worker(cfg)
+    res = cfg.resources
+    for prefix, rollout in (("rollout", cfg.rollout), ("teacher.rollout", cfg.teacher.rollout)):
+        if "tensor_parallel_size" in rollout.engine_kwargs:  # why: placement must know an engine's GPUs
+            problems.append(ConfigProblem(
+                f"{prefix}.engine_kwargs.tensor_parallel_size",
+                f"set {prefix}.tensor_parallel instead: each worker's placement bundle then holds that many "
+                "GPUs (through engine_kwargs the engine would look for GPUs its actor was not given)"))
+    for role, (tp_key, _) in TP_KEYS.items():
+        k, n = per[role], workers.get(role, 0)
+        if k == 1 or n == 0:
+            continue
+        backend = cfg.rollout.backend if role == "rollout" else cfg.teacher.rollout.backend
+        if backend != "vllm":
+            problems.append(ConfigProblem(tp_key, f"the {backend} backend runs a model on one device; set "
+                                                  f"{tp_key.replace('tensor_parallel', 'backend')}=vllm or "
+                                                  f"{tp_key}=1"))
+        if res.num_gpus == 0:
+            problems.append(ConfigProblem(tp_key, f"tensor parallelism shards one engine over {k} GPUs: set "
+                                                  f"resources.num_gpus (>= {n * k}) or {tp_key}=1"))
+        model = cfg.model if role == "rollout" else cfg.teacher.model
+        heads = attention_heads(model.path, model.random_weights)
+        if heads is not None and heads % k:
+            fits = [d for d in (2, 4, 8, 16) if heads % d == 0]
+            problems.append(ConfigProblem(
+                tp_key, f"the model {model.path} has {heads} attention heads, which {k} GPUs cannot split "
+                        f"evenly (vLLM needs heads % tensor_parallel == 0); use one of {[1, *fits]}"))
+    if res.num_gpus == 0 or any(p.key.startswith("resources.device_mapping") for p in problems):
+        return
+    mapping = default_device_mapping(res.num_gpus, workers, per, res.device_mapping)
+    for role, clashes in shared_tp_gpus(mapping, per).items():
+        others = sorted(g for r, gpus in mapping.items() if r != role for g in gpus)
+        start = (max(others) + 1) if others else 0
+        free = list(range(start, start + workers[role] * per[role]))
+        what = "; ".join(f"GPUs {g} with {'itself' if r == role else r}" for r, g in clashes.items())
+        problems.append(ConfigProblem(
+            f"resources.device_mapping.{role}",
+            f"with {TP_KEYS[role][0]}={per[role]} each {role} worker takes whole GPUs (Ray gives an actor a "
+            f"fraction of one GPU or whole GPUs, never fractions of several), so it cannot share them: it "
+            f"shares {what}. Give {role} GPUs of its own, e.g. resources.device_mapping.{role}={free} "
+            f"with resources.num_gpus>={start + len(free)}"))
+    for role in TP_KEYS:
+        gpus = mapping.get(role, [])
+        if gpus and role not in res.device_mapping and max(gpus) >= res.num_gpus:
+            problems.append(ConfigProblem(
+                "resources.num_gpus",
+                f"{role} takes {workers[role]} x {per[role]} GPUs ({TP_KEYS[role][0]}) of its own, after the "
+                f"GPUs of the other roles: GPUs {gpus[0]}..{gpus[-1]}, but resources.num_gpus="
+                f"{res.num_gpus}; raise it to {max(gpus) + 1} or set resources.device_mapping"))
+
+
+def _check_role_resources(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
+    for role, amounts in cfg.resources.role_resources.items():
+        key = f"resources.role_resources.{role}"
+        if role not in PINNABLE_ROLES:
+            problems.append(ConfigProblem(key, f"unknown role{suggest(role, PINNABLE_ROLES)}; roles are "
+                                               f"{list(PINNABLE_ROLES)}"))
+        for name, amount in amounts.items():
+            if name in RAY_BUILTIN_RESOURCES:
+                problems.append(ConfigProblem(
+                    f"{key}.{name}", "custom resources only: CPUs come from resources.num_cpus_per_worker, "
+                                     "GPUs from resources.device_mapping"))
+            elif not isinstance(amount, (int, float)) or amount <= 0:
+                problems.append(ConfigProblem(f"{key}.{name}", f"must be a number > 0, got {amount!r}"))
+
+
+def attention_heads(path: str, random_weights: bool = False) -> int | None:
+    """The model's attention heads when its config is on this machine (a directory, a built-in model, a
+    random-weights shape), else None (a hub name: vLLM checks it when the engine starts)."""
+    try:
+        if random_weights:
+            from roll_ma.models.random_weights import shape_of
+            from roll_ma.models.tiny import SHAPES
+
+            return int(SHAPES[shape_of(path)]["num_attention_heads"])
+        from roll_ma.models.loading import resolve_model_path
+
+        config = Path(resolve_model_path(path)) / "config.json"
+        if config.is_file():
+            heads = json.loads(config.read_text()).get("num_attention_heads")
+            return int(heads) if heads else None
+    except (ValueError, OSError, KeyError):
+        return None
+    return None
+
+
+def check_ray_auth(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
+    """Ray's token-auth variables, as the driver will pass them to Ray (see ``distributed/ray_env.py``)."""
+    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is not None and mode.lower() not in ("token", "disabled"):
+        add("RAY_AUTH_MODE", f"the environment variable is {mode!r}; Ray knows 'token' and 'disabled' "
+                             "(or leave it unset)")
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if path and not Path(path).expanduser().is_file():
+        add("RAY_AUTH_TOKEN_PATH", f"{path} is not a file; point it at the cluster's token file or unset it")
+    joining = cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")
+    has_token = os.environ.get("RAY_AUTH_TOKEN") or path or (Path.home() / ".ray" / "auth_token").is_file()
+    if joining and mode is not None and mode.lower() == "token" and not has_token:
+        add(
+            "RAY_AUTH_MODE",
+            "is token but this process has no token to join the cluster with: set RAY_AUTH_TOKEN or "
+            "RAY_AUTH_TOKEN_PATH, or copy the cluster's token to ~/.ray/auth_token (`ray get-auth-token` "
+            "on the head prints it)",
+        )

@@ -1,0 +1,117 @@
+"""Ray nodes a test starts with `ray start` on this machine, and stops again without touching anyone else's.
+
+Every node of one test cluster gets the same fresh RAY_TMPDIR, which its processes (and the worker
+processes its raylet starts, which Ray puts in process groups of their own) inherit. Teardown kills
+each `ray start` process group, then any process that still carries that RAY_TMPDIR, by pid: never
+`ray stop`, which would stop every Ray on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    """A head node and further nodes on this machine, each with its own CPUs, GPUs and custom resources.
+
+    GPUs here are only declared (``--num-gpus``): Ray places GPU bundles on them, and the actors see
+    CUDA_VISIBLE_DEVICES, but no CUDA exists. Use as a context manager.
+    """
+
+    def __init__(self, env: dict[str, str] | None = None):
+        # short: Ray's socket paths must fit in 107 characters
+        self.temp_dir = tempfile.mkdtemp(prefix="rmn", dir="/tmp")
+        base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_") and k != "RAY_ADDRESS"}
+        # no token auth: these nodes are the test's own, whatever ~/.ray holds
+        self.env = {**base, **(env or {}), "RAY_TMPDIR": self.temp_dir, "RAY_AUTH_MODE": "disabled",
+                    "RAY_USAGE_STATS_ENABLED": "0"}
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.nodes: list[subprocess.Popen] = []
+
+    def add_node(self, cpus: int, gpus: int = 0, resources: dict[str, float] | None = None) -> None:
+        """Start the head (first call) or a node joining it; returns once Ray says it runs."""
+        head = not self.nodes
+        where = ["--head", f"--port={self.port}", "--include-dashboard=false", "--disable-usage-stats"] \
+            if head else [f"--address={self.address}"]
+        cmd = [RAY, "start", *where, f"--num-cpus={cpus}", f"--num-gpus={gpus}",
+               f"--resources={json.dumps(resources or {})}", "--object-store-memory=150000000", "--block"]
+        node = subprocess.Popen(cmd, env=self.env, start_new_session=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        self.nodes.append(node)
+        said = []
+        for line in node.stdout:  # the node's own words: the event to wait for, no polling
+            said.append(line)
+            if "Ray runtime started" in line:
+                break
+        else:
+            raise RuntimeError(f"`{' '.join(cmd)}` ended:\n{''.join(said)}")
+        threading.Thread(target=node.stdout.read, daemon=True).start()  # keep its pipe from filling up
+
+    def nodes_with(self, resource: str) -> list[str]:
+        """Node ids (hex) of the nodes that hold ``resource``, asked from a driver of its own."""
+        probe = ("import json, ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+                 "print('NODES', json.dumps({n['NodeID']: sorted(n['Resources']) for n in ray.nodes() "
+                 "if n['Alive']}))")
+        out = subprocess.run([sys.executable, "-c", probe, self.address], env=self.env, capture_output=True,
+                             text=True, timeout=120)
+        line = next((x for x in out.stdout.splitlines() if x.startswith("NODES ")), None)
+        assert line is not None, out.stdout + out.stderr
+        return [node for node, names in json.loads(line[6:]).items() if resource in names]
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            try:
+                os.killpg(node.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        for node in reversed(self.nodes):
+            try:
+                node.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(node.pid, signal.SIGKILL)
+                node.wait()
+        for pid in _pids_with_env("RAY_TMPDIR", self.temp_dir):  # workers in process groups of their own
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _pids_with_env(name: str, value: str) -> list[int]:
+    """Processes of this user whose environment sets ``name=value``."""
+    want = f"{name}={value}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if want in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
+        except OSError:  # gone, or not ours
+            continue
+    return pids
