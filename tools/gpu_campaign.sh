@@ -135,14 +135,14 @@ PY
     # SPLIT=1 (nvidia-h200-x2): rollout on GPU 1, train on GPU 0; else one GPU, the engine awake (sleep 0)
     m=$(python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct | tail -1)
     if [ -n "${SPLIT:-}" ]; then lay="--split"; else lay="--sleep-level 0 --gpu-memory-utilization 0.4"; fi
+    [ -f /tmp/async7b.json ] && cp /tmp/async7b.json "$OUT/async7b.json"  # earlier calls' runs on this machine
     for k in ${STALENESS:-0 1}; do
       log "async7b: max_staleness $k ($lay)"
       timeout ${TIMEOUT:-280} python benchmarks/pipeline_scaling.py --device cuda --model "$m" --agents ${AGENTS:-3} \
-        --batches 64 --turns 3 --new-tokens 512 --steps 4 --max-staleness $k $lay --skip-memory \
+        --batches 64 --turns ${TURNS:-2} --new-tokens ${NEW_TOKENS:-256} --steps ${STEPS:-5} --max-staleness $k $lay ${EAGER:+--eager} --skip-memory \
         --out "$OUT/async7b.json" --timeline "$OUT/async7b_timeline.png" > "$OUT/async7b_k$k.log" 2>&1
-      tail -6 "$OUT/async7b_k$k.log"
+      tail -6 "$OUT/async7b_k$k.log"; [ -f "$OUT/async7b.json" ] && cp "$OUT/async7b.json" /tmp/async7b.json
     done ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b"; exit 2 ;;
   scaling7b)  # issue 25: throughput vs GPUs at the 7B shape, fixed per-GPU work (64 episodes x 2 turns x
     # <= 256 new tokens per GPU; G engines and G train ranks colocated on G GPUs). One GPU count per call
     # (G engines start with CUDA graphs, ~4 min), all calls on ONE warm machine of one kind (the 1-GPU
@@ -164,5 +164,5 @@ PY
       rollout.gpu_memory_utilization=0.85 trainer.max_steps=3 trainer.eval_every=0 trainer.save_every=0 \
       trainer.progress_bars=false trainer.output_dir=/tmp/runs/tp2 > "$OUT/tp2.log" 2>&1
     cp /tmp/runs/tp2/metrics.jsonl "$OUT/tp2_metrics.jsonl"; grep -E "^\[roll_ma\]|^step|Error" "$OUT/tp2.log" | tail -12 ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|scaling7b|scaling7b_tp"; exit 2 ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp"; exit 2 ;;
 esac
