@@ -137,29 +137,33 @@ def kl_reward_penalty(kl: torch.Tensor, response_mask: torch.Tensor, kl_coef: fl
 
 
 def add_advantages(data: Any, algo: Any) -> Any:
-    """Turn rewards -> per-agent advantages on a DataProto of turns (adds advantages, returns, token_rewards).
+    """Turn rewards -> per-agent advantages on a DataProto of turns (adds advantages, returns, token_rewards,
+    trained_rewards). ``algo.advantage == "gae"`` goes to ``algorithms/gae.py`` (needs the critic's values).
 
     Needs batch ``scores`` and ``response_mask`` and non_tensor episode_id, player, turn, agent_id,
     group_id. With ``algo.kl_mode == "reward"`` it also needs ``old_log_probs`` and
     ``ref_log_probs``: the per-token KL penalty is added to the rewards and its return-to-go to
     the advantages.
     """
+    from roll_ma.algorithms.gae import add_gae_advantages, team_turn_rewards
     from roll_ma.algorithms.losses import kl_estimate
     from roll_ma.protocol import DataProto
 
+    if algo.advantage == "gae":  # PPO with a value critic: token-level GAE (algorithms/gae.py)
+        return add_gae_advantages(data, algo)
     nt, mask = data.non_tensor, data.batch["response_mask"]
-    returns = discounted_turn_returns(
-        data.batch["scores"].tolist(), nt["episode_id"], nt["player"], nt["turn"], algo.gamma
-    )
+    trained = team_turn_rewards(data.batch["scores"].tolist(), nt["episode_id"], nt["player"], nt["turn"],
+                                getattr(algo, "share_reward_in_agent", False))  # (B,)
+    returns = discounted_turn_returns(trained, nt["episode_id"], nt["player"], nt["turn"], algo.gamma)
     if algo.advantage == "grpo":
         adv = grpo_advantages(returns, nt["group_id"], nt["agent_id"], algo.norm_std)
     elif algo.advantage == "reinforce_pp":
         adv = reinforce_pp_advantages(returns, nt["agent_id"], algo.norm_std)
     else:
-        raise ValueError(f"unknown advantage estimator {algo.advantage!r}; use grpo or reinforce_pp")
+        raise ValueError(f"unknown advantage estimator {algo.advantage!r}; use grpo, reinforce_pp or gae")
     if algo.balance_reward_classes and "reward_class" in nt:
         adv = adv * class_balance_weights(nt["agent_id"], nt["reward_class"])
-    token_rewards = place_on_last_token(data.batch["scores"].numpy(), mask)  # (B, R)
+    token_rewards = place_on_last_token(trained, mask)  # (B, R)
     advantages = broadcast_to_tokens(adv, mask)  # (B, R)
     if algo.kl_coef > 0 and algo.kl_mode == "reward":
         kl = kl_estimate(data.batch["old_log_probs"], data.batch["ref_log_probs"], algo.kl_estimator)
@@ -172,6 +176,7 @@ def add_advantages(data: Any, algo: Any) -> Any:
                 "advantages": advantages,
                 "returns": broadcast_to_tokens(returns, mask),
                 "token_rewards": token_rewards,
+                "trained_rewards": torch.as_tensor(trained, dtype=torch.float32),  # (B,) after team sharing
             }
         )
     )

@@ -64,6 +64,36 @@ def ppo_clip_loss(
     return loss, stats
 
 
+def clipped_value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    cliprange: float = 0.2,
+    agg: str = "token_mean",
+    denominator: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped value loss (Schulman et al. 2017's baselines ppo2; verl ``compute_value_loss``).
+
+    L = 0.5 * max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2), all (B, R); ``cliprange`` 0
+    turns the clipping off. stats: value_clip_frac (tokens where the clipped term is the larger one).
+    """
+    unclipped = (values - returns).pow(2)
+    if cliprange > 0:
+        clipped_values = old_values + (values - old_values).clamp(-cliprange, cliprange)
+        clipped = (clipped_values - returns).pow(2)
+        per_token = 0.5 * torch.maximum(unclipped, clipped)
+    else:
+        clipped = unclipped
+        per_token = 0.5 * unclipped
+    loss = aggregate(per_token, mask, agg, denominator)
+    with torch.no_grad():
+        m = mask.to(per_token.dtype)
+        n = m.sum().clamp(min=1.0)
+        stats = {"value_clip_frac": float(((clipped > unclipped).to(m.dtype) * m).sum() / n)}
+    return loss, stats
+
+
 def behavior_weights(
     proximal_log_probs: torch.Tensor, behavior_log_probs: torch.Tensor, cap: float
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -81,6 +81,22 @@ class AgentConfig:
         None, "role kind in role-based envs (math: solver, critic, refiner); default: the name"
     )
     init_adapter: str | None = _f(None, "directory of a PEFT adapter to start this agent from")
+    process: str | None = _f(
+        None,
+        "team envs (env.name=marft): a hook file 'path/to/file.py' or dotted module holding "
+        "pre_process(tokenizer, prompt_ids, obs_ids, **pre_process_kwargs) -> prompt_ids (this agent's "
+        "prompt "
+        "from the team context and the env's observation) and/or post_process(tokenizer, prompt_ids, "
+        "response_ids, **post_process_kwargs) -> prompt_ids (the team context after this agent spoke); "
+        "roll_ma/workers/hooks.py. Unset: a chat prompt of observation + context, the response appended",
+    )
+    pre_process_kwargs: dict[str, Any] = _f(help="keyword arguments of this agent's pre_process",
+                                            factory=dict)
+    post_process_kwargs: dict[str, Any] = _f(help="keyword arguments of this agent's post_process",
+                                             factory=dict)
+    obs_with_env: bool = _f(
+        True, "team envs: this agent reads the env's observation (false: pre_process gets empty obs_ids)"
+    )
 
     @property
     def adapter_name(self) -> str:
@@ -114,6 +130,19 @@ class EnvConfig:
 
     name: str = _f(
         "math_selfplay", "registered env name or import path 'pkg.module:Class' (unused with env.workflow)"
+    )
+    path: str | None = _f(
+        None,
+        "env.name=marft: the task the team plays, 'path/to/file.py:Class' or 'pkg.module:Class', a class "
+        "with reset(problem) -> obs and step(actions, ground_truth) -> (obs, reward, done) (actions: agent "
+        "name -> its answer this round); env.kwargs go to its constructor. Unset: the built-in math task "
+        "(reward 1 when the last agent's \\boxed{} answer is right)",
+    )
+    max_assistant_turns: int | None = _f(
+        None,
+        "env.name=marft: agent turns per episode, a multiple of the team size (each round every agent "
+        "speaks once, in config order; default: one round)",
+        min=1,
     )
     workflow: str | None = _f(
         None,
@@ -281,6 +310,14 @@ class TrainConfig:
     ppo_epochs: int = _f(1, "passes over each step's rows", min=1)
     grad_clip: float = _f(1.0, "max gradient norm (0 disables)", min=0.0)
     full_finetune: bool = _f(False, "deepspeed_train only: train all base weights instead of one adapter")
+    use_all_traj: bool = _f(
+        True,
+        "train on every turn of every round; false: only each agent's last turn of an episode (the last "
+        "round's turns; earlier turns still shape the GAE advantages through the critic's values)",
+    )
+    train_cycle: int = _f(
+        1, "every agent updates only every k steps (an agent's own update_every other than 1 wins)", min=1
+    )
 
 
 @dataclass
@@ -313,11 +350,22 @@ class ReferenceConfig:
 class AlgorithmConfig:
     """Advantages and losses."""
 
-    advantage: Literal["grpo", "reinforce_pp"] = _f(
+    advantage: Literal["grpo", "reinforce_pp", "gae"] = _f(
         "grpo",
-        "grpo: normalise within (group, agent); reinforce_pp: baseline per agent, normalised per agent",
+        "grpo: normalise within (group, agent); reinforce_pp: baseline per agent, normalised per agent; "
+        "gae: PPO with a value critic (the critic block), token-level GAE over each agent's turns of an "
+        "episode",
     )
-    gamma: float = _f(1.0, "discount of turn rewards back through an agent's earlier turns", min=0.0, max=1.0)
+    gamma: float = _f(1.0, "discount of turn rewards back through an agent's earlier turns (gae: per token)",
+                      min=0.0, max=1.0)
+    lam: float = _f(1.0, "gae: the GAE lambda (1: Monte-Carlo return minus value, 0: one-step TD)",
+                    min=0.0, max=1.0)
+    share_reward_in_agent: bool = _f(
+        False,
+        "team reward: every reward of an episode also reaches each other agent's latest turn before it (an "
+        "Actor's reward is the Reasoner's too, MARFT); false: an agent gets only its own turns' rewards "
+        "(0 where nothing rewards it). agent/<name>/reward_trained shows what each agent trained on",
+    )
     is_weight_cap: float = _f(
         2.0,
         "rollout.max_staleness > 0: cap on the decoupled objective's importance weight pi_old / pi_rollout "
@@ -376,6 +424,30 @@ class AlgorithmConfig:
         0.9, "distillation stops once every information set picks its target with this probability",
         min=0.0, max=1.0,
     )
+
+
+@dataclass
+class CriticConfig:
+    """The value critic of algorithm.advantage=gae: a value head, its own LoRA adapter on the shared base."""
+
+    share: bool = _f(
+        True,
+        "true: one critic for all agents, trained on every agent's rows (siiRL's share_instance); "
+        "false: one critic per agent, trained only on that agent's rows",
+    )
+    lr: float = _f(1e-4, "the critic's learning rate (adapter and value head)", min=0.0)
+    warmup_steps: int = _f(
+        0, "the first k steps train only the critic (the agents' adapters stay as they are)", min=0
+    )
+    cliprange_value: float = _f(
+        0.2, "clipped value loss: a new value may move at most this far from the old one (0: no clipping)",
+        min=0.0,
+    )
+    value_loss_coef: float = _f(0.5, "weight of the value loss", min=0.0)
+    ppo_epochs: int = _f(1, "passes of the critic over each step's rows", min=1)
+    grad_clip: float = _f(1.0, "max gradient norm of the critic (0 disables)", min=0.0)
+    rank: int | None = _f(None, "LoRA rank of the critic's adapter (default: lora.rank)", min=1, max=1024)
+    alpha: float | None = _f(None, "LoRA alpha of the critic's adapter (default: lora.alpha)", min=0)
 
 
 @dataclass
@@ -455,6 +527,7 @@ class RunConfig:
     train: TrainConfig = _f(help="policy update", factory=TrainConfig)
     reference: ReferenceConfig = _f(help="reference log-probs", factory=ReferenceConfig)
     algorithm: AlgorithmConfig = _f(help="advantages and losses", factory=AlgorithmConfig)
+    critic: CriticConfig = _f(help="the value critic (algorithm.advantage=gae)", factory=CriticConfig)
     sft: SFTConfig = _f(help="supervised fine-tuning (train.objective=sft, or sft phases)", factory=SFTConfig)
     dpo: DPOConfig = _f(help="direct preference optimization (train.objective=dpo, or dpo phases)",
                         factory=DPOConfig)
