@@ -79,6 +79,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     """
     from roll_ma import checkpoint as ckpt
     from roll_ma.algorithms.advantages import add_advantages
+    from roll_ma.algorithms.gae import critic_metrics, last_turns_only, team_reward_metrics
     from roll_ma.distributed.ray_env import init_ray
     from roll_ma.packing import concat_padded
     from roll_ma.pipelines.adapter_sync import AdapterSync
@@ -113,6 +114,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
 
         env = dataclasses.replace(cfg.env, workflow=absolute_spec(cfg.env.workflow))
         cfg = dataclasses.replace(cfg, env=env)
+    cfg = _absolute_team_files(cfg)
     init_ray(cfg.resources.ray_address)
     _check_cluster_gpus(cfg)
     from roll_ma.envs.registry import resolve_env_class
@@ -163,6 +165,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         metrics: dict[str, Any] = {}
         # max_staleness 0: roll out, then train. k >= 1: step s + 1's rollout plays while step s trains
         staleness = cfg.rollout.max_staleness
+        gae = cfg.algorithm.advantage == "gae"  # PPO with a value critic (algorithms/gae.py)
         rollouts = RolloutQueue(workers, planner, ahead=staleness > 0)
         sleeps = workers.colocated() and cfg.rollout.sleep_level > 0  # the engine frees the GPU to train
         for step in range(start_step + 1, cfg.trainer.max_steps + 1):
@@ -201,12 +204,22 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                         batch = batch.union(workers.ref_source.compute_ref_log_probs(batch))
                 with timer("old_log_probs"):
                     batch = batch.union(workers.train.compute_log_probs(batch))
+                if gae:  # the critic's values V(prefix) at every response token, forward only
+                    with timer("values"):
+                        batch = batch.union(workers.train.compute_values(batch))
                 if cfg.rollout.log_probs:
                     metrics.update(logprob_gap_metrics(batch, agent_names))
 
                 # 3. advantages, normalised per agent
                 with timer("advantages"):
                     batch = add_advantages(batch, cfg.algorithm)
+                metrics.update(team_reward_metrics(batch, agent_names, cfg.algorithm.share_reward_in_agent))
+                if gae:
+                    metrics.update(critic_metrics(batch, agent_names))
+                    # critic.warmup_steps: only the critic trains (the agents' adapters are not pushed)
+                    batch.meta_info["critic_only"] = step <= cfg.critic.warmup_steps
+                if not cfg.train.use_all_traj:  # the last round's turns only (after GAE saw them all)
+                    batch = last_turns_only(batch)
 
                 if staleness > 0:
                     # 4-5. (k >= 1) agent after agent: update it, push it to the engines at once, go on
@@ -292,6 +305,18 @@ def updated_adapters(cfg: RunConfig, train_metrics: dict[str, Any]) -> set[str]:
     are pushed to the engines; the others keep serving, and reporting, their last version."""
     return {a.adapter_name for a in cfg.agents
             if not a.frozen and train_metrics.get(f"agent/{a.name}/updated", 0.0) > 0}
+
+
+def _absolute_team_files(cfg: RunConfig) -> RunConfig:
+    """env.path and agents' process hook files made absolute: Ray actors may run elsewhere."""
+    from roll_ma.workflows.loader import _find_file, absolute_spec
+
+    def file(path: str | None) -> str | None:
+        return _find_file(path) if path and path.endswith(".py") else path
+
+    agents = [dataclasses.replace(a, process=file(a.process)) for a in cfg.agents]
+    env = dataclasses.replace(cfg.env, path=absolute_spec(cfg.env.path) if cfg.env.path else None)
+    return dataclasses.replace(cfg, agents=agents, env=env)
 
 
 def _episode_errors(episodes: list[dict]) -> str:

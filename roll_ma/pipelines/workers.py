@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from roll_ma.config.schema import RunConfig
+from roll_ma.config.schema import AgentConfig, RunConfig
 from roll_ma.config.validate_resources import gpus_per_worker
 from roll_ma.distributed.cluster import Cluster
 from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
@@ -46,6 +47,13 @@ def worker_env(cfg: RunConfig) -> dict[str, str]:
 def cpu_placement(cfg: RunConfig) -> ResourceManager:
     """Placement of the CPU-only roles (env workers): CPUs, and the nodes resources.role_resources names."""
     return ResourceManager.cpu_only(cfg.resources.num_cpus_per_worker, cfg.resources.role_resources)
+
+
+def agents_with_train_cycle(cfg: RunConfig) -> list[AgentConfig]:
+    """The agents as the train workers see them: train.train_cycle is the update_every of every agent
+    that does not set its own (update_every other than 1)."""
+    return [a if a.update_every != 1 else dataclasses.replace(a, update_every=cfg.train.train_cycle)
+            for a in cfg.agents]
 
 
 def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = False,
@@ -89,9 +97,10 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
             {
                 **common,
                 "lora_cfg": cfg.lora,
-                "agents": cfg.agents,
+                "agents": agents_with_train_cycle(cfg),
                 "train_cfg": cfg.train,
                 "algo_cfg": cfg.algorithm,
+                "critic_cfg": cfg.critic,
                 "reference_copies": reference_copies,
             },
         )

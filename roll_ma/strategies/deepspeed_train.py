@@ -30,4 +30,5 @@ class DeepSpeedTrainStrategy(MultiAgentDeepSpeedStrategy):
         if len(trainable) > 1:
             raise ValueError(f"deepspeed_train trains one policy but adapters {trainable} are trainable; use "
                              "train.strategy=multi_agent_deepspeed or let the agents share one adapter")
-        return LoraWeights(self.model_cfg, self.adapters, self.seed, self._copied_adapters())
+        return LoraWeights(self.model_cfg, self.adapters, self.seed, self._copied_adapters(),
+                           self._critic_specs())

@@ -28,11 +28,12 @@ import numpy as np
 import torch
 
 from roll_ma.algorithms.preference import sequence_log_probs
-from roll_ma.config.schema import AlgorithmConfig, ModelConfig, TrainConfig
+from roll_ma.config.schema import AlgorithmConfig, CriticConfig, ModelConfig, TrainConfig
 from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.models.logprobs import choice_log_probs
 from roll_ma.protocol import DataProto
+from roll_ma.strategies.critic import CriticSet, critic_adapter_specs, critic_of_agents
 from roll_ma.strategies.ds_utils import barrier, setup_deepspeed, training_device
 from roll_ma.strategies.micro_batches import MicroBatching
 from roll_ma.strategies.objective_dpo import REF_KEYS, SIDES, side
@@ -64,12 +65,16 @@ class MultiAgentDeepSpeedStrategy:
         rank, world_size: this process in the data-parallel group of train workers.
         reference_copies: also inject a frozen copy of every trainable adapter (DPO's reference "the
             adapter as the phase started": ``snapshot_reference`` fills it; no second model).
+        critic_cfg: the value critic(s) of ``algo_cfg.advantage == "gae"`` (``strategies/critic.py``): one
+            more adapter each on the same base, plus a value head.
     """
 
     def __init__(self, model_cfg: ModelConfig, agents: Sequence[AgentSpec], adapters: Sequence[AdapterSpec],
                  train_cfg: TrainConfig, algo_cfg: AlgorithmConfig, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, reference_copies: bool = False):
+                 world_size: int = 1, reference_copies: bool = False, critic_cfg: CriticConfig | None = None):
         self.model_cfg, self.train_cfg, self.algo_cfg = model_cfg, train_cfg, algo_cfg
+        self.critic_cfg = critic_cfg or CriticConfig()
+        self.critic: CriticSet | None = None
         self.agents, self.adapters = list(agents), list(adapters)
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.reference_copies = reference_copies
@@ -85,7 +90,15 @@ class MultiAgentDeepSpeedStrategy:
         """What the policies are: here one LoRA adapter each (deepspeed_train may pick all weights)."""
         if self.train_cfg.full_finetune:
             raise ValueError("train.full_finetune needs train.strategy=deepspeed_train (one policy)")
-        return LoraWeights(self.model_cfg, self.adapters, self.seed, self._copied_adapters())
+        return LoraWeights(self.model_cfg, self.adapters, self.seed, self._copied_adapters(),
+                           self._critic_specs())
+
+    def _critic_specs(self) -> list[AdapterSpec]:
+        """The critics' adapters (algorithm.advantage=gae), shaped like the first agent's adapter."""
+        if self.algo_cfg.advantage != "gae":
+            return []
+        names = list(critic_of_agents(self.agents, self.critic_cfg.share).values())
+        return critic_adapter_specs(self.adapters[0], names, self.critic_cfg)
 
     def _copied_adapters(self) -> list[str]:
         """The adapters that get a frozen reference copy: every trainable one, when asked for."""
@@ -138,6 +151,13 @@ class MultiAgentDeepSpeedStrategy:
                 plan.name, index, self.model, self.weights.params(plan.name),
                 lambda n=plan.name: self.weights.activate(n), plan.lr, self.train_cfg, self.algo_cfg,
                 self.seed, self.rank, self.world_size, self.device, total_steps)
+        if self.algo_cfg.advantage == "gae":
+            if not self.weights.has_adapters:
+                raise ValueError("algorithm.advantage=gae puts the critic on the shared base as one more "
+                                 "LoRA adapter; full fine-tuning has none: train LoRA adapters")
+            activity.note("initialize: building the value critic(s)")
+            self.critic = CriticSet(self.weights, self.agents, self.critic_cfg, self.train_cfg, self.algo_cfg,
+                                    self.seed, self.rank, self.world_size, self.device, total_steps)
         self.weights.activate(None)
 
     def _require_model(self) -> None:
@@ -187,6 +207,15 @@ class MultiAgentDeepSpeedStrategy:
         tensors = {key: log_probs, **({"entropy": entropy} if entropy is not None else {})}
         return DataProto.from_dict(tensors, meta_info=data.meta_info)
 
+    def compute_values(self, data: DataProto) -> DataProto:
+        """(B, R) float32 ``values``: each row under its agent's critic (forward only, no grad)."""
+        self._require_model()
+        if self.critic is None:
+            raise ValueError("this strategy has no critic: set algorithm.advantage=gae")
+        check_columns(data, ("input_ids", "attention_mask", "responses"), "compute values")
+        values = self.critic.compute_values(data, self._agent_ids(data) if len(data) else np.zeros(0, int))
+        return DataProto.from_dict({"values": values}, meta_info=data.meta_info)
+
     # ------------------------------------------------------------------ training
     def train_step(self, data: DataProto) -> dict[str, float]:
         """Update every due policy from its agents' rows, by ``meta_info["objective"]`` (ppo, sft, dpo:
@@ -205,6 +234,8 @@ class MultiAgentDeepSpeedStrategy:
         # meta_info["policies"]: update only these (the streaming sync updates one adapter per call)
         only = data.meta_info.get("policies")
         plans = [p for p in self.plans if only is None or p.name in only]
+        if data.meta_info.get("critic_only", False):  # critic.warmup_steps: the agents wait
+            plans = []
         mine_agents = {a for p in plans for a in p.agent_ids} if only is not None else None
         metrics: dict[str, float] = {}
         for agent in self.agents:
@@ -233,6 +264,10 @@ class MultiAgentDeepSpeedStrategy:
                 metrics.update({prefix + "grad_norm": result.grad_norm, prefix + "lr": result.lr,
                                 prefix + "updated": float(result.optimizer_steps > 0),
                                 prefix + "skipped_nonfinite": float(result.skipped_nonfinite)})
+        if self.critic is not None and objective.name == "ppo" and only is None and len(data):
+            start = time.perf_counter()
+            metrics.update(self.critic.update(data, agent_ids, step))
+            metrics["timing/update/critic"] = time.perf_counter() - start
         self.weights.activate(None)
         return metrics
 
@@ -339,12 +374,17 @@ class MultiAgentDeepSpeedStrategy:
         self._require_model()
         return self.weights.adapter_tensors(adapters, packed=packed, dtype=dtype, shared=shared)
 
+    def _all_updaters(self) -> dict[str, PolicyUpdater]:
+        """Every optimizer: the agents' policies and the critics."""
+        return {**self.updaters, **(self.critic.updaters if self.critic is not None else {})}
+
     def optimizer_state(self, policy: str) -> dict[str, Any]:
-        """CPU copies of one policy's Adam moments and step counts (for checks and tests)."""
-        if policy not in self.updaters:
-            known = sorted(self.updaters)
+        """CPU copies of one policy's (or critic's) Adam moments and step counts (for checks and tests)."""
+        updaters = self._all_updaters()
+        if policy not in updaters:
+            known = sorted(updaters)
             raise KeyError(f"{policy!r} has no optimizer (frozen or unknown); policies with one: {known}")
-        return self.updaters[policy].optimizer_state()
+        return updaters[policy].optimizer_state()
 
     # ------------------------------------------------------------------ checkpoint
     def save_checkpoint(self, ckpt_dir: str | os.PathLike) -> None:
@@ -359,7 +399,9 @@ class MultiAgentDeepSpeedStrategy:
         root = Path(ckpt_dir)
         if self.rank == 0:
             self.weights.save(root)
-        for name, updater in self.updaters.items():
+            if self.critic is not None:
+                self.critic.save_heads(root)
+        for name, updater in self._all_updaters().items():
             if updater.zero_stage > 0 or self.rank == 0:
                 path = root / "optim" / name / f"rank{self.rank}.pt"
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -371,7 +413,9 @@ class MultiAgentDeepSpeedStrategy:
         self._require_model()
         root = Path(ckpt_dir)
         self.weights.load(root)
-        for name, updater in self.updaters.items():
+        if self.critic is not None:
+            self.critic.load_heads(root)
+        for name, updater in self._all_updaters().items():
             ranks = range(self.world_size) if updater.zero_stage > 0 else [0]
             files = [root / "optim" / name / f"rank{r}.pt" for r in ranks]
             missing = [str(f) for f in files if not f.exists()]

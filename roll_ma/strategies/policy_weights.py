@@ -40,13 +40,16 @@ class LoraWeights:
 
     ``copied``: adapters that also get a frozen copy ``<name>__ref`` of the same shape on the same base
     (never trained, no optimizer; ``snapshot`` fills it), saved and loaded with the checkpoint.
+    ``critics``: the value critics' adapters (``strategies/critic.py``): injected, activated, saved and
+    loaded like the agents' adapters, never exported to the rollout engines unless named.
     """
 
     has_adapters = True
 
     def __init__(self, model_cfg: ModelConfig, adapters: Sequence[AdapterSpec], seed: int,
-                 copied: Sequence[str] = ()):
+                 copied: Sequence[str] = (), critics: Sequence[AdapterSpec] = ()):
         self.model_cfg, self.adapters, self.seed = model_cfg, list(adapters), seed
+        self.critics = list(critics)
         specs = {a.name: a for a in self.adapters}
         self.copies = [dataclasses.replace(specs[name], name=name + REFERENCE_SUFFIX, init_dir=None)
                        for name in copied]
@@ -57,7 +60,7 @@ class LoraWeights:
     def build(self, device: torch.device) -> Any:
         # adapters (and their frozen copies) are injected before any DeepSpeed engine wraps the model
         base = load_base_model(self.model_cfg, str(device))
-        self.model = inject_adapters(base, self.adapters + self.copies, self.seed)
+        self.model = inject_adapters(base, self.adapters + self.copies + self.critics, self.seed)
         for copy in self.copies:  # a copy starts equal to its adapter (the adapter's init dir included)
             self.snapshot(copy.name.removesuffix(REFERENCE_SUFFIX))
         return self.model
@@ -94,7 +97,8 @@ class LoraWeights:
             self.model.set_adapter(policy)  # PEFT also marks it trainable; requires_grad is decided below
         if self._lora_params is None:  # one scan of the parameter names, then flips only
             set_trainable(self.model, None)
-            self._lora_params = {a.name: self.params(a.name) for a in self.adapters + self.copies}
+            every = self.adapters + self.copies + self.critics
+            self._lora_params = {a.name: self.params(a.name) for a in every}
         for name, params in self._lora_params.items():
             for p in params:
                 p.requires_grad_(name == policy)
@@ -112,7 +116,7 @@ class LoraWeights:
         """Adapter name -> its PEFT-format CPU tensors, or (``packed``) one buffer per adapter, cast to
         ``dtype`` (a torch dtype name) when given: a ``PackedTensors`` on the host, or with ``shared``
         a ``SharedTensors`` file that ``shared`` owns (one copy off the GPU, nothing pickled)."""
-        known = [a.name for a in self.adapters + self.copies]
+        known = [a.name for a in self.adapters + self.copies + self.critics]
         names = list(names) if names is not None else [a.name for a in self.adapters]  # copies: by name
         unknown = [n for n in names if n not in known]
         if unknown:
@@ -143,11 +147,11 @@ class LoraWeights:
         return self._export_plans[name]
 
     def save(self, root: Path) -> None:
-        for spec in self.adapters + self.copies:
+        for spec in self.adapters + self.copies + self.critics:
             save_adapter(self.model, spec, root / "adapters" / spec.name)
 
     def load(self, root: Path) -> None:
-        for spec in self.adapters + self.copies:
+        for spec in self.adapters + self.copies + self.critics:
             load_adapter_dir(self.model, spec.name, root / "adapters" / spec.name)
 
 

@@ -12,7 +12,14 @@ from typing import Any
 
 import torch
 
-from roll_ma.config.schema import AgentConfig, AlgorithmConfig, LoraConfig, ModelConfig, TrainConfig
+from roll_ma.config.schema import (
+    AgentConfig,
+    AlgorithmConfig,
+    CriticConfig,
+    LoraConfig,
+    ModelConfig,
+    TrainConfig,
+)
 from roll_ma.distributed.shm_transfer import SegmentOwner
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
@@ -28,7 +35,8 @@ class TrainWorker(Worker):
     def __init__(self, role: str, rank: int = 0, world_size: int = 1, env_vars: dict[str, str] | None = None,
                  model_cfg: ModelConfig | None = None, lora_cfg: LoraConfig | None = None,
                  agents: Sequence[AgentConfig] | None = None, train_cfg: TrainConfig | None = None,
-                 algo_cfg: AlgorithmConfig | None = None, seed: int = 0, reference_copies: bool = False):
+                 algo_cfg: AlgorithmConfig | None = None, seed: int = 0, reference_copies: bool = False,
+                 critic_cfg: CriticConfig | None = None):
         super().__init__(role, rank, world_size, env_vars)
         self.reference_copies = reference_copies  # frozen adapter copies for DPO's reference
         self.model_cfg = model_cfg or ModelConfig()
@@ -36,6 +44,7 @@ class TrainWorker(Worker):
         self.agents = list(agents) if agents is not None else [AgentConfig()]
         self.train_cfg = train_cfg or TrainConfig()
         self.algo_cfg = algo_cfg or AlgorithmConfig()
+        self.critic_cfg = critic_cfg or CriticConfig()  # the value critic (algorithm.advantage=gae)
         self.seed = seed
         self.strategy: Any = None
         self._segments = SegmentOwner(self.node_id())  # shared-memory exports of adapters (same node)
@@ -53,7 +62,8 @@ class TrainWorker(Worker):
         agent_specs, adapter_specs = plan_adapters(self.lora_cfg, self.agents)
         cls = train_strategy_class(self.train_cfg.strategy)
         self.strategy = cls(self.model_cfg, agent_specs, adapter_specs, self.train_cfg, self.algo_cfg,
-                            self.seed, self.rank, self.world_size, reference_copies=self.reference_copies)
+                            self.seed, self.rank, self.world_size, reference_copies=self.reference_copies,
+                            critic_cfg=self.critic_cfg)
         self.strategy.initialize(total_steps=total_steps)
 
     def _strategy(self) -> Any:
@@ -74,6 +84,13 @@ class TrainWorker(Worker):
         """``ref_log_probs`` (B, R) from the base weights (every adapter disabled)."""
         temperature = float(data.meta_info.get("temperature", 1.0))
         out = self._strategy().compute_log_probs(data, adapters_enabled=False, temperature=temperature)
+        _release_cached_gpu_memory()
+        return out
+
+    @register(Dispatch.DP_COMPUTE)
+    def compute_values(self, data: DataProto) -> DataProto:
+        """``values`` (B, R): each row under its agent's critic (algorithm.advantage=gae), forward only."""
+        out = self._strategy().compute_values(data)
         _release_cached_gpu_memory()
         return out
 
