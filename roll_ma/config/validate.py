@@ -84,6 +84,9 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
         add("agents", "every agent is frozen: nothing would train; unfreeze one or set trainer.max_steps=0")
 
     # ---- env and seats
+    from roll_ma.config.validate_team import check_team
+
+    check_team(cfg, problems)  # gae combinations, team env hooks and task
     num_players = None
     if check_env:
         num_players = _check_env(cfg, problems)
@@ -296,7 +299,8 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
                         f"{cfg.env.name} takes no setting {key!r}{suggest(key, options)}; it takes {options}",
                     )
                 )
-    if any(p.key.startswith("env.kwargs.") for p in problems):
+    if any(p.key.startswith("env.kwargs.") or p.key == "env.path" or p.key.endswith(".process")
+           for p in problems):
         return None
     try:
         num_players = int(cls(**env_kwargs(cfg.env, cfg.agents, None)).num_players)

@@ -31,6 +31,8 @@ class Turn:
         legal_actions: Legal action strings (games); `[]` for free-form text (math).
         action_responses: The answer a well-behaved model writes to choose each legal action
             (same order as `legal_actions`); what the action entropy bonus scores.
+        prompt_ids: The prompt as token ids, when the env builds it itself (team envs with prompt
+            hooks); None: the env worker chat-templates `messages`.
     """
 
     player: int
@@ -38,6 +40,7 @@ class Turn:
     messages: list[dict]
     legal_actions: list[str] = field(default_factory=list)
     action_responses: list[str] = field(default_factory=list)
+    prompt_ids: list[int] | None = None
 
 
 @dataclass
@@ -80,6 +83,8 @@ class MultiAgentEnv(ABC):
     has_action_choices: bool = False
     # why: config validation refuses env.show_greedy_moves for envs that would ignore it
     shows_greedy_moves: bool = False
+    # why: envs that build prompts from token ids (team envs) also get the response's ids in `step`
+    takes_response_ids: bool = False
 
     @abstractmethod
     def reset(self, seed: int) -> Turn:

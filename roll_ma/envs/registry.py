@@ -23,6 +23,7 @@ _BUILTIN_ENVS: dict[str, str] = {
     "tic_tac_toe": "roll_ma.envs.tic_tac_toe:TicTacToeEnv",
     "math_selfplay": "roll_ma.envs.math_selfplay:MathSelfPlayEnv",
     "math_reflection": "roll_ma.envs.math_reflection:MathReflectionEnv",
+    "marft": "roll_ma.envs.team:TeamEnv",
 }
 _USER_ENVS: dict[str, type] = {}
 

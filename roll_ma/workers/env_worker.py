@@ -44,6 +44,9 @@ def env_kwargs(env_cfg: EnvConfig, agents: list[AgentConfig], seats: list[str] |
         kwargs["show_greedy_moves"] = True
     if "max_rounds" in params:  # reflection envs: env.max_rounds (validation refuses env.kwargs.max_rounds)
         kwargs["max_rounds"] = env_cfg.max_rounds
+    if "agent_configs" in params:  # team envs (marft): each agent's hooks, the task, the turn budget
+        kwargs.update(agent_configs=list(agents), task_path=env_cfg.path,
+                      max_assistant_turns=env_cfg.max_assistant_turns)
     return kwargs
 
 
@@ -115,6 +118,12 @@ class EnvWorker(Worker):
         """Chat-templated prompt ids; an over-long history is cut from the left, system message kept."""
         return encode_chat(self.tokenizer, messages, self.max_prompt_tokens)
 
+    def _cut(self, prompt_ids: list[int]) -> tuple[list[int], bool]:
+        """An env's own prompt ids, cut from the left to model.max_prompt_tokens."""
+        if len(prompt_ids) <= self.max_prompt_tokens:
+            return list(prompt_ids), False
+        return list(prompt_ids[-self.max_prompt_tokens:]), True
+
     def _encode_choices(self, responses: list[str]) -> list[list[int]]:
         """Token ids of each legal action's answer (cached: games repeat their labels), or [] when off."""
         if not self.action_choices:
@@ -149,6 +158,8 @@ class EnvWorker(Worker):
         rollout = share_of(rollout, self.rank, self.world_size)  # env worker i drives engine i
         seat_map = list(seats or self.seats)
         kwargs = env_kwargs(self.env_cfg, self.agents, seat_map)
+        if "tokenizer" in inspect.signature(self.env_cls.__init__).parameters:
+            kwargs["tokenizer"] = self.tokenizer  # team envs build prompts as token ids
         episodes = []
         for spec in specs:
             env = make_env(self.env_cfg.name, **kwargs)
@@ -171,7 +182,8 @@ class EnvWorker(Worker):
             finished = len(episodes) - len(waiting)
             if not waiting:
                 break
-            prompts = [self._encode(ep.turn.messages) for ep in waiting]
+            prompts = [self._encode(ep.turn.messages) if ep.turn.prompt_ids is None
+                       else self._cut(ep.turn.prompt_ids) for ep in waiting]
             request = DataProto.from_dict(
                 non_tensors={
                     "prompt_ids": [p for p, _ in prompts],
@@ -205,7 +217,8 @@ class EnvWorker(Worker):
                     action_choices=self._encode_choices(ep.turn.action_responses),
                 )
                 self._step(ep, sample.response_text, samples, sample,
-                           greedy_texts[row] if greedy_texts is not None else None)
+                           greedy_texts[row] if greedy_texts is not None else None,
+                           sample.response_ids if ep.env.takes_response_ids else None)
             round_idx += 1
         bar.close()
         meta = {
@@ -242,10 +255,14 @@ class EnvWorker(Worker):
         samples: list[TurnSample] | None,
         sample: TurnSample | None,
         greedy_text: str | None = None,
+        response_ids: list[int] | None = None,
     ) -> None:
         player, agent = ep.turn.player, ep.turn.agent
         # why: given only under env.show_greedy_moves, which validation allows only for envs taking it
-        result = ep.env.step(text) if greedy_text is None else ep.env.step(text, greedy_text=greedy_text)
+        extra = {"greedy_text": greedy_text} if greedy_text is not None else {}
+        if response_ids is not None:  # team envs: post_process hooks work on token ids
+            extra["response_ids"] = response_ids
+        result = ep.env.step(text, **extra)
         if sample is not None and samples is not None:
             sample.format_error = bool(result.info.get("format_error", False))
             sample.reward_class = str(result.info.get("reward_class", ""))

@@ -1,0 +1,195 @@
+"""The marft team env and per-agent prompt hooks: what hooks receive and return, tasks from files, errors."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig, RunConfig
+
+HOOKS = '''
+def pre_process(tokenizer, prompt_ids, obs_ids, marker):
+    text = tokenizer.decode(obs_ids) + tokenizer.decode(prompt_ids) + marker
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def post_process(tokenizer, prompt_ids, response_ids, tag):
+    return list(prompt_ids) + tokenizer.encode(tag, add_special_tokens=False) + list(response_ids)
+'''
+
+TASK = '''
+class TwoRounds:
+    """Reward 1 when the round's last answer contains a 1; done after two rounds."""
+
+    def __init__(self, bad=None):
+        self.bad, self.rounds = bad, 0
+
+    def reset(self, problem):
+        self.rounds = 0
+        return "Problem: " + problem["problem"]
+
+    def step(self, actions, ground_truth):
+        self.rounds += 1
+        if self.bad == "type":
+            return "obs", "one", False
+        if self.bad == "raise":
+            raise KeyError("no such answer")
+        return "\\nAgain: ", float("1" in list(actions.values())[-1]), self.rounds >= 2
+'''
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("team")
+    (root / "hooks.py").write_text(HOOKS)
+    (root / "task.py").write_text(TASK)
+    (root / "bad_hooks.py").write_text(textwrap.dedent('''
+        def pre_process(tokenizer, prompt_ids, obs_ids):
+            return "not ids"
+
+        def post_process(tokenizer, prompt_ids, response_ids):
+            raise ZeroDivisionError("boom")
+    '''))
+    return root
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from roll_ma.models.loading import load_tokenizer
+
+    return load_tokenizer(ModelConfig(path=tiny_model_dir))
+
+
+def _agents(files, process=True):
+    hooks = str(files / "hooks.py") if process else None
+    kw = {"pre_process_kwargs": {"marker": " MARK"}, "post_process_kwargs": {"tag": " said"}}
+    kw = kw if process else {}
+    return [AgentConfig(name="reasoner", process=hooks, **kw),
+            AgentConfig(name="actor", process=hooks, **kw)]
+
+
+def _env(files, tokenizer, agents, **kwargs):
+    from roll_ma.envs.team import TeamEnv
+
+    return TeamEnv(agent_configs=agents, tokenizer=tokenizer, **kwargs)
+
+
+def test_hooks_build_each_agents_prompt_from_context_and_observation(files, tokenizer):
+    env = _env(files, tokenizer, _agents(files), task_path=f"{files / 'task.py'}:TwoRounds",
+               max_assistant_turns=4)
+    turn = env.reset(0, problem={"problem": "2+3", "answer": "5"})
+    # reasoner: pre_process(obs="Problem: 2+3", context=[]) + marker
+    assert turn.agent == "reasoner" and tokenizer.decode(turn.prompt_ids) == "Problem: 2+3 MARK"
+    result = env.step("think", response_ids=tokenizer.encode("think", add_special_tokens=False))
+    assert result.rewards == [0.0, 0.0] and not result.done
+    # actor: the context is what post_process left: tag + the reasoner's response
+    assert tokenizer.decode(result.next_turn.prompt_ids) == "Problem: 2+3 saidthink MARK"
+    result = env.step("1")
+    assert result.rewards == [0.0, 1.0] and not result.done  # the round's last agent is rewarded
+    assert "Again: " in tokenizer.decode(result.next_turn.prompt_ids)  # the task's next observation
+    env.step("x")
+    result = env.step("0")
+    assert result.done and result.rewards == [0.0, 0.0]
+    assert env.episode_metrics()["rounds"] == 2.0
+
+
+def test_obs_with_env_false_hides_the_observation(files, tokenizer):
+    agents = _agents(files)
+    agents[1].obs_with_env = False
+    env = _env(files, tokenizer, agents)
+    env.reset(0, problem={"problem": "2+3", "answer": "5"})
+    result = env.step("think", response_ids=tokenizer.encode("think", add_special_tokens=False))
+    assert tokenizer.decode(result.next_turn.prompt_ids) == " saidthink MARK"
+
+
+def test_default_hooks_chat_template_the_observation(files, tokenizer):
+    env = _env(files, tokenizer, [AgentConfig(name="solo", system_prompt="Be brief.")])
+    turn = env.reset(0, problem={"problem": "1+1", "answer": "2"})
+    text = tokenizer.decode(turn.prompt_ids)
+    assert "Be brief." in text and "Problem: 1+1" in text
+    result = env.step("\\boxed{2}")
+    assert result.done and result.rewards == [1.0]  # the built-in math task grades the last answer
+
+
+def test_a_hook_marker_shows_up_in_the_generated_prompt(files, tiny_model_dir):
+    from roll_ma.config.schema import LoraConfig
+    from roll_ma.workers.env_worker import EnvWorker, EpisodeSpec
+    from roll_ma.workers.rollout_worker import RolloutWorker
+
+    agents = _agents(files)
+    rollout = RolloutWorker("rollout", 0, 1, None, ModelConfig(path=tiny_model_dir), LoraConfig(rank=4),
+                            agents, RolloutConfig(max_new_tokens=6, micro_batch_size=8), seed=0)
+    rollout.init_model()
+    worker = EnvWorker("env", 0, 1, None, EnvConfig(name="marft"), ModelConfig(path=tiny_model_dir), agents,
+                       ["reasoner", "actor"], RolloutConfig(), seed=0)
+    specs = [[EpisodeSpec(f"e{k}", "g", k, {"problem": "2+3", "answer": "5"}) for k in range(2)]]
+    batch = worker.run_episodes(rollout, specs, step=1)
+    assert len(batch) == 4 and sorted(batch.non_tensor["agent_id"].tolist()) == [0, 0, 1, 1]
+    width = batch.batch["prompts"].shape[1]
+    for i in range(len(batch)):
+        real = batch.batch["attention_mask"][i, :width].bool()
+        prompt = worker.tokenizer.decode(batch.batch["prompts"][i][real].tolist())
+        assert prompt.endswith(" MARK")
+        if batch.non_tensor["agent_id"][i] == 1:  # the actor reads the reasoner's response after the tag
+            reasoner = [j for j in range(len(batch)) if batch.non_tensor["episode_id"][j]
+                        == batch.non_tensor["episode_id"][i] and batch.non_tensor["agent_id"][j] == 0][0]
+            said = worker.tokenizer.decode(batch.batch["responses"][reasoner][
+                batch.batch["response_mask"][reasoner].bool()].tolist())
+            assert prompt.startswith("Problem: 2+3 said" + said)
+
+
+def test_bad_hooks_stop_the_run_naming_file_function_and_value(files, tokenizer):
+    from roll_ma.workers.hooks import HookError
+
+    bad = [AgentConfig(name="reasoner", process=str(files / "bad_hooks.py"))]
+    with pytest.raises(HookError, match=r"pre_process of .*bad_hooks.py returned str 'not ids'"):
+        _env(files, tokenizer, bad).reset(0, problem={"problem": "1", "answer": "1"})
+    good = AgentConfig(name="reasoner", process=str(files / "hooks.py"), pre_process_kwargs={"marker": "!"},
+                       post_process_kwargs={"tag": ""})
+    env = _env(files, tokenizer, [good])
+    env.reset(0, problem={"problem": "1", "answer": "1"})
+    env.hooks["reasoner"].post = lambda *a, **k: (_ for _ in ()).throw(ZeroDivisionError("boom"))
+    with pytest.raises(HookError, match="post_process .* raised ZeroDivisionError: boom"):
+        env.step("x")
+
+
+@pytest.mark.parametrize("bad, match", [("type", r"step\(\) returned \('obs', 'one', False\)"),
+                                        ("raise", r"step\(\) raised KeyError")])
+def test_bad_task_stops_the_run_naming_file_and_value(files, tokenizer, bad, match):
+    from roll_ma.envs.team import TaskError
+
+    env = _env(files, tokenizer, _agents(files, process=False), task_path=f"{files / 'task.py'}:TwoRounds",
+               bad=bad)
+    env.reset(0, problem={"problem": "1", "answer": "1"})
+    env.step("a")
+    with pytest.raises(TaskError, match=match) as err:
+        env.step("b")
+    assert "task.py" in str(err.value)
+
+
+def test_missing_hook_file_or_task_is_refused_before_actors_start(files):
+    from roll_ma.config.validate import validate
+
+    cfg = RunConfig(agents=[AgentConfig(name="reasoner", process=str(files / "nope.py")),
+                            AgentConfig(name="actor", process=str(files / "hooks.py"),
+                                        pre_process_kwargs={"colour": 1})],
+                    env=EnvConfig(name="marft", path=f"{files / 'task.py'}:Missing", max_assistant_turns=3))
+    problems = {p.key: p.message for p in validate(cfg)}
+    assert "nope.py" in problems["agents[0].process"]
+    assert "colour" in problems["agents[1].process"]
+    assert "has no 'Missing'" in problems["env.path"]
+    assert "multiple of the team size 2" in problems["env.max_assistant_turns"]
+    # hooks need the team env
+    plain = RunConfig(agents=[AgentConfig(name="solver", process=str(files / "hooks.py"))])
+    assert "agents[0].process" in {p.key for p in validate(plain)}
+
+
+def test_gae_refuses_what_it_cannot_take():
+    from roll_ma.config.schema import AlgorithmConfig, TrainConfig
+    from roll_ma.config.validate import validate
+
+    cfg = RunConfig(algorithm=AlgorithmConfig(advantage="gae"),
+                    rollout=RolloutConfig(max_staleness=1), train=TrainConfig(objective="sft"))
+    keys = {p.key for p in validate(cfg)}
+    assert {"rollout.max_staleness", "train.objective"} <= keys
