@@ -81,7 +81,15 @@ class ValueModel(torch.nn.Module):
 
         The caller makes critic ``name``'s adapter the active one (scoring or training).
         """
-        positions = position_ids_from_mask(attention_mask)  # (B, T)
+        # columns that are padding in every row change nothing (positions come from the mask): drop them
+        real_cols = attention_mask.bool().any(dim=0)  # (T,)
+        first = min(int(real_cols.float().argmax()), input_ids.shape[1] - response_len - 1)
+        tail = real_cols[input_ids.shape[1] - response_len:]  # (R,)
+        keep = int(tail.nonzero().max()) + 1 if bool(tail.any()) else 1
+        end = input_ids.shape[1] - (response_len - keep)
+        full_len, response_len = response_len, keep
+        input_ids, attention_mask = input_ids[:, first:end], attention_mask[:, first:end]
+        positions = position_ids_from_mask(attention_mask)  # (B, T')
         parts = split_lm(self.backbone)
         if parts is not None:
             hidden = parts[0](input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
@@ -90,8 +98,9 @@ class ValueModel(torch.nn.Module):
             hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                                    use_cache=False, output_hidden_states=True).hidden_states[-1]
         states = hidden[:, -response_len - 1:-1].float()  # (B, R, H) the prefix of each response token
-        values = self.head(name)(states).squeeze(-1)  # (B, R)
-        return values * attention_mask[:, -response_len:].to(values.dtype)
+        values = self.head(name)(states).squeeze(-1)  # (B, r)
+        values = values * attention_mask[:, -response_len:].to(values.dtype)
+        return torch.nn.functional.pad(values, (0, full_len - response_len))  # (B, R)
 
 
 class CriticSet:
