@@ -1,0 +1,32 @@
+"""The marft_tiny example end to end on CPU: Reasoner -> Actor, shared critic, team reward, resume."""
+
+import pytest
+
+from roll_ma.config.loading import load_config
+from roll_ma.pipelines import run_pipeline
+from roll_ma.tracking import read_metrics
+
+pytestmark = pytest.mark.slow
+
+
+def test_marft_tiny_runs_and_resumes_with_its_critic(ray_session, tmp_path):
+    small = ["env.groups_per_step=2", "env.group_size=4", "trainer.eval_every=0", "trainer.save_every=1",
+             "critic.warmup_steps=1", f"trainer.output_dir={tmp_path}", "trainer.progress_bars=false"]
+    run_pipeline(load_config("marft_tiny", overrides=small + ["trainer.max_steps=2"]))
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        for key in ("critic/explained_var", "critic/value_critic/value_loss",
+                    "critic/value_critic/value_clip_frac", "agent/reasoner/reward_trained",
+                    "agent/actor/reward_trained", "rollout/env/correct"):
+            assert key in r, key
+        # team reward: the reasoner trains on the actor's reward
+        assert r["agent/reasoner/reward_trained"] == pytest.approx(r["agent/actor/reward"])
+        assert r["agent/reasoner/reward_shared"] == 1.0
+    assert rows[0]["agent/reasoner/updated"] == 0.0  # critic warm-up: only the critic trained at step 1
+    assert rows[1]["agent/reasoner/updated"] == 1.0
+    ckpt = tmp_path / "checkpoints" / "step_000002" / "trainer"
+    assert (ckpt / "adapters" / "value_critic").is_dir() and (ckpt / "critic" / "heads.pt").exists()
+    # resume: the critic comes back from the checkpoint and step 3 runs
+    run_pipeline(load_config("marft_tiny", overrides=small + ["trainer.max_steps=3"]))
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
