@@ -136,3 +136,21 @@ def test_explained_variance():
     assert explained_variance(r, torch.full_like(r, 0.5), mask) == pytest.approx(0.0)
     assert explained_variance(r, 1 - r, mask) < 0
     assert explained_variance(torch.ones(1, 4), torch.zeros(1, 4), mask) == 0.0
+
+
+def test_use_all_traj_false_keeps_each_agents_last_turn():
+    from roll_ma.algorithms.gae import last_turns_only
+
+    kept = last_turns_only(_batch())
+    # e0: reasoner's turn 2 and actor's turn 3; e1: both single turns
+    assert sorted(zip(kept.non_tensor["episode_id"], kept.non_tensor["turn"])) == [
+        ("e0", 2), ("e0", 3), ("e1", 0), ("e1", 1)]
+
+
+def test_train_cycle_is_the_default_update_every():
+    from roll_ma.config.schema import AgentConfig, RunConfig, TrainConfig
+    from roll_ma.pipelines.workers import agents_with_train_cycle
+
+    cfg = RunConfig(agents=[AgentConfig(name="a"), AgentConfig(name="b", update_every=3)],
+                    train=TrainConfig(train_cycle=2))
+    assert [a.update_every for a in agents_with_train_cycle(cfg)] == [2, 3]
