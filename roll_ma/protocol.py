@@ -22,8 +22,11 @@ batch (tensors)
     ref_log_probs      (B, R) float   log pi_ref(token) from the base model (adapters off)
     token_rewards      (B, R) float   reward per token (the turn reward sits on the last token)
     advantages         (B, R) float   advantage per token
-    returns            (B, R) float   return per token (advantage + baseline)
+    returns            (B, R) float   return per token (advantage + baseline; gae: the critic's targets)
+    values             (B, R) float   gae: V(prefix before the token) from the row's agent's critic
     scores             (B,)   float   scalar reward of the turn (env reward incl. penalties)
+    trained_rewards    (B,)   float   the turn reward trained on (scores, plus the team's with
+                                      algorithm.share_reward_in_agent)
 
 non_tensor (numpy object arrays, length B)
     agent_id           int    index of the acting agent in ``config.agents``
