@@ -435,6 +435,11 @@ class CriticConfig:
         "true: one critic for all agents, trained on every agent's rows (siiRL's share_instance); "
         "false: one critic per agent, trained only on that agent's rows",
     )
+    groups: list[list[str]] = _f(
+        help="with share: true, one critic per group of agent names instead of one for all, e.g. [[reasoner, "
+        "actor], [judge]] (an agent in no group gets its own)",
+        factory=list,
+    )
     lr: float = _f(1e-4, "the critic's learning rate (adapter and value head)", min=0.0)
     warmup_steps: int = _f(
         0, "the first k steps train only the critic (the agents' adapters stay as they are)", min=0

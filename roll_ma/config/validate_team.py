@@ -65,6 +65,17 @@ def _check_gae(cfg: RunConfig, add) -> None:
     if cfg.env.workflow:
         add("env.workflow", "algorithm.advantage=gae needs turn rows of episodes (turn-based envs); "
             "workflows use grpo or reinforce_pp")
+    names = [a.name for a in cfg.agents]
+    seen: set[str] = set()
+    for g, group in enumerate(cfg.critic.groups):
+        for name in group:
+            if name not in names:
+                add(f"critic.groups[{g}]", f"{name!r} is not an agent; agents are {names}")
+            elif name in seen:
+                add(f"critic.groups[{g}]", f"agent {name!r} is in two critic groups; put it in one")
+            seen.add(name)
+    if cfg.critic.groups and not cfg.critic.share:
+        add("critic.groups", "groups share a critic: set critic.share=true, or remove critic.groups")
     if cfg.critic.warmup_steps >= cfg.trainer.max_steps > 0:
         add("critic.warmup_steps", f"{cfg.critic.warmup_steps} warm-up steps leave no step of "
             f"trainer.max_steps={cfg.trainer.max_steps} for the agents; lower it")

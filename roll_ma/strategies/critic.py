@@ -36,9 +36,20 @@ SHARED_CRITIC = "value_critic"
 CRITIC_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "values", "returns")
 
 
-def critic_of_agents(agents: Sequence[AgentSpec], share: bool) -> dict[int, str]:
-    """agent_id -> the adapter name of the critic that values its rows."""
-    return {a.agent_id: SHARED_CRITIC if share else f"{SHARED_CRITIC}-{a.name}" for a in agents}
+def critic_of_agents(agents: Sequence[AgentSpec], share: bool,
+                     groups: Sequence[Sequence[str]] = ()) -> dict[int, str]:
+    """agent_id -> the adapter name of the critic that values its rows: ``value_critic`` for all (share),
+    ``value_critic-group<i>`` per group of ``groups`` (share), else ``value_critic-<agent>``."""
+    group_of = {name: i for i, group in enumerate(groups) for name in group}
+    out = {}
+    for a in agents:
+        if share and not groups:
+            out[a.agent_id] = SHARED_CRITIC
+        elif share and a.name in group_of:
+            out[a.agent_id] = f"{SHARED_CRITIC}-group{group_of[a.name]}"
+        else:
+            out[a.agent_id] = f"{SHARED_CRITIC}-{a.name}"
+    return out
 
 
 def critic_adapter_specs(template: AdapterSpec, names: Sequence[str], cfg: CriticConfig) -> list[AdapterSpec]:
@@ -117,7 +128,7 @@ class CriticSet:
                  device: torch.device, total_steps: int | None = None):
         self.weights, self.cfg = weights, critic_cfg
         self.rank, self.world_size, self.device = rank, world_size, device
-        self.critic_of = critic_of_agents(agents, critic_cfg.share)
+        self.critic_of = critic_of_agents(agents, critic_cfg.share, critic_cfg.groups)
         self.names = list(dict.fromkeys(self.critic_of.values()))
         hidden = int(weights.model.get_base_model().config.hidden_size)
         self.model = ValueModel(weights.model, self.names, hidden, seed).to(device)

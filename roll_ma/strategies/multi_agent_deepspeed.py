@@ -97,7 +97,7 @@ class MultiAgentDeepSpeedStrategy:
         """The critics' adapters (algorithm.advantage=gae), shaped like the first agent's adapter."""
         if self.algo_cfg.advantage != "gae":
             return []
-        names = list(critic_of_agents(self.agents, self.critic_cfg.share).values())
+        names = list(critic_of_agents(self.agents, self.critic_cfg.share, self.critic_cfg.groups).values())
         return critic_adapter_specs(self.adapters[0], names, self.critic_cfg)
 
     def _copied_adapters(self) -> list[str]:

@@ -154,3 +154,14 @@ def test_train_cycle_is_the_default_update_every():
     cfg = RunConfig(agents=[AgentConfig(name="a"), AgentConfig(name="b", update_every=3)],
                     train=TrainConfig(train_cycle=2))
     assert [a.update_every for a in agents_with_train_cycle(cfg)] == [2, 3]
+
+
+def test_critic_per_group_shared_or_per_agent():
+    from roll_ma.models.adapters import AgentSpec
+    from roll_ma.strategies.critic import critic_of_agents
+
+    agents = [AgentSpec(i, n, n) for i, n in enumerate(["reasoner", "actor", "judge"])]
+    assert set(critic_of_agents(agents, share=True).values()) == {"value_critic"}
+    assert critic_of_agents(agents, share=False)[2] == "value_critic-judge"
+    grouped = critic_of_agents(agents, share=True, groups=[["reasoner", "actor"]])
+    assert grouped == {0: "value_critic-group0", 1: "value_critic-group0", 2: "value_critic-judge"}
