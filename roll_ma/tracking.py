@@ -141,6 +141,10 @@ def console_summary(step: int, max_steps: int, metrics: dict[str, Any], agent_na
         ]
         if parts:
             lines.append(f"  {name:>10s}: " + "  ".join(parts))
+    critic = [f"{k.split('/')[-1]}={fmt(v)}" for k, v in metrics.items()
+              if k == "critic/explained_var" or k.endswith(("/value_loss", "/value_clip_frac"))]
+    if critic:  # algorithm.advantage=gae
+        lines.append("      critic: " + "  ".join(critic))
     evals = {k: v for k, v in metrics.items() if k.startswith("eval/")}
     if evals:
         lines.append("  eval: " + "  ".join(f"{k[5:]}={fmt(v)}" for k, v in sorted(evals.items())))
