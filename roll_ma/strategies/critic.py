@@ -156,6 +156,7 @@ class CriticSet:
         self.model.eval()
         prompt_lens, response_lens = real_lengths(data.batch["attention_mask"], resp_len)
         for name, idx in self._groups(agent_ids).items():
+            idx = idx[np.argsort(prompt_lens[idx], kind="stable")]  # similar widths share a micro-batch
             with self.weights.scoring(name):
                 for rows in self.scoring.split(idx, prompt_lens, response_lens):
                     sel = torch.from_numpy(rows)
@@ -175,6 +176,9 @@ class CriticSet:
         prompt_lens, response_lens = real_lengths(cols["attention_mask"], cols["responses"].shape[1])
         metrics: dict[str, float] = {}
         for name, idx in self._groups(agent_ids).items():
+            # similar prompt widths share a micro-batch (a shared critic mixes every agent's prompts);
+            # the order within one optimizer step changes nothing else
+            idx = idx[np.argsort(prompt_lens[idx], kind="stable")]
             metrics.update({f"critic/{name}/{k}": v
                             for k, v in self._update_one(name, idx, cols, prompt_lens, response_lens,
                                                          step).items()})
