@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from train_helpers import LORA, make_batch, on_policy
 
@@ -10,14 +11,15 @@ from roll_ma.config.schema import AgentConfig, AlgorithmConfig, CriticConfig, Mo
 AGENTS = ["reasoner", "actor"]
 
 
-def _strategy(tiny_model_dir, adapter_init_dir, share: bool, **critic_kwargs):
+def _strategy(tiny_model_dir, adapter_init_dir, share: bool, zero_stage: int = 0, **critic_kwargs):
     from roll_ma.models.adapters import plan_adapters
     from roll_ma.strategies.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
 
     cfgs = [AgentConfig(name=a, init_adapter=adapter_init_dir(a)) for a in AGENTS]
     agent_specs, adapter_specs = plan_adapters(LORA, cfgs)
+    train_cfg = TrainConfig(lr=1e-2, zero_stage=zero_stage)
     s = MultiAgentDeepSpeedStrategy(
-        ModelConfig(path=tiny_model_dir), agent_specs, adapter_specs, TrainConfig(lr=1e-2),
+        ModelConfig(path=tiny_model_dir), agent_specs, adapter_specs, train_cfg,
         AlgorithmConfig(advantage="gae"), critic_cfg=CriticConfig(share=share, lr=1e-2, **critic_kwargs))
     s.initialize()
     return s
@@ -84,8 +86,9 @@ def test_shared_critic_learns_from_both_agents_rows_and_agents_wait_in_warmup(ti
     assert later < first
 
 
-def test_per_agent_critics_move_only_on_their_agents_rows(tiny_model_dir, adapter_init_dir):
-    s = _strategy(tiny_model_dir, adapter_init_dir, share=False)
+@pytest.mark.parametrize("zero_stage", [0, 2])
+def test_per_agent_critics_move_only_on_their_agents_rows(tiny_model_dir, adapter_init_dir, zero_stage):
+    s = _strategy(tiny_model_dir, adapter_init_dir, share=False, zero_stage=zero_stage)
     names = {a: f"value_critic-{a}" for a in AGENTS}
     assert s.critic.names == list(names.values())
     for step, agent in enumerate([0, 1, 0]):
