@@ -93,7 +93,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     )
     from roll_ma.pipelines.rollout_queue import RolloutQueue
     from roll_ma.pipelines.staleness import drop_stale_rows
-    from roll_ma.pipelines.workers import build_workers
+    from roll_ma.pipelines.workers import build_workers, process_env
     from roll_ma.tracking import Tracker, console_summary, plot_rewards
 
     out_dir = Path(cfg.trainer.output_dir)
@@ -113,7 +113,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
 
         env = dataclasses.replace(cfg.env, workflow=absolute_spec(cfg.env.workflow))
         cfg = dataclasses.replace(cfg, env=env)
-    init_ray(cfg.resources.ray_address)
+    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg))
     _check_cluster_gpus(cfg)
     from roll_ma.envs.registry import resolve_env_class
 

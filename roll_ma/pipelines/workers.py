@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,16 @@ def worker_env(cfg: RunConfig) -> dict[str, str]:
     env = {"TOKENIZERS_PARALLELISM": "false", PROGRESS_FLAG: "1" if cfg.trainer.progress_bars else "0"}
     if cfg.resources.num_gpus == 0:
         env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks gloo on CPU only when told it has no GPU
+    return env
+
+
+def process_env(cfg: RunConfig) -> dict[str, str]:
+    """Variables every actor process must have when it starts (libraries read them on import)."""
+    env = {}
+    if cfg.resources.num_gpus == 0 and cfg.rollout.max_staleness > 0 and "OMP_WAIT_POLICY" not in os.environ:
+        # the rollout and the trainer compute at once on the same cores; OpenMP's default spin-wait
+        # then burns the cores the other process needs (a CPU step ~7x slower, docs/async.md)
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
     return env
 
 
