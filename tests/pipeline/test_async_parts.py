@@ -157,8 +157,8 @@ def test_cpu_async_actors_start_with_passive_openmp_waits(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     sync = load_config("math_selfplay_tiny")
     async_cpu = load_config("math_selfplay_tiny", overrides=["rollout.max_staleness=1"])
-    async_gpu = load_config("math_selfplay_7b", overrides=["rollout.max_staleness=1", "rollout.sleep_level=0"],
-                            check_local_gpus=False)
+    gpu_overrides = ["rollout.max_staleness=1", "rollout.sleep_level=0"]
+    async_gpu = load_config("math_selfplay_7b", overrides=gpu_overrides, check_local_gpus=False)
     assert process_env(async_cpu) == {"OMP_WAIT_POLICY": "PASSIVE"}
     assert process_env(sync) == {} and process_env(async_gpu) == {}
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's own setting wins
