@@ -113,7 +113,9 @@ class EnvConfig:
     """The environment: which env, who sits where, how many episodes per step."""
 
     name: str = _f(
-        "math_selfplay", "registered env name or import path 'pkg.module:Class' (unused with env.workflow)"
+        "math_selfplay",
+        "registered env name, import path 'pkg.module:Class' or file 'path/to/file.py:Class' (a relative "
+        "path is looked up from where the run starts, then the roll_ma checkout; unused with env.workflow)",
     )
     workflow: str | None = _f(
         None,
