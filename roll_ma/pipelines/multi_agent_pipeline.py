@@ -12,7 +12,7 @@ What one step does (every agent is a LoRA adapter on one shared base model):
    earlier turns, then normalised within (group, agent) (GRPO) or per agent (REINFORCE++).
 4. Update: the train workers partition the batch by agent and update the adapters one after
    another, each only from its own rows, each with its own optimizer state. Small cooperative
-   games may add a joint policy search every ``algorithm.joint_search_every`` steps, whose
+   games may add a joint policy search every ``study.joint_search_every`` steps, whose
    better joint policy is distilled into the adapters (``pipelines/joint_search.py``).
 5. Sync: every adapter updated this step is pushed into the rollout engines under version = step
    (in memory, straight into vLLM's LoRA slots); the next step's rows must report each agent's
@@ -122,7 +122,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     trainable = {a.adapter_name for a in cfg.agents if not a.frozen}
     all_adapters = {a.adapter_name for a in cfg.agents}
     planner = EpisodePlanner(cfg.env, cfg.seed)
-    search = JointSearch(cfg, seats) if cfg.algorithm.joint_search_every > 0 else None
+    search = JointSearch(cfg, seats) if cfg.study.joint_search_every > 0 else None
     workers = build_workers(cfg, seats)
     print(
         f"[roll_ma] {cfg.name}: agents {agent_names} in seats {seats}, rollout={cfg.rollout.backend} "
@@ -206,7 +206,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
 
                 # 3. advantages, normalised per agent
                 with timer("advantages"):
-                    batch = add_advantages(batch, cfg.algorithm)
+                    batch = add_advantages(batch, cfg.algorithm, cfg.study.balance_reward_classes)
 
                 if staleness > 0:
                     # 4-5. (k >= 1) agent after agent: update it, push it to the engines at once, go on
@@ -218,7 +218,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                         metrics.update(workers.train.train_step(batch)[0])
 
                     # 4b. joint search (small cooperative games): distill a better joint policy when found
-                    search_ran = search is not None and step % cfg.algorithm.joint_search_every == 0
+                    search_ran = search is not None and step % cfg.study.joint_search_every == 0
                     if search_ran:
                         with timer("joint_search"):
                             metrics.update(search.improve(workers.train, step))

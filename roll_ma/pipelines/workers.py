@@ -103,6 +103,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
                 "agents": cfg.agents,
                 "train_cfg": cfg.train,
                 "algo_cfg": cfg.algorithm,
+                "study_cfg": cfg.study,
                 "reference_copies": reference_copies,
             },
         )
@@ -129,7 +130,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
                 "seats": seats,
                 "rollout_cfg": cfg.rollout,
                 "seed": cfg.seed,
-                "action_choices": cfg.algorithm.action_entropy_coef > 0,
+                "action_choices": cfg.study.action_entropy_coef > 0,
             },
         )
     except BaseException:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from roll_ma.algorithms.preference import sequence_log_probs
-from roll_ma.config.schema import AlgorithmConfig, ModelConfig, TrainConfig
+from roll_ma.config.schema import AlgorithmConfig, ModelConfig, StudyConfig, TrainConfig
 from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.models.logprobs import choice_log_probs
@@ -62,14 +62,16 @@ class MultiAgentDeepSpeedStrategy:
         algo_cfg: loss settings (PPO clip, KL, entropy, aggregation).
         seed: seed of adapter init and mini-batch shuffling.
         rank, world_size: this process in the data-parallel group of train workers.
+        study_cfg: game-study helpers the update uses (the entropy bonus over legal actions).
         reference_copies: also inject a frozen copy of every trainable adapter (DPO's reference "the
             adapter as the phase started": ``snapshot_reference`` fills it; no second model).
     """
 
     def __init__(self, model_cfg: ModelConfig, agents: Sequence[AgentSpec], adapters: Sequence[AdapterSpec],
                  train_cfg: TrainConfig, algo_cfg: AlgorithmConfig, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, reference_copies: bool = False):
+                 world_size: int = 1, reference_copies: bool = False, study_cfg: StudyConfig | None = None):
         self.model_cfg, self.train_cfg, self.algo_cfg = model_cfg, train_cfg, algo_cfg
+        self.study_cfg = study_cfg or StudyConfig()
         self.agents, self.adapters = list(agents), list(adapters)
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.reference_copies = reference_copies
@@ -137,7 +139,7 @@ class MultiAgentDeepSpeedStrategy:
             self.updaters[plan.name] = PolicyUpdater(
                 plan.name, index, self.model, self.weights.params(plan.name),
                 lambda n=plan.name: self.weights.activate(n), plan.lr, self.train_cfg, self.algo_cfg,
-                self.seed, self.rank, self.world_size, self.device, total_steps)
+                self.seed, self.rank, self.world_size, self.device, total_steps, self.study_cfg)
         self.weights.activate(None)
 
     def _require_model(self) -> None:

@@ -12,7 +12,14 @@ from typing import Any
 
 import torch
 
-from roll_ma.config.schema import AgentConfig, AlgorithmConfig, LoraConfig, ModelConfig, TrainConfig
+from roll_ma.config.schema import (
+    AgentConfig,
+    AlgorithmConfig,
+    LoraConfig,
+    ModelConfig,
+    StudyConfig,
+    TrainConfig,
+)
 from roll_ma.distributed.shm_transfer import SegmentOwner
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
@@ -28,7 +35,8 @@ class TrainWorker(Worker):
     def __init__(self, role: str, rank: int = 0, world_size: int = 1, env_vars: dict[str, str] | None = None,
                  model_cfg: ModelConfig | None = None, lora_cfg: LoraConfig | None = None,
                  agents: Sequence[AgentConfig] | None = None, train_cfg: TrainConfig | None = None,
-                 algo_cfg: AlgorithmConfig | None = None, seed: int = 0, reference_copies: bool = False):
+                 algo_cfg: AlgorithmConfig | None = None, seed: int = 0, reference_copies: bool = False,
+                 study_cfg: StudyConfig | None = None):
         super().__init__(role, rank, world_size, env_vars)
         self.reference_copies = reference_copies  # frozen adapter copies for DPO's reference
         self.model_cfg = model_cfg or ModelConfig()
@@ -36,6 +44,7 @@ class TrainWorker(Worker):
         self.agents = list(agents) if agents is not None else [AgentConfig()]
         self.train_cfg = train_cfg or TrainConfig()
         self.algo_cfg = algo_cfg or AlgorithmConfig()
+        self.study_cfg = study_cfg or StudyConfig()
         self.seed = seed
         self.strategy: Any = None
         self._segments = SegmentOwner(self.node_id())  # shared-memory exports of adapters (same node)
@@ -53,7 +62,8 @@ class TrainWorker(Worker):
         agent_specs, adapter_specs = plan_adapters(self.lora_cfg, self.agents)
         cls = train_strategy_class(self.train_cfg.strategy)
         self.strategy = cls(self.model_cfg, agent_specs, adapter_specs, self.train_cfg, self.algo_cfg,
-                            self.seed, self.rank, self.world_size, reference_copies=self.reference_copies)
+                            self.seed, self.rank, self.world_size, reference_copies=self.reference_copies,
+                            study_cfg=self.study_cfg)
         self.strategy.initialize(total_steps=total_steps)
 
     def _strategy(self) -> Any:
