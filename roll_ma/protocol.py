@@ -39,7 +39,7 @@ non_tensor (numpy object arrays, length B)
     done               bool   whether the episode ended with this turn
     response_text      str    decoded response
     action_choices     list   token ids of each legal action's answer (games, only while
-                              algorithm.action_entropy_coef is on; else [])
+                              study.action_entropy_coef is on; else [])
 
 Rules: every operation keeps the three parts aligned; a mismatched length or key raises
 ``ValueError`` naming the key and both sizes; ``meta_info`` is copied, never shared, between

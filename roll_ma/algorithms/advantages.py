@@ -136,14 +136,15 @@ def kl_reward_penalty(kl: torch.Tensor, response_mask: torch.Tensor, kl_coef: fl
     return -kl_coef * kl * response_mask
 
 
-def add_advantages(data: Any, algo: Any) -> Any:
+def add_advantages(data: Any, algo: Any, balance_reward_classes: bool = False) -> Any:
     """Turn rewards -> per-agent advantages on a DataProto of turns (adds advantages, returns, token_rewards,
     trained_rewards). ``algo.advantage == "gae"`` goes to ``algorithms/gae.py`` (needs the critic's values).
 
     Needs batch ``scores`` and ``response_mask`` and non_tensor episode_id, player, turn, agent_id,
     group_id. With ``algo.kl_mode == "reward"`` it also needs ``old_log_probs`` and
     ``ref_log_probs``: the per-token KL penalty is added to the rewards and its return-to-go to
-    the advantages.
+    the advantages. ``balance_reward_classes`` (``study.balance_reward_classes``): weight each
+    agent's rows so every ``reward_class`` the env labelled weighs the same.
     """
     from roll_ma.algorithms.gae import add_gae_advantages, team_turn_rewards
     from roll_ma.algorithms.losses import kl_estimate
@@ -161,7 +162,7 @@ def add_advantages(data: Any, algo: Any) -> Any:
         adv = reinforce_pp_advantages(returns, nt["agent_id"], algo.norm_std)
     else:
         raise ValueError(f"unknown advantage estimator {algo.advantage!r}; use grpo, reinforce_pp or gae")
-    if algo.balance_reward_classes and "reward_class" in nt:
+    if balance_reward_classes and "reward_class" in nt:
         adv = adv * class_balance_weights(nt["agent_id"], nt["reward_class"])
     token_rewards = place_on_last_token(trained, mask)  # (B, R)
     advantages = broadcast_to_tokens(adv, mask)  # (B, R)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from roll_ma.config.schema import RunConfig
+from roll_ma.config.schema import MOVED_KEYS, RunConfig
 from roll_ma.config.typed import ConfigError, ConfigProblem, suggest, to_dataclass
 from roll_ma.config.validate import validate
 
@@ -141,7 +141,7 @@ def build_config(
     """Type and validate a composed config dict; raises ConfigError listing every problem."""
     if num_agents is not None:
         apply_num_agents(raw, num_agents)
-    cfg, problems = to_dataclass(RunConfig, raw)
+    cfg, problems = to_dataclass(RunConfig, raw, MOVED_KEYS)
     try:
         problems += validate(cfg, check_env=check_env, check_local_gpus=check_local_gpus)
     except (TypeError, ValueError, AttributeError, KeyError):

@@ -129,7 +129,9 @@ class EnvConfig:
     """The environment: which env, who sits where, how many episodes per step."""
 
     name: str = _f(
-        "math_selfplay", "registered env name or import path 'pkg.module:Class' (unused with env.workflow)"
+        "math_selfplay",
+        "registered env name, import path 'pkg.module:Class' or file 'path/to/file.py:Class' (a relative "
+        "path is looked up from where the run starts, then the roll_ma checkout; unused with env.workflow)",
     )
     path: str | None = _f(
         None,
@@ -381,17 +383,28 @@ class AlgorithmConfig:
     entropy_coef: float = _f(0.0, "entropy bonus weight", min=0.0)
     entropy_decay_steps: int = _f(
         0,
-        "decay entropy_coef and action_entropy_coef linearly to 0 at this step (0: constant); "
+        "decay entropy_coef and study.action_entropy_coef linearly to 0 at this step (0: constant); "
         "explore early, then let the agents commit (gets independent learners out of a safe "
         "joint action, e.g. tiny Hanabi)",
         min=0,
     )
+    loss_agg: Literal["token_mean", "seq_mean"] = _f("token_mean", "how token losses are averaged")
+
+
+@dataclass
+class StudyConfig:
+    """Game-study helpers beside the RL algorithm: joint policy search, action entropy, class balance.
+
+    Used by the tiny Hanabi demo and the math critic. The keys lived in ``algorithm`` before; loading
+    refuses the old spelling and names the new one (``MOVED_KEYS``).
+    """
+
     action_entropy_coef: float = _f(
         0.0,
         "bonus on the entropy of each game turn's choice among its legal actions: every legal "
         "action's answer is scored under the policy and the scores renormalised, so unlike "
-        "entropy_coef it never pushes mass onto malformed answers (one extra forward per legal "
-        "action and row; decays with entropy_decay_steps; games only)",
+        "algorithm.entropy_coef it never pushes mass onto malformed answers (one extra forward per legal "
+        "action and row; decays with algorithm.entropy_decay_steps; games only)",
         min=0.0,
     )
     balance_reward_classes: bool = _f(
@@ -400,7 +413,6 @@ class AlgorithmConfig:
         "the answer a critic judged was right) weighs the same per agent; keeps a verifier from "
         "collapsing to the majority verdict",
     )
-    loss_agg: Literal["token_mean", "seq_mean"] = _f("token_mean", "how token losses are averaged")
     joint_search_every: int = _f(
         0,
         "every k steps (0: never), search the game tree from the agents' greedy joint policy for a "
@@ -533,6 +545,10 @@ class RunConfig:
     reference: ReferenceConfig = _f(help="reference log-probs", factory=ReferenceConfig)
     algorithm: AlgorithmConfig = _f(help="advantages and losses", factory=AlgorithmConfig)
     critic: CriticConfig = _f(help="the value critic (algorithm.advantage=gae)", factory=CriticConfig)
+    study: StudyConfig = _f(
+        help="game-study helpers: joint policy search, entropy over legal actions, reward-class balancing",
+        factory=StudyConfig,
+    )
     sft: SFTConfig = _f(help="supervised fine-tuning (train.objective=sft, or sft phases)", factory=SFTConfig)
     dpo: DPOConfig = _f(help="direct preference optimization (train.objective=dpo, or dpo phases)",
                         factory=DPOConfig)
@@ -556,3 +572,18 @@ class RunConfig:
                 o.target_modules if o.target_modules is not None else self.lora.target_modules
             ),
         )
+
+
+# keys that left a section: old path -> new path. Loading refuses the old spelling and names the new one.
+MOVED_KEYS: dict[str, str] = {
+    f"algorithm.{key}": f"study.{key}"
+    for key in (
+        "action_entropy_coef",
+        "balance_reward_classes",
+        "joint_search_every",
+        "joint_search_depth",
+        "joint_search_min_gain",
+        "joint_search_distill_steps",
+        "joint_search_stop_prob",
+    )
+}

@@ -59,10 +59,11 @@ def _type_name(tp: Any) -> str:
 
 
 class _Converter:
-    def __init__(self, all_paths: dict[str, list[str]]):
+    def __init__(self, all_paths: dict[str, list[str]], moved: dict[str, str]):
         self.problems: list[ConfigProblem] = []
         # leaf name -> full paths where it exists, for "did you mean train.lr?" across sections
         self.all_paths = all_paths
+        self.moved = moved  # old key path -> new key path
 
     def fail(self, key: str, message: str) -> None:
         self.problems.append(ConfigProblem(key, message))
@@ -145,6 +146,12 @@ class _Converter:
         kwargs = {}
         for name, value in raw.items():
             key = f"{prefix}.{name}" if prefix else str(name)
+            if name not in fields and key in self.moved:
+                new = self.moved[key]
+                section, leaf = new.rsplit(".", 1)
+                self.fail(key, f"moved to {new}: put {leaf} under `{section}:` in the yaml, or override "
+                               f"{new}=... on the command line")
+                continue
             if name not in fields:
                 self.fail(key, "unknown key" + self._unknown_hint(str(name), fields, prefix))
                 continue
@@ -178,9 +185,14 @@ def _leaf_paths(cls: Any, prefix: str = "") -> dict[str, list[str]]:
     return out
 
 
-def to_dataclass(cls: Any, raw: dict[str, Any]) -> tuple[Any, list[ConfigProblem]]:
-    """Build ``cls`` from ``raw``; returns (object, problems). The object is only usable if no problems."""
-    conv = _Converter(_leaf_paths(cls))
+def to_dataclass(
+    cls: Any, raw: dict[str, Any], moved: dict[str, str] | None = None
+) -> tuple[Any, list[ConfigProblem]]:
+    """Build ``cls`` from ``raw``; returns (object, problems). The object is only usable if no problems.
+
+    ``moved``: old key path -> new key path, for keys that left a section (reported as moved, not unknown).
+    """
+    conv = _Converter(_leaf_paths(cls), moved or {})
     obj = conv.dataclass(cls, raw, "")
     return obj, conv.problems
 

@@ -268,10 +268,10 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
     except (ValueError, ImportError) as err:
         problems.append(ConfigProblem("env.name", str(err)))
         return None
-    if cfg.algorithm.action_entropy_coef > 0 and not getattr(cls, "has_action_choices", False):
+    if cfg.study.action_entropy_coef > 0 and not getattr(cls, "has_action_choices", False):
         problems.append(
             ConfigProblem(
-                "algorithm.action_entropy_coef",
+                "study.action_entropy_coef",
                 f"{cfg.env.name} answers in free text, so its turns have no legal actions to spread "
                 "the bonus over; use algorithm.entropy_coef, or set action_entropy_coef=0",
             )
@@ -314,14 +314,14 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
         except Exception as err:
             problems.append(ConfigProblem("env.seats", f"{cfg.env.name} rejected the seats {seats}: {err}"))
         else:
-            if cfg.algorithm.joint_search_every > 0:
+            if cfg.study.joint_search_every > 0:
                 _check_joint_search(cfg, env, seats, problems)
     return num_players
 
 
 def _check_joint_search(cfg: RunConfig, env: object, seats: list[str], problems: list[ConfigProblem]) -> None:
     """Joint search enumerates the game and distills into every seat: small, cooperative, seats trained."""
-    key = "algorithm.joint_search_every"
+    key = "study.joint_search_every"
     if not hasattr(env, "game_tree"):
         problems.append(ConfigProblem(key, f"{cfg.env.name} is not an OpenSpiel game; joint search needs a "
                                            "small common-payoff one such as tiny_hanabi"))

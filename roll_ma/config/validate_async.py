@@ -32,9 +32,9 @@ def check_async(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
     if not cfg.rollout.log_probs:
         add("rows from older adapters are weighted by pi_old / pi_rollout, which needs the engine's "
             "log-probs: set rollout.log_probs=true")
-    if cfg.algorithm.joint_search_every > 0:
+    if cfg.study.joint_search_every > 0:
         add("the joint policy search distills into every adapter between two steps, which an overlapping "
-            "rollout would not see: use max_staleness=0 with algorithm.joint_search_every")
+            "rollout would not see: use max_staleness=0 with study.joint_search_every")
     if cfg.phases or cfg.train.objective != "ppo":
         add("supervised phases (train.objective sft / dpo, phases) have no rollout to overlap: "
             "max_staleness applies to the RL loop (train.objective=ppo) only")

@@ -59,8 +59,8 @@ def _check_gae(cfg: RunConfig, add) -> None:
     if cfg.phases:
         add("phases", "algorithm.advantage=gae is for the RL loop; SFT / DPO phases have no critic: remove "
             "the phases or use algorithm.advantage=grpo")
-    if cfg.algorithm.joint_search_every > 0:
-        add("algorithm.joint_search_every", "joint search distills into the adapters without the critic; "
+    if cfg.study.joint_search_every > 0:
+        add("study.joint_search_every", "joint search distills into the adapters without the critic; "
             "set it to 0 with algorithm.advantage=gae")
     if cfg.env.workflow:
         add("env.workflow", "algorithm.advantage=gae needs turn rows of episodes (turn-based envs); "
@@ -76,6 +76,3 @@ def _check_gae(cfg: RunConfig, add) -> None:
             seen.add(name)
     if cfg.critic.groups and not cfg.critic.share:
         add("critic.groups", "groups share a critic: set critic.share=true, or remove critic.groups")
-    if cfg.critic.warmup_steps >= cfg.trainer.max_steps > 0:
-        add("critic.warmup_steps", f"{cfg.critic.warmup_steps} warm-up steps leave no step of "
-            f"trainer.max_steps={cfg.trainer.max_steps} for the agents; lower it")

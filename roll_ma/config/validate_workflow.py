@@ -19,15 +19,15 @@ def check_workflow(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
         add("env.seats", "a workflow calls its agents by name, it has no seats; remove env.seats")
     if env.show_greedy_moves:
         add("env.show_greedy_moves", "only turn-based envs show greedy moves; set it to false for a workflow")
-    if cfg.algorithm.action_entropy_coef > 0:
+    if cfg.study.action_entropy_coef > 0:
         add(
-            "algorithm.action_entropy_coef",
+            "study.action_entropy_coef",
             "a workflow's calls list no legal actions; use "
             "algorithm.entropy_coef, or set action_entropy_coef=0",
         )
-    if cfg.algorithm.joint_search_every > 0:
+    if cfg.study.joint_search_every > 0:
         add(
-            "algorithm.joint_search_every",
+            "study.joint_search_every",
             "joint search needs a small OpenSpiel game, not a workflow; set it to 0",
         )
     _check_data(cfg, add)

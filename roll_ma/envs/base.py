@@ -79,7 +79,7 @@ class MultiAgentEnv(ABC):
 
     num_players: int
     seat_agents: list[str]
-    # why: config validation refuses algorithm.action_entropy_coef for envs whose turns list no actions
+    # why: config validation refuses study.action_entropy_coef for envs whose turns list no actions
     has_action_choices: bool = False
     # why: config validation refuses env.show_greedy_moves for envs that would ignore it
     shows_greedy_moves: bool = False

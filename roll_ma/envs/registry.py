@@ -3,9 +3,10 @@
 Built-in envs are listed as import paths and imported on first use, so `import roll_ma.envs`
 does not import OpenSpiel or math_verify.
 
-In Ray actors prefer an import path (`"my_pkg.my_envs:MyEnv"`) for your own env: a class
-registered with `@register_env` on the driver is only known in processes that import the
-module holding the decorator.
+In Ray actors name your own env by an import path (`"my_pkg.my_envs:MyEnv"`) or a file
+(`"path/to/my_envs.py:MyEnv"`, relative to where the run starts): a class registered with
+`@register_env` on the driver is only known in processes that import the module holding the
+decorator.
 """
 
 from __future__ import annotations
@@ -54,18 +55,25 @@ def list_envs() -> list[str]:
 
 
 def resolve_env_class(name_or_path: str) -> type:
-    """The env class for a registered name or an import path `pkg.module:Class` / `pkg.module.Class`."""
+    """The env class for a registered name, an import path `pkg.module:Class` / `pkg.module.Class`, or a
+    file `path/to/file.py:Class` (relative: from the current directory, then the roll_ma checkout)."""
     if name_or_path in _USER_ENVS:
         return _USER_ENVS[name_or_path]
     if name_or_path in _BUILTIN_ENVS:
         return _import_class(_BUILTIN_ENVS[name_or_path])
+    from roll_ma.workflows.loader import split_file_spec
+
+    file, attr = split_file_spec(name_or_path)
+    if file is not None:
+        return _file_class(file, attr, name_or_path)
     if ":" in name_or_path or "." in name_or_path:
         return _import_class(name_or_path)
     close = difflib.get_close_matches(name_or_path, list_envs(), n=3)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     raise ValueError(
         f"Unknown env {name_or_path!r}.{hint} Known envs: {', '.join(list_envs())}. "
-        "For your own env pass an import path like 'my_pkg.my_module:MyEnv'."
+        "For your own env pass an import path like 'my_pkg.my_module:MyEnv' or a file like "
+        "'path/to/my_env.py:MyEnv'."
     )
 
 
@@ -90,4 +98,16 @@ def _import_class(path: str) -> type:
         raise ValueError(f"Module {module_name!r} has no attribute {attr!r} (env {path!r})")
     if not (isinstance(cls, type) and issubclass(cls, MultiAgentEnv)):
         raise ValueError(f"{path!r} is not a MultiAgentEnv subclass")
+    return cls
+
+
+def _file_class(file: str, attr: str, spec: str) -> type:
+    from roll_ma.workflows.loader import find_file, import_file
+
+    module = import_file(find_file(file))  # ValueError names the places it looked in
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise ValueError(f"{file} has no attribute {attr!r} (env {spec!r})")
+    if not (isinstance(cls, type) and issubclass(cls, MultiAgentEnv)):
+        raise ValueError(f"{spec!r} is not a MultiAgentEnv subclass")
     return cls

@@ -34,12 +34,12 @@ def load_task_class(spec: str | None) -> type:
     the file, module or class is missing or lacks reset / step."""
     import importlib
 
-    from roll_ma.workflows.loader import _find_file, _import_file, _split_file_spec
+    from roll_ma.workflows.loader import find_file, import_file, split_file_spec
 
     spec = spec or DEFAULT_TASK
-    path, attr = _split_file_spec(spec)
+    path, attr = split_file_spec(spec)
     if path is not None:
-        module = _import_file(_find_file(path))
+        module = import_file(find_file(path))
     else:
         module_name, _, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
         if not module_name or not attr:

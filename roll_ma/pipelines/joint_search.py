@@ -1,6 +1,6 @@
 """Joint policy search in the loop: score the adapters at every information set, search, distill.
 
-`algorithm.joint_search_every` = k: every k steps, after the update, the train worker scores every
+`study.joint_search_every` = k: every k steps, after the update, the train worker scores every
 legal answer of every information set of the game under the acting seat's adapter; the greedy
 joint policy is searched for a better one (`roll_ma.algorithms.joint_search`); when one beats it
 by more than `joint_search_min_gain`, every information set's answer in it is taught to the
@@ -28,7 +28,7 @@ class JointSearch:
         from roll_ma.models.loading import load_tokenizer
         from roll_ma.workers.env_worker import chat_prompt_ids, env_kwargs
 
-        self.algo = cfg.algorithm
+        self.study = cfg.study
         env = resolve_env_class(cfg.env.name)(**env_kwargs(cfg.env, cfg.agents, seats))
         self.tree, turns = env.game_tree()
         self.keys = list(self.tree.info_sets)
@@ -65,7 +65,7 @@ class JointSearch:
         """Search from the greedy joint policy and distill what gains; returns ``search/...`` metrics."""
         policy = self.policy(train)
         greedy = {k: int(np.argmax(p)) for k, p in policy.items()}
-        result = joint_policy_search(self.tree, greedy, depth=self.algo.joint_search_depth)
+        result = joint_policy_search(self.tree, greedy, depth=self.study.joint_search_depth)
         metrics = {
             "search/value_policy": self.tree.value(policy),  # the sampled policy's exact return
             "search/value_greedy": result.value_before,
@@ -73,12 +73,12 @@ class JointSearch:
             "search/changed_info_sets": float(len(result.changed)),
             "search/distilled": 0.0,
         }
-        if result.value_after <= result.value_before + self.algo.joint_search_min_gain:
+        if result.value_after <= result.value_before + self.study.joint_search_min_gain:
             return metrics
         targets = [result.policy[k] for k in self.keys]
         rows = DataProto.from_dict(self._tensors, {**self._columns, "target_action": targets})
-        distill = train.distill_choices(rows, self.algo.joint_search_distill_steps,
-                                        self.algo.joint_search_stop_prob)[0]
+        distill = train.distill_choices(rows, self.study.joint_search_distill_steps,
+                                        self.study.joint_search_stop_prob)[0]
         metrics.update({f"search/distill/{k}": v for k, v in distill.items()})
         after = self.policy(train)
         metrics["search/distilled"] = 1.0

@@ -12,7 +12,7 @@ What one step does (every agent is a LoRA adapter on one shared base model):
    earlier turns, then normalised within (group, agent) (GRPO) or per agent (REINFORCE++).
 4. Update: the train workers partition the batch by agent and update the adapters one after
    another, each only from its own rows, each with its own optimizer state. Small cooperative
-   games may add a joint policy search every ``algorithm.joint_search_every`` steps, whose
+   games may add a joint policy search every ``study.joint_search_every`` steps, whose
    better joint policy is distilled into the adapters (``pipelines/joint_search.py``).
 5. Sync: every adapter updated this step is pushed into the rollout engines under version = step
    (in memory, straight into vLLM's LoRA slots); the next step's rows must report each agent's
@@ -94,7 +94,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     )
     from roll_ma.pipelines.rollout_queue import RolloutQueue
     from roll_ma.pipelines.staleness import drop_stale_rows
-    from roll_ma.pipelines.workers import build_workers
+    from roll_ma.pipelines.workers import build_workers, process_env
     from roll_ma.tracking import Tracker, console_summary, plot_rewards
 
     out_dir = Path(cfg.trainer.output_dir)
@@ -115,7 +115,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         env = dataclasses.replace(cfg.env, workflow=absolute_spec(cfg.env.workflow))
         cfg = dataclasses.replace(cfg, env=env)
     cfg = _absolute_team_files(cfg)
-    init_ray(cfg.resources.ray_address)
+    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg))
     _check_cluster_gpus(cfg)
     from roll_ma.envs.registry import resolve_env_class
 
@@ -124,7 +124,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     trainable = {a.adapter_name for a in cfg.agents if not a.frozen}
     all_adapters = {a.adapter_name for a in cfg.agents}
     planner = EpisodePlanner(cfg.env, cfg.seed)
-    search = JointSearch(cfg, seats) if cfg.algorithm.joint_search_every > 0 else None
+    search = JointSearch(cfg, seats) if cfg.study.joint_search_every > 0 else None
     workers = build_workers(cfg, seats)
     print(
         f"[roll_ma] {cfg.name}: agents {agent_names} in seats {seats}, rollout={cfg.rollout.backend} "
@@ -212,7 +212,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
 
                 # 3. advantages, normalised per agent
                 with timer("advantages"):
-                    batch = add_advantages(batch, cfg.algorithm)
+                    batch = add_advantages(batch, cfg.algorithm, cfg.study.balance_reward_classes)
                 metrics.update(team_reward_metrics(batch, agent_names, cfg.algorithm.share_reward_in_agent))
                 if gae:
                     metrics.update(critic_metrics(batch, agent_names))
@@ -231,7 +231,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                         metrics.update(workers.train.train_step(batch)[0])
 
                     # 4b. joint search (small cooperative games): distill a better joint policy when found
-                    search_ran = search is not None and step % cfg.algorithm.joint_search_every == 0
+                    search_ran = search is not None and step % cfg.study.joint_search_every == 0
                     if search_ran:
                         with timer("joint_search"):
                             metrics.update(search.improve(workers.train, step))
@@ -309,10 +309,10 @@ def updated_adapters(cfg: RunConfig, train_metrics: dict[str, Any]) -> set[str]:
 
 def _absolute_team_files(cfg: RunConfig) -> RunConfig:
     """env.path and agents' process hook files made absolute: Ray actors may run elsewhere."""
-    from roll_ma.workflows.loader import _find_file, absolute_spec
+    from roll_ma.workflows.loader import absolute_spec, find_file
 
     def file(path: str | None) -> str | None:
-        return _find_file(path) if path and path.endswith(".py") else path
+        return find_file(path) if path and path.endswith(".py") else path
 
     agents = [dataclasses.replace(a, process=file(a.process)) for a in cfg.agents]
     env = dataclasses.replace(cfg.env, path=absolute_spec(cfg.env.path) if cfg.env.path else None)

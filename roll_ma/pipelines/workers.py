@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,16 @@ def worker_env(cfg: RunConfig) -> dict[str, str]:
     env = {"TOKENIZERS_PARALLELISM": "false", PROGRESS_FLAG: "1" if cfg.trainer.progress_bars else "0"}
     if cfg.resources.num_gpus == 0:
         env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks gloo on CPU only when told it has no GPU
+    return env
+
+
+def process_env(cfg: RunConfig) -> dict[str, str]:
+    """Variables every actor process must have when it starts (libraries read them on import)."""
+    env = {}
+    if cfg.resources.num_gpus == 0 and cfg.rollout.max_staleness > 0 and "OMP_WAIT_POLICY" not in os.environ:
+        # the rollout and the trainer compute at once on the same cores; OpenMP's default spin-wait
+        # then burns the cores the other process needs (a CPU step ~7x slower, docs/async.md)
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
     return env
 
 
@@ -101,6 +112,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
                 "train_cfg": cfg.train,
                 "algo_cfg": cfg.algorithm,
                 "critic_cfg": cfg.critic,
+                "study_cfg": cfg.study,
                 "reference_copies": reference_copies,
             },
         )
@@ -127,7 +139,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
                 "seats": seats,
                 "rollout_cfg": cfg.rollout,
                 "seed": cfg.seed,
-                "action_choices": cfg.algorithm.action_entropy_coef > 0,
+                "action_choices": cfg.study.action_entropy_coef > 0,
             },
         )
     except BaseException:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from roll_ma.algorithms.preference import sequence_log_probs
-from roll_ma.config.schema import AlgorithmConfig, CriticConfig, ModelConfig, TrainConfig
+from roll_ma.config.schema import AlgorithmConfig, CriticConfig, ModelConfig, StudyConfig, TrainConfig
 from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.models.logprobs import choice_log_probs
@@ -63,6 +63,7 @@ class MultiAgentDeepSpeedStrategy:
         algo_cfg: loss settings (PPO clip, KL, entropy, aggregation).
         seed: seed of adapter init and mini-batch shuffling.
         rank, world_size: this process in the data-parallel group of train workers.
+        study_cfg: game-study helpers the update uses (the entropy bonus over legal actions).
         reference_copies: also inject a frozen copy of every trainable adapter (DPO's reference "the
             adapter as the phase started": ``snapshot_reference`` fills it; no second model).
         critic_cfg: the value critic(s) of ``algo_cfg.advantage == "gae"`` (``strategies/critic.py``): one
@@ -71,8 +72,10 @@ class MultiAgentDeepSpeedStrategy:
 
     def __init__(self, model_cfg: ModelConfig, agents: Sequence[AgentSpec], adapters: Sequence[AdapterSpec],
                  train_cfg: TrainConfig, algo_cfg: AlgorithmConfig, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, reference_copies: bool = False, critic_cfg: CriticConfig | None = None):
+                 world_size: int = 1, reference_copies: bool = False, study_cfg: StudyConfig | None = None,
+                 critic_cfg: CriticConfig | None = None):
         self.model_cfg, self.train_cfg, self.algo_cfg = model_cfg, train_cfg, algo_cfg
+        self.study_cfg = study_cfg or StudyConfig()
         self.critic_cfg = critic_cfg or CriticConfig()
         self.critic: CriticSet | None = None
         self.agents, self.adapters = list(agents), list(adapters)
@@ -150,7 +153,7 @@ class MultiAgentDeepSpeedStrategy:
             self.updaters[plan.name] = PolicyUpdater(
                 plan.name, index, self.model, self.weights.params(plan.name),
                 lambda n=plan.name: self.weights.activate(n), plan.lr, self.train_cfg, self.algo_cfg,
-                self.seed, self.rank, self.world_size, self.device, total_steps)
+                self.seed, self.rank, self.world_size, self.device, total_steps, self.study_cfg)
         if self.algo_cfg.advantage == "gae":
             if not self.weights.has_adapters:
                 raise ValueError("algorithm.advantage=gae puts the critic on the shared base as one more "

@@ -33,7 +33,7 @@ from roll_ma.algorithms.losses import (
     kl_estimate,
     ppo_clip_loss,
 )
-from roll_ma.config.schema import AlgorithmConfig, TrainConfig
+from roll_ma.config.schema import AlgorithmConfig, StudyConfig, TrainConfig
 from roll_ma.distributed.progress import progress_bar
 from roll_ma.models.logprobs import choice_log_probs, response_log_probs
 from roll_ma.protocol import DataProto
@@ -60,7 +60,7 @@ class _ActionBonus:
         if coef <= 0:
             return None
         if "action_choices" not in rows.non_tensor:
-            raise ValueError("algorithm.action_entropy_coef > 0 but the rows carry no 'action_choices' "
+            raise ValueError("study.action_entropy_coef > 0 but the rows carry no 'action_choices' "
                              "(env workers fill them for games when the bonus is on)")
         choices = [list(c) for c in rows.non_tensor["action_choices"]]
         has_choice = np.array([len(c) >= 2 for c in choices], dtype=np.float32)
@@ -88,16 +88,19 @@ class PolicyUpdater:
         params: this policy's parameters; the optimizer holds these and nothing else.
         activate: makes this policy the one that runs and trains (adapter + requires_grad).
         lr: peak learning rate of this policy.
+        study_cfg: game-study helpers (``action_entropy_coef``: the entropy bonus over legal actions).
     """
 
     def __init__(self, name: str, index: int, model: Any, params: list[torch.nn.Parameter],
                  activate: Callable[[], None], lr: float, train_cfg: TrainConfig, algo_cfg: AlgorithmConfig,
-                 seed: int, rank: int, world_size: int, device: torch.device, total_steps: int | None = None):
+                 seed: int, rank: int, world_size: int, device: torch.device, total_steps: int | None = None,
+                 study_cfg: StudyConfig | None = None):
         if not params:
             raise ValueError(f"policy {name!r} has no parameters to train")
         self.name, self.index, self.seed = name, index, seed
         self.rank, self.world_size, self.device = rank, world_size, device
         self.train_cfg, self.algo_cfg = train_cfg, algo_cfg
+        self.study_cfg = study_cfg or StudyConfig()
         self.activate = activate
         self.params = params
         deepspeed = setup_deepspeed(rank, world_size)
@@ -165,7 +168,7 @@ class PolicyUpdater:
         nonfinite = 0
         lr = self.current_lr
         entropy_coef = entropy_coef_at(algo.entropy_coef, algo.entropy_decay_steps, step)
-        action_coef = entropy_coef_at(algo.action_entropy_coef, algo.entropy_decay_steps, step)
+        action_coef = entropy_coef_at(self.study_cfg.action_entropy_coef, algo.entropy_decay_steps, step)
         bonus = _ActionBonus.of(rows, action_coef)  # None while off
 
         self.activate()

@@ -109,7 +109,7 @@ class EnvWorker(Worker):
         self.max_prompt_tokens = model_cfg.max_prompt_tokens
         self._reset_takes_problem = "problem" in inspect.signature(self.env_cls.reset).parameters
         # why opt-in: tokenizing every legal action of every turn costs time that only the
-        # action entropy bonus (algorithm.action_entropy_coef) needs
+        # action entropy bonus (study.action_entropy_coef) needs
         self.action_choices = action_choices
         self._choice_ids: dict[str, list[int]] = {}
 

@@ -98,10 +98,10 @@ class AgentHooks:
 
 
 def _load_source(source: str) -> Any:
-    from roll_ma.workflows.loader import _find_file, _import_file
+    from roll_ma.workflows.loader import find_file, import_file
 
     if source.endswith(".py") or "/" in source:
-        return _import_file(_find_file(source))
+        return import_file(find_file(source))
     try:
         return importlib.import_module(source)
     except ImportError as err:

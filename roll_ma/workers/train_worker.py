@@ -18,6 +18,7 @@ from roll_ma.config.schema import (
     CriticConfig,
     LoraConfig,
     ModelConfig,
+    StudyConfig,
     TrainConfig,
 )
 from roll_ma.distributed.shm_transfer import SegmentOwner
@@ -36,7 +37,7 @@ class TrainWorker(Worker):
                  model_cfg: ModelConfig | None = None, lora_cfg: LoraConfig | None = None,
                  agents: Sequence[AgentConfig] | None = None, train_cfg: TrainConfig | None = None,
                  algo_cfg: AlgorithmConfig | None = None, seed: int = 0, reference_copies: bool = False,
-                 critic_cfg: CriticConfig | None = None):
+                 study_cfg: StudyConfig | None = None, critic_cfg: CriticConfig | None = None):
         super().__init__(role, rank, world_size, env_vars)
         self.reference_copies = reference_copies  # frozen adapter copies for DPO's reference
         self.model_cfg = model_cfg or ModelConfig()
@@ -44,6 +45,7 @@ class TrainWorker(Worker):
         self.agents = list(agents) if agents is not None else [AgentConfig()]
         self.train_cfg = train_cfg or TrainConfig()
         self.algo_cfg = algo_cfg or AlgorithmConfig()
+        self.study_cfg = study_cfg or StudyConfig()
         self.critic_cfg = critic_cfg or CriticConfig()  # the value critic (algorithm.advantage=gae)
         self.seed = seed
         self.strategy: Any = None
@@ -63,7 +65,7 @@ class TrainWorker(Worker):
         cls = train_strategy_class(self.train_cfg.strategy)
         self.strategy = cls(self.model_cfg, agent_specs, adapter_specs, self.train_cfg, self.algo_cfg,
                             self.seed, self.rank, self.world_size, reference_copies=self.reference_copies,
-                            critic_cfg=self.critic_cfg)
+                            study_cfg=self.study_cfg, critic_cfg=self.critic_cfg)
         self.strategy.initialize(total_steps=total_steps)
 
     def _strategy(self) -> Any:

@@ -60,18 +60,18 @@ class LoadedWorkflow:
 
 def absolute_spec(spec: str) -> str:
     """``env.workflow`` with a relative file path made absolute (Ray actors may run elsewhere)."""
-    path, attr = _split_file_spec(spec)
-    return f"{_find_file(path)}:{attr}" if path is not None else spec
+    path, attr = split_file_spec(spec)
+    return f"{find_file(path)}:{attr}" if path is not None else spec
 
 
 def load_workflow(spec: str) -> LoadedWorkflow:
     """Import what ``spec`` names and check its form; ValueError says what is wrong and how to fix it."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"must be 'path/to/file.py:Name' or 'pkg.module:Name', got {spec!r}")
-    path, attr = _split_file_spec(spec)
+    path, attr = split_file_spec(spec)
     if path is not None:
-        file = _find_file(path)
-        module = _import_file(file)
+        file = find_file(path)
+        module = import_file(file)
         spec = f"{file}:{attr}"
     else:
         module_name, _, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
@@ -104,14 +104,16 @@ def load_workflow(spec: str) -> LoadedWorkflow:
     )
 
 
-def _split_file_spec(spec: str) -> tuple[str | None, str]:
+def split_file_spec(spec: str) -> tuple[str | None, str]:
+    """('path/to/file.py', 'Name') for a file spec, else (None, spec)."""
     head, sep, attr = spec.rpartition(":")
     if sep and head.endswith(".py"):
         return head, attr
     return None, spec
 
 
-def _find_file(path: str) -> str:
+def find_file(path: str) -> str:
+    """The absolute path of ``path``: as given, else from the current directory, then the roll_ma checkout."""
     candidates = [Path(path).expanduser()]
     if not candidates[0].is_absolute():
         candidates = [Path.cwd() / path, REPO_ROOT / path]
@@ -125,7 +127,8 @@ def _find_file(path: str) -> str:
     )
 
 
-def _import_file(file: str) -> Any:
+def import_file(file: str) -> Any:
+    """The module of a Python file (imported once per path)."""
     # why a name derived from the path: two workflow files named flows.py must not replace each other
     name = f"roll_ma_workflow_{Path(file).stem}_{zlib.crc32(file.encode()):08x}"
     if name in sys.modules:

@@ -78,19 +78,43 @@ def test_cross_field_checks():
         "math_selfplay_tiny", ["algorithm.kl_coef=0.1"]
     )  # the config sets reference.mode=none
     assert any(p.startswith("algorithm.kl_coef: a KL term needs reference log-probs") for p in found)
-    found = problems_of("math_selfplay_tiny", ["algorithm.action_entropy_coef=0.1"])
-    assert any(p.startswith("algorithm.action_entropy_coef: math_selfplay answers in free text")
+    found = problems_of("math_selfplay_tiny", ["study.action_entropy_coef=0.1"])
+    assert any(p.startswith("study.action_entropy_coef: math_selfplay answers in free text")
                for p in found)
-    load_config("tiny_hanabi_selfplay", overrides=["algorithm.action_entropy_coef=0.1"])  # a game: fine
+    load_config("tiny_hanabi_selfplay", overrides=["study.action_entropy_coef=0.1"])  # a game: fine
     found = problems_of("math_selfplay_tiny", ["env.kwargs.roundz=2"])
     assert any("takes no setting 'roundz' (did you mean 'rounds'?)" in p for p in found)
     found = problems_of("math_selfplay_tiny", ["env.show_greedy_moves=true"])
     assert any(p.startswith("env.show_greedy_moves: math_selfplay does not show") for p in found)
     # tiny_hanabi does (without the demo's joint search, whose prompts must not quote the episode)
-    sad = ["env.show_greedy_moves=true", "algorithm.joint_search_every=0"]
+    sad = ["env.show_greedy_moves=true", "study.joint_search_every=0"]
     load_config("tiny_hanabi_selfplay", overrides=sad)
     found = problems_of("tiny_hanabi_selfplay", ["+env.kwargs.show_greedy_moves=true"])
     assert "env.kwargs.show_greedy_moves: set env.show_greedy_moves instead" in found
+
+
+def test_game_study_keys_moved_out_of_algorithm_and_the_old_keys_name_the_new_ones(tmp_path):
+    from roll_ma.config.schema import MOVED_KEYS, StudyConfig
+    from roll_ma.run import resolve_config
+
+    cfg = load_config("tiny_hanabi_selfplay")
+    assert cfg.study.joint_search_every == 100 and cfg.study.action_entropy_coef == 0.25
+    assert load_config("math_selfplay_tiny").study.balance_reward_classes
+    assert set(MOVED_KEYS.values()) == {f"study.{f}" for f in StudyConfig.__dataclass_fields__}
+    # an override, a yaml key and the Python entry all give the same pointer
+    found = problems_of("tiny_hanabi_selfplay", ["algorithm.balance_reward_classes=true"])
+    assert any(p.startswith("algorithm.balance_reward_classes: moved to study.balance_reward_classes")
+               for p in found)
+    old = tmp_path / "old_keys.yaml"
+    old.write_text("name: old\nalgorithm: {joint_search_every: 10, action_entropy_coef: 0.1}\n")
+    with pytest.raises(ConfigError) as err:
+        resolve_config(old)
+    text = str(err.value)
+    assert "algorithm.joint_search_every: moved to study.joint_search_every" in text
+    assert "algorithm.action_entropy_coef: moved to study.action_entropy_coef" in text
+    assert "unknown key" not in text
+    res = _launch("--config_name", "tiny_hanabi_selfplay", "--cfg", "algorithm.joint_search_depth=1")
+    assert res.returncode == 2 and "moved to study.joint_search_depth" in res.stderr
 
 
 def test_built_in_models_resolve_and_a_typo_is_named():
@@ -155,10 +179,10 @@ def test_launcher_help_and_listing():
 
 
 def test_joint_search_needs_a_small_cooperative_game_with_every_seat_trained():
-    on = "algorithm.joint_search_every=10"
+    on = "study.joint_search_every=10"
     load_config("tiny_hanabi_selfplay", overrides=[on])  # fine
     found = problems_of("math_selfplay_tiny", [on])
-    assert any(p.startswith("algorithm.joint_search_every: math_selfplay is not an OpenSpiel") for p in found)
+    assert any(p.startswith("study.joint_search_every: math_selfplay is not an OpenSpiel") for p in found)
     found = problems_of("tiny_hanabi_selfplay", [on, "env.seats=[player_0,random]"])
     assert any("seats ['random'] are built-in or frozen" in p for p in found)
     found = problems_of("tiny_hanabi_selfplay", [on, "agents.1.frozen=true"])

@@ -54,6 +54,29 @@ def test_import_path_both_spellings():
         assert env.step(env.builtin_action("random", random.Random(0))).rewards == [3.0]
 
 
+def test_env_from_a_file(tmp_path, monkeypatch):
+    from roll_ma.config import ConfigError, load_config
+
+    (tmp_path / "my_envs.py").write_text(
+        "from roll_ma.envs.tiny_hanabi import TinyHanabiEnv\n\n\nclass MyHanabi(TinyHanabiEnv):\n    pass\n"
+    )
+    env = make_env(f"{tmp_path}/my_envs.py:MyHanabi")
+    assert env.num_players == 2 and type(env).__name__ == "MyHanabi"
+    monkeypatch.chdir(tmp_path)  # a relative file is looked up from where the run starts
+    cfg = load_config("tiny_hanabi_selfplay", overrides=["env.name=my_envs.py:MyHanabi"])
+    assert cfg.env.name == "my_envs.py:MyHanabi"
+    # the run hands the env workers an absolute path: they may run in another directory
+    import roll_ma.pipelines.multi_agent_pipeline as loop
+    from roll_ma.pipelines import run_pipeline
+
+    monkeypatch.setattr(loop, "run_pipeline", lambda cfg, step_hook=None: cfg)
+    assert run_pipeline(cfg).env.name == f"{(tmp_path / 'my_envs.py').resolve()}:MyHanabi"
+    with pytest.raises(ConfigError, match="has no attribute 'Nope'"):
+        load_config("tiny_hanabi_selfplay", overrides=["env.name=my_envs.py:Nope"])
+    with pytest.raises(ValueError, match="no file 'missing.py'"):
+        make_env("missing.py:MyHanabi")
+
+
 def test_unknown_name_did_you_mean():
     with pytest.raises(ValueError) as e:
         make_env("tiny_hanabbi")

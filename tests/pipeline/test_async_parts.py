@@ -148,3 +148,18 @@ def test_async_config_checks():
         load_config("tiny_hanabi_selfplay", overrides=["rollout.max_staleness=1"])
     assert "joint policy search" in str(err.value)
     np.testing.assert_equal(load_config("math_selfplay_tiny").rollout.max_staleness, 0)
+
+
+def test_cpu_async_actors_start_with_passive_openmp_waits(monkeypatch):
+    from roll_ma.config import load_config
+    from roll_ma.pipelines.workers import process_env
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    sync = load_config("math_selfplay_tiny")
+    async_cpu = load_config("math_selfplay_tiny", overrides=["rollout.max_staleness=1"])
+    gpu_overrides = ["rollout.max_staleness=1", "rollout.sleep_level=0"]
+    async_gpu = load_config("math_selfplay_7b", overrides=gpu_overrides, check_local_gpus=False)
+    assert process_env(async_cpu) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert process_env(sync) == {} and process_env(async_gpu) == {}
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's own setting wins
+    assert process_env(async_cpu) == {}

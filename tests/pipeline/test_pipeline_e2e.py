@@ -82,7 +82,7 @@ def test_joint_search_distills_a_better_joint_policy_that_the_next_rollout_plays
     from roll_ma.config import load_config
 
     cfg = load_config("tiny_hanabi_selfplay", overrides=[
-        "trainer.max_steps=2", "algorithm.joint_search_every=1", "env.groups_per_step=2", "env.group_size=4",
+        "trainer.max_steps=2", "study.joint_search_every=1", "env.groups_per_step=2", "env.group_size=4",
         "trainer.eval_every=0", "trainer.save_every=1", f"trainer.output_dir={tmp_path / 'out'}",
         "trainer.progress_bars=false",
     ])
@@ -92,7 +92,7 @@ def test_joint_search_distills_a_better_joint_policy_that_the_next_rollout_plays
     # the base's greedy joint policy is far from 10; two forced moves and best responses reach it
     assert first["search/distilled"] == 1.0 and first["search/value_found"] == 10.0
     assert first["search/value_greedy"] < 10.0
-    stop = cfg.algorithm.joint_search_stop_prob
+    stop = cfg.study.joint_search_stop_prob
     for adapter in ("player_0", "player_1"):
         assert first[f"search/distill/{adapter}/steps"] > 0
         assert first[f"search/distill/{adapter}/target_prob_min_after"] >= stop

@@ -9,7 +9,7 @@ import pytest
 import torch
 from train_helpers import make_batch, on_policy
 
-from roll_ma.config.schema import AlgorithmConfig, ModelConfig
+from roll_ma.config.schema import AlgorithmConfig, ModelConfig, StudyConfig
 from roll_ma.models.logprobs import choice_log_probs, response_log_probs
 
 
@@ -42,7 +42,7 @@ def _with_choices(rows, choices):
 def test_action_entropy_bonus_spreads_the_choice_among_legal_answers(make_strategy):
     # zero advantages: the bonus is the only force, so the measured choice entropy must rise
     rows = _with_choices(make_batch([0, 0, 0, 0], seed=3, advantage=0.0), [[20, 21], [20, 22], [23]])
-    s = make_strategy(["a0"], algo=AlgorithmConfig(action_entropy_coef=1.0))
+    s = make_strategy(["a0"], study=StudyConfig(action_entropy_coef=1.0))
     measured = [s.train_step(on_policy(s, rows, step=t))["agent/a0/action_entropy"] for t in (1, 2, 3, 4)]
     assert 0.0 < measured[0] and all(a < b for a, b in zip(measured, measured[1:]))
     assert measured[-1] <= math.log(3)
@@ -51,8 +51,9 @@ def test_action_entropy_bonus_spreads_the_choice_among_legal_answers(make_strate
 def test_action_entropy_bonus_decays_with_the_entropy_schedule(make_strategy):
     rows = _with_choices(make_batch([0, 0, 0, 0], seed=7), [[20, 21], [22]])
 
-    def after(algo: AlgorithmConfig, step: int) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        s = make_strategy(["a0"], algo=algo)
+    def after(algo: AlgorithmConfig, step: int, study: StudyConfig | None = None
+              ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        s = make_strategy(["a0"], algo=algo, study=study)
         metrics = s.train_step(on_policy(s, rows, step=step))
         return s.adapter_tensors()["a0"], metrics
 
@@ -60,15 +61,16 @@ def test_action_entropy_bonus_decays_with_the_entropy_schedule(make_strategy):
         return all(torch.equal(a[k], b[k]) for k in a)
 
     plain = AlgorithmConfig()
-    decayed = AlgorithmConfig(action_entropy_coef=1.0, entropy_decay_steps=2)  # 0 from step 3
-    (w_on, m_on), (w_plain, _) = after(decayed, 2), after(plain, 2)
+    decayed = AlgorithmConfig(entropy_decay_steps=2)  # the bonus is 0 from step 3
+    bonus = StudyConfig(action_entropy_coef=1.0)
+    (w_on, m_on), (w_plain, _) = after(decayed, 2, bonus), after(plain, 2)
     assert not same(w_on, w_plain) and "agent/a0/action_entropy" in m_on
-    (w_off, m_off), (w_plain, _) = after(decayed, 3), after(plain, 3)
+    (w_off, m_off), (w_plain, _) = after(decayed, 3, bonus), after(plain, 3)
     assert same(w_off, w_plain) and "agent/a0/action_entropy" not in m_off  # no extra forward once off
 
 
 def test_action_entropy_bonus_needs_the_rows_choices(make_strategy):
-    s = make_strategy(["a0"], algo=AlgorithmConfig(action_entropy_coef=0.1))
+    s = make_strategy(["a0"], study=StudyConfig(action_entropy_coef=0.1))
     with pytest.raises(ValueError, match="carry no 'action_choices'"):
         s.train_step(on_policy(s, make_batch([0, 0]), step=1))
 

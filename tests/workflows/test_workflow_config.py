@@ -54,7 +54,7 @@ def test_validation_names_every_workflow_problem_at_once():
             "agents.2.name=checker",
             "env.data.source=builtin:code_task",
             "env.seats=[analyzer,executor,checker]",
-            "algorithm.action_entropy_coef=0.1",
+            "study.action_entropy_coef=0.1",
         ]
     )
     assert "did you mean 'max_attempts'" in problems["env.kwargs.max_attemps"]
@@ -63,7 +63,7 @@ def test_validation_names_every_workflow_problem_at_once():
     assert "calls agents ['verifier']" in problems["agents"]
     assert "did you mean 'code_tasks'" in problems["env.data.source"]
     assert "remove env.seats" in problems["env.seats"]
-    assert "algorithm.action_entropy_coef" in problems
+    assert "study.action_entropy_coef" in problems
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Continue a tiny base with a listener prior for tiny Hanabi's player 1 (an experiment, not shipped).
 
-    python docs/studies/tiny_hanabi/continue_listener_prior.py --out /tmp/bases/listener_p1 --perm-seed 1   # ~6 min, 2 cores
+    # ~6 min on 2 cores
+    python docs/studies/tiny_hanabi/continue_listener_prior.py --out /tmp/bases/listener_p1 --perm-seed 1
 
 Why: the step from 9 to 10 needs player 1 to answer the signal `a0` the opposite way from `a2`
 (its card XOR the signal; docs/benchmarks.md). On `builtin:tiny-habits` RL ties the two answers

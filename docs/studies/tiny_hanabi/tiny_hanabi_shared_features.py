@@ -18,7 +18,7 @@ and player 1 is told the partner's card whenever the plan tells the two apart).
 the move with mean + ``optimism`` x (max - mean) of their returns (lenient / optimistic
 learners: a move counts as good if the partner can answer it well). The rest is what roll_ma
 does: 64 sampled episodes a step in groups of 8 sharing a deal, GRPO advantages (mean and std
-within the group), an entropy bonus on each seat's action (as `algorithm.action_entropy_coef`,
+within the group), an entropy bonus on each seat's action (as `study.action_entropy_coef`,
 decayed linearly to 0), Adam. Printed per setting: the exact expected return of each seed's
 final policy and how many reach 10.
 """

@@ -1,8 +1,9 @@
 """Many tiny_hanabi_selfplay runs at once (bases x seeds), each pinned to its own cores; where each ends.
 
-    python docs/studies/tiny_hanabi/tiny_hanabi_sweep.py --models builtin:tiny-habits,builtin:tiny --seeds 1,2,3 \\
-        --out outputs/sweep
-    python docs/studies/tiny_hanabi/tiny_hanabi_sweep.py --seeds 0,1 --variant "attn=lora.target_modules=[q_proj,v_proj]" \\
+    python docs/studies/tiny_hanabi/tiny_hanabi_sweep.py --models builtin:tiny-habits,builtin:tiny \\
+        --seeds 1,2,3 --out outputs/sweep
+    python docs/studies/tiny_hanabi/tiny_hanabi_sweep.py --seeds 0,1 \\
+        --variant "attn=lora.target_modules=[q_proj,v_proj]" \\
         --variant "p1fast=agents.1.lr=6e-4 agents.0.lr=6.7e-5"
 
 One tiny Hanabi run says little: the same settings end on 8 or on ~9 depending on the seed. This
