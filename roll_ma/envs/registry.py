@@ -12,7 +12,6 @@ decorator.
 from __future__ import annotations
 
 import difflib
-import importlib
 
 from roll_ma.envs.base import MultiAgentEnv
 
@@ -60,14 +59,9 @@ def resolve_env_class(name_or_path: str) -> type:
     if name_or_path in _USER_ENVS:
         return _USER_ENVS[name_or_path]
     if name_or_path in _BUILTIN_ENVS:
-        return _import_class(_BUILTIN_ENVS[name_or_path])
-    from roll_ma.workflows.loader import split_file_spec
-
-    file, attr = split_file_spec(name_or_path)
-    if file is not None:
-        return _file_class(file, attr, name_or_path)
-    if ":" in name_or_path or "." in name_or_path:
-        return _import_class(name_or_path)
+        return _env_class(_BUILTIN_ENVS[name_or_path])
+    if ":" in name_or_path or "." in name_or_path:  # pkg.module:Class, pkg.module.Class, file.py:Class
+        return _env_class(name_or_path)
     close = difflib.get_close_matches(name_or_path, list_envs(), n=3)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     raise ValueError(
@@ -82,32 +76,17 @@ def make_env(name_or_path: str, **kwargs) -> MultiAgentEnv:
     return resolve_env_class(name_or_path)(**kwargs)
 
 
-def _import_class(path: str) -> type:
-    if ":" in path:
-        module_name, _, attr = path.partition(":")
-    else:
-        module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
-        raise ValueError(f"Bad env import path {path!r}; use 'pkg.module:ClassName'")
+def _env_class(spec: str) -> type:
+    from roll_ma.workflows.loader import import_target
+
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"Cannot import module {module_name!r} of env {path!r}: {e}") from e
+        module, attr = import_target(spec)
+    except ValueError as err:
+        raise ValueError(f"Cannot import module of env {spec!r}: {err}") from err
     cls = getattr(module, attr, None)
     if cls is None:
-        raise ValueError(f"Module {module_name!r} has no attribute {attr!r} (env {path!r})")
-    if not (isinstance(cls, type) and issubclass(cls, MultiAgentEnv)):
-        raise ValueError(f"{path!r} is not a MultiAgentEnv subclass")
-    return cls
-
-
-def _file_class(file: str, attr: str, spec: str) -> type:
-    from roll_ma.workflows.loader import find_file, import_file
-
-    module = import_file(find_file(file))  # ValueError names the places it looked in
-    cls = getattr(module, attr, None)
-    if cls is None:
-        raise ValueError(f"{file} has no attribute {attr!r} (env {spec!r})")
+        where = getattr(module, "__file__", None) or module.__name__
+        raise ValueError(f"{where} has no attribute {attr!r} (env {spec!r})")
     if not (isinstance(cls, type) and issubclass(cls, MultiAgentEnv)):
         raise ValueError(f"{spec!r} is not a MultiAgentEnv subclass")
     return cls

@@ -32,22 +32,13 @@ class TaskError(RuntimeError):
 def load_task_class(spec: str | None) -> type:
     """The task class ``env.path`` names ('path/to/file.py:Class' or 'pkg.module:Class'); ValueError if
     the file, module or class is missing or lacks reset / step."""
-    import importlib
-
-    from roll_ma.workflows.loader import find_file, import_file, split_file_spec
+    from roll_ma.workflows.loader import import_target
 
     spec = spec or DEFAULT_TASK
-    path, attr = split_file_spec(spec)
-    if path is not None:
-        module = import_file(find_file(path))
-    else:
-        module_name, _, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
-        if not module_name or not attr:
-            raise ValueError(f"env.path {spec!r}: use 'path/to/file.py:Class' or 'pkg.module:Class'")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as err:
-            raise ValueError(f"env.path {spec!r}: cannot import {module_name!r} ({err})") from err
+    try:
+        module, attr = import_target(spec)
+    except ValueError as err:
+        raise ValueError(f"env.path {spec!r}: {err}") from err
     cls = getattr(module, attr, None)
     where = getattr(module, "__file__", None) or spec
     if cls is None:

@@ -68,19 +68,11 @@ def load_workflow(spec: str) -> LoadedWorkflow:
     """Import what ``spec`` names and check its form; ValueError says what is wrong and how to fix it."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"must be 'path/to/file.py:Name' or 'pkg.module:Name', got {spec!r}")
-    path, attr = split_file_spec(spec)
-    if path is not None:
-        file = find_file(path)
-        module = import_file(file)
-        spec = f"{file}:{attr}"
-    else:
-        module_name, _, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
-        if not module_name or not attr:
-            raise ValueError(f"{spec!r}: use 'path/to/file.py:Name' or 'pkg.module:Name'")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as err:
-            raise ValueError(f"{spec!r}: cannot import {module_name!r} ({err})") from err
+    spec = absolute_spec(spec)
+    try:
+        module, attr = import_target(spec)
+    except ValueError as err:
+        raise ValueError(f"{spec!r}: {err}") from err
     target = getattr(module, attr, None)
     if target is None:
         public = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v))
@@ -110,6 +102,22 @@ def split_file_spec(spec: str) -> tuple[str | None, str]:
     if sep and head.endswith(".py"):
         return head, attr
     return None, spec
+
+
+def import_target(spec: str) -> tuple[Any, str]:
+    """(module, name) of what ``spec`` names: 'path/to/file.py:Name' (the file found by ``find_file``),
+    'pkg.module:Name' or 'pkg.module.Name'. ValueError, without the caller's context, when the spelling
+    is wrong, the file is missing or the import fails; whether the module has the name is the caller's."""
+    path, attr = split_file_spec(spec)
+    if path is not None:
+        return import_file(find_file(path)), attr
+    module_name, _, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError("use 'path/to/file.py:Name' or 'pkg.module:Name'")
+    try:
+        return importlib.import_module(module_name), attr
+    except ImportError as err:
+        raise ValueError(f"cannot import {module_name!r} ({err})") from err
 
 
 def find_file(path: str) -> str:
