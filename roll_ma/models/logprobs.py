@@ -98,6 +98,21 @@ def head_log_probs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, tempe
     return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
 
 
+def drop_padding_columns(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_len: int
+                         ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(B, T') ids, (B, T') mask without the columns that are padding in every row, and the response
+    length r <= response_len left (the response stays the last r columns; the trailing cut ones were
+    padding everywhere). Such columns change nothing, as positions come from the mask; batches grouped
+    by agent share short prompts and lengths, so this often halves a forward's work."""
+    real_cols = attention_mask.bool().any(dim=0)  # (T,)
+    first = int(real_cols.float().argmax()) if bool(real_cols.any()) else 0
+    first = min(first, input_ids.shape[1] - response_len - 1)
+    tail_real = real_cols[input_ids.shape[1] - response_len:]  # (R,)
+    keep_r = int(tail_real.nonzero().max()) + 1 if bool(tail_real.any()) else 1
+    end = input_ids.shape[1] - (response_len - keep_r)
+    return input_ids[:, first:end], attention_mask[:, first:end], keep_r
+
+
 def response_log_probs(
     model: Any,
     input_ids: torch.Tensor,
@@ -117,16 +132,8 @@ def response_log_probs(
     ``forward_kwargs`` (e.g. PEFT's per-row ``adapter_names``) need the whole model's forward: the
     plain path.
     """
-    # columns that are padding in every row change nothing (positions come from the mask): drop them.
-    # Batches grouped by agent share short prompts and lengths, so this often halves the work.
-    real_cols = attention_mask.bool().any(dim=0)  # (T,)
-    first = int(real_cols.float().argmax()) if bool(real_cols.any()) else 0
-    first = min(first, input_ids.shape[1] - response_len - 1)
-    tail_real = real_cols[input_ids.shape[1] - response_len:]  # (R,)
-    keep_r = int(tail_real.nonzero().max()) + 1 if bool(tail_real.any()) else 1
+    ids, attn, keep_r = drop_padding_columns(input_ids, attention_mask, response_len)
     cut = response_len - keep_r  # trailing all-padding response columns
-    end = input_ids.shape[1] - cut
-    ids, attn = input_ids[:, first:end], attention_mask[:, first:end]
     parts = None if forward_kwargs else split_lm(model)
     if parts is None:
         log_probs, entropy = _full_logits_log_probs(model, ids, attn, keep_r, temperature, with_entropy,

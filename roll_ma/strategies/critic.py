@@ -25,7 +25,7 @@ import torch
 from roll_ma.algorithms.losses import clipped_value_loss
 from roll_ma.config.schema import AlgorithmConfig, CriticConfig, TrainConfig
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
-from roll_ma.models.logprobs import split_lm
+from roll_ma.models.logprobs import drop_padding_columns, split_lm
 from roll_ma.packing import position_ids_from_mask
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.ds_utils import all_reduce_sum
@@ -92,14 +92,8 @@ class ValueModel(torch.nn.Module):
 
         The caller makes critic ``name``'s adapter the active one (scoring or training).
         """
-        # columns that are padding in every row change nothing (positions come from the mask): drop them
-        real_cols = attention_mask.bool().any(dim=0)  # (T,)
-        first = min(int(real_cols.float().argmax()), input_ids.shape[1] - response_len - 1)
-        tail = real_cols[input_ids.shape[1] - response_len:]  # (R,)
-        keep = int(tail.nonzero().max()) + 1 if bool(tail.any()) else 1
-        end = input_ids.shape[1] - (response_len - keep)
-        full_len, response_len = response_len, keep
-        input_ids, attention_mask = input_ids[:, first:end], attention_mask[:, first:end]
+        full_len = response_len
+        input_ids, attention_mask, response_len = drop_padding_columns(input_ids, attention_mask, full_len)
         positions = position_ids_from_mask(attention_mask)  # (B, T')
         parts = split_lm(self.backbone)
         if parts is not None:

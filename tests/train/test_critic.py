@@ -60,6 +60,18 @@ def test_values_are_per_response_token_and_not_exported(tiny_model_dir, adapter_
     assert torch.all(values[batch.batch["response_mask"] == 0] == 0)
     assert values[batch.batch["response_mask"] > 0].abs().sum() > 0
     assert set(s.adapter_tensors()) == set(AGENTS)  # the rollout engines never get the critic
+    # value of response token t = the head on the hidden state of the token before it, from a plain
+    # one-row forward of the real tokens only (no padding to drop, no batching)
+    critic = s.critic
+    ids, mask = batch.batch["input_ids"], batch.batch["attention_mask"]
+    with torch.no_grad(), critic.weights.scoring("value_critic"):
+        for row in range(len(ids)):
+            n_resp = int(batch.batch["response_mask"][row].sum())
+            out = critic.model.backbone(input_ids=ids[row][mask[row].bool()][None], output_hidden_states=True,
+                                        use_cache=False)
+            hidden = out.hidden_states[-1][0, -n_resp - 1:-1].float()  # (n_resp, H)
+            expected = critic.model.head("value_critic")(hidden).squeeze(-1)
+            torch.testing.assert_close(values[row, :n_resp], expected, atol=1e-5, rtol=1e-4)
 
 
 def test_shared_critic_learns_from_both_agents_rows_and_agents_wait_in_warmup(tiny_model_dir,
