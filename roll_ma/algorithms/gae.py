@@ -78,16 +78,26 @@ def gae_advantages(
     mask = response_mask.bool().cpu().numpy()  # (B, R)
     rewards = token_rewards.double().cpu().numpy()  # (B, R)
     vals = values.double().cpu().numpy() * mask  # (B, R)
-    adv = np.zeros_like(rewards)
+    # each chain's real response tokens, in order, as one row of a (C, L) matrix padded with zeros
+    # (a padded token has reward 0 and value 0, so it adds nothing to the chain's advantages)
+    token_rows, token_cols = [], []  # per chain: (L_c,) row and column of each token
     for rows in _chains(episode_ids, players, turns):
-        # the chain's tokens in order: (row, column) of every real response token of its turns
-        cols = [(r, c) for r in rows for c in np.nonzero(mask[r])[0]]
-        next_value, running = 0.0, 0.0
-        for r, c in reversed(cols):
-            delta = rewards[r, c] + gamma * next_value - vals[r, c]
-            running = delta + gamma * lam * running
-            adv[r, c] = running
-            next_value = vals[r, c]
+        token_rows.append(np.concatenate([np.full(int(mask[r].sum()), r) for r in rows]))
+        token_cols.append(np.concatenate([np.nonzero(mask[r])[0] for r in rows]))
+    longest = max((len(t) for t in token_rows), default=0)
+    chain_rewards = np.zeros((len(token_rows), longest + 1))  # (C, L + 1): the last column is V = 0
+    chain_values = np.zeros((len(token_rows), longest + 1))
+    for c, (r, col) in enumerate(zip(token_rows, token_cols)):
+        chain_rewards[c, :len(r)], chain_values[c, :len(r)] = rewards[r, col], vals[r, col]
+    deltas = chain_rewards[:, :-1] + gamma * chain_values[:, 1:] - chain_values[:, :-1]  # (C, L)
+    chain_adv = np.zeros_like(deltas)  # (C, L)
+    running = np.zeros(len(token_rows))  # (C,)
+    for t in range(longest - 1, -1, -1):  # one vector step per token position, all chains at once
+        running = deltas[:, t] + gamma * lam * running
+        chain_adv[:, t] = running
+    adv = np.zeros_like(rewards)
+    for c, (r, col) in enumerate(zip(token_rows, token_cols)):
+        adv[r, col] = chain_adv[c, :len(r)]
     advantages = torch.from_numpy(adv).float()
     returns = (advantages + torch.from_numpy(vals).float()) * response_mask.float().cpu()
     return advantages, returns
