@@ -154,7 +154,7 @@ def add_advantages(data: Any, algo: Any, balance_reward_classes: bool = False) -
         return add_gae_advantages(data, algo)
     nt, mask = data.non_tensor, data.batch["response_mask"]
     trained = team_turn_rewards(data.batch["scores"].tolist(), nt["episode_id"], nt["player"], nt["turn"],
-                                getattr(algo, "share_reward_in_agent", False))  # (B,)
+                                algo.share_reward_in_agent)  # (B,)
     returns = discounted_turn_returns(trained, nt["episode_id"], nt["player"], nt["turn"], algo.gamma)
     if algo.advantage == "grpo":
         adv = grpo_advantages(returns, nt["group_id"], nt["agent_id"], algo.norm_std)

@@ -154,10 +154,7 @@ class MultiAgentDeepSpeedStrategy:
                 plan.name, index, self.model, self.weights.params(plan.name),
                 lambda n=plan.name: self.weights.activate(n), plan.lr, self.train_cfg, self.algo_cfg,
                 self.seed, self.rank, self.world_size, self.device, total_steps, self.study_cfg)
-        if self.algo_cfg.advantage == "gae":
-            if not self.weights.has_adapters:
-                raise ValueError("algorithm.advantage=gae puts the critic on the shared base as one more "
-                                 "LoRA adapter; full fine-tuning has none: train LoRA adapters")
+        if self.algo_cfg.advantage == "gae":  # (full fine-tuning never reaches here: _policy_weights)
             activity.note("initialize: building the value critic(s)")
             self.critic = CriticSet(self.weights, self.agents, self.critic_cfg, self.train_cfg, self.algo_cfg,
                                     self.seed, self.rank, self.world_size, self.device, total_steps)

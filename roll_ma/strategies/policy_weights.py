@@ -53,6 +53,7 @@ class LoraWeights:
         specs = {a.name: a for a in self.adapters}
         self.copies = [dataclasses.replace(specs[name], name=name + REFERENCE_SUFFIX, init_dir=None)
                        for name in copied]
+        self.injected = self.adapters + self.copies + self.critics  # every adapter on the base
         self.model: Any = None
         self._lora_params: dict[str, list[torch.nn.Parameter]] | None = None
         self._export_plans: dict[str, list[tuple[str, torch.nn.Parameter]]] = {}
@@ -60,7 +61,7 @@ class LoraWeights:
     def build(self, device: torch.device) -> Any:
         # adapters (and their frozen copies) are injected before any DeepSpeed engine wraps the model
         base = load_base_model(self.model_cfg, str(device))
-        self.model = inject_adapters(base, self.adapters + self.copies + self.critics, self.seed)
+        self.model = inject_adapters(base, self.injected, self.seed)
         for copy in self.copies:  # a copy starts equal to its adapter (the adapter's init dir included)
             self.snapshot(copy.name.removesuffix(REFERENCE_SUFFIX))
         return self.model
@@ -97,8 +98,7 @@ class LoraWeights:
             self.model.set_adapter(policy)  # PEFT also marks it trainable; requires_grad is decided below
         if self._lora_params is None:  # one scan of the parameter names, then flips only
             set_trainable(self.model, None)
-            every = self.adapters + self.copies + self.critics
-            self._lora_params = {a.name: self.params(a.name) for a in every}
+            self._lora_params = {a.name: self.params(a.name) for a in self.injected}
         for name, params in self._lora_params.items():
             for p in params:
                 p.requires_grad_(name == policy)
@@ -116,7 +116,7 @@ class LoraWeights:
         """Adapter name -> its PEFT-format CPU tensors, or (``packed``) one buffer per adapter, cast to
         ``dtype`` (a torch dtype name) when given: a ``PackedTensors`` on the host, or with ``shared``
         a ``SharedTensors`` file that ``shared`` owns (one copy off the GPU, nothing pickled)."""
-        known = [a.name for a in self.adapters + self.copies + self.critics]
+        known = [a.name for a in self.injected]
         names = list(names) if names is not None else [a.name for a in self.adapters]  # copies: by name
         unknown = [n for n in names if n not in known]
         if unknown:
@@ -147,11 +147,11 @@ class LoraWeights:
         return self._export_plans[name]
 
     def save(self, root: Path) -> None:
-        for spec in self.adapters + self.copies + self.critics:
+        for spec in self.injected:
             save_adapter(self.model, spec, root / "adapters" / spec.name)
 
     def load(self, root: Path) -> None:
-        for spec in self.adapters + self.copies + self.critics:
+        for spec in self.injected:
             load_adapter_dir(self.model, spec.name, root / "adapters" / spec.name)
 
 
