@@ -109,12 +109,6 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         from roll_ma.models.random_weights import use_random_weights
 
         cfg = use_random_weights(cfg)  # model.path -> a random model of that architecture, built once
-    if cfg.env.workflow:  # a relative workflow file means the driver's directory, wherever actors run
-        from roll_ma.workflows.loader import absolute_spec
-
-        env = dataclasses.replace(cfg.env, workflow=absolute_spec(cfg.env.workflow))
-        cfg = dataclasses.replace(cfg, env=env)
-    cfg = _absolute_team_files(cfg)
     init_ray(cfg.resources.ray_address, env_vars=process_env(cfg))
     _check_cluster_gpus(cfg)
     from roll_ma.envs.registry import resolve_env_class
@@ -305,18 +299,6 @@ def updated_adapters(cfg: RunConfig, train_metrics: dict[str, Any]) -> set[str]:
     are pushed to the engines; the others keep serving, and reporting, their last version."""
     return {a.adapter_name for a in cfg.agents
             if not a.frozen and train_metrics.get(f"agent/{a.name}/updated", 0.0) > 0}
-
-
-def _absolute_team_files(cfg: RunConfig) -> RunConfig:
-    """env.path and agents' process hook files made absolute: Ray actors may run elsewhere."""
-    from roll_ma.workflows.loader import absolute_spec, find_file
-
-    def file(path: str | None) -> str | None:
-        return find_file(path) if path and path.endswith(".py") else path
-
-    agents = [dataclasses.replace(a, process=file(a.process)) for a in cfg.agents]
-    env = dataclasses.replace(cfg.env, path=absolute_spec(cfg.env.path) if cfg.env.path else None)
-    return dataclasses.replace(cfg, agents=agents, env=env)
 
 
 def _episode_errors(episodes: list[dict]) -> str:

@@ -64,6 +64,24 @@ def absolute_spec(spec: str) -> str:
     return f"{find_file(path)}:{attr}" if path is not None else spec
 
 
+def with_absolute_files(cfg: Any) -> Any:
+    """``cfg`` with every user file it names made absolute (a relative one means the driver's directory,
+    and Ray actors may run elsewhere): ``env.name``, ``env.workflow`` and ``env.path`` as
+    'file.py:Name', and the agents' ``process`` hook files."""
+    import dataclasses
+
+    def spec(value: str | None) -> str | None:
+        return absolute_spec(value) if value else value
+
+    def hook_file(value: str | None) -> str | None:  # a dotted module stays as it is
+        return find_file(value) if value and (value.endswith(".py") or "/" in value) else value
+
+    env = dataclasses.replace(cfg.env, name=spec(cfg.env.name), workflow=spec(cfg.env.workflow),
+                              path=spec(cfg.env.path))
+    agents = [dataclasses.replace(a, process=hook_file(a.process)) for a in cfg.agents]
+    return dataclasses.replace(cfg, env=env, agents=agents)
+
+
 def load_workflow(spec: str) -> LoadedWorkflow:
     """Import what ``spec`` names and check its form; ValueError says what is wrong and how to fix it."""
     if not isinstance(spec, str) or not spec.strip():

@@ -27,6 +27,22 @@ def test_a_workflow_loads_from_a_file_path_or_a_dotted_name(monkeypatch):
     assert absolute_spec("flows:parallel_flow") == "flows:parallel_flow"
 
 
+def test_a_run_hands_its_actors_absolute_paths_of_every_user_file(monkeypatch):
+    from roll_ma.config.schema import AgentConfig, EnvConfig
+    from roll_ma.workflows.loader import with_absolute_files
+
+    monkeypatch.chdir(FLOWS.parent)
+    cfg = RunConfig(
+        env=EnvConfig(name="flows.py:Env", workflow="flows.py:ScriptedTrio", path="flows.py:Task"),
+        agents=[AgentConfig(name="a", process="flows.py"), AgentConfig(name="b", process="my_pkg.hooks")])
+    out = with_absolute_files(cfg)
+    assert (out.env.name, out.env.workflow, out.env.path) == (f"{FLOWS}:Env", f"{FLOWS}:ScriptedTrio",
+                                                               f"{FLOWS}:Task")
+    assert [a.process for a in out.agents] == [str(FLOWS), "my_pkg.hooks"]  # a dotted module stays
+    builtin = with_absolute_files(RunConfig())
+    assert (builtin.env.name, builtin.env.workflow, builtin.env.path) == (RunConfig().env.name, None, None)
+
+
 def test_shipped_workflow_examples_resolve_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     workflow = load_workflow("examples/workflows/math_tool.py:MathToolWorkflow")
