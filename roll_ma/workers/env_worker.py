@@ -108,6 +108,8 @@ class EnvWorker(Worker):
         self.tokenizer = load_tokenizer(model_cfg)
         self.max_prompt_tokens = model_cfg.max_prompt_tokens
         self._reset_takes_problem = "problem" in inspect.signature(self.env_cls.reset).parameters
+        # team envs build their prompts as token ids, with the model's tokenizer
+        self._env_takes_tokenizer = "tokenizer" in inspect.signature(self.env_cls.__init__).parameters
         # why opt-in: tokenizing every legal action of every turn costs time that only the
         # action entropy bonus (study.action_entropy_coef) needs
         self.action_choices = action_choices
@@ -158,8 +160,8 @@ class EnvWorker(Worker):
         rollout = share_of(rollout, self.rank, self.world_size)  # env worker i drives engine i
         seat_map = list(seats or self.seats)
         kwargs = env_kwargs(self.env_cfg, self.agents, seat_map)
-        if "tokenizer" in inspect.signature(self.env_cls.__init__).parameters:
-            kwargs["tokenizer"] = self.tokenizer  # team envs build prompts as token ids
+        if self._env_takes_tokenizer:
+            kwargs["tokenizer"] = self.tokenizer
         episodes = []
         for spec in specs:
             env = make_env(self.env_cfg.name, **kwargs)
