@@ -50,7 +50,7 @@ def process_env(cfg: RunConfig) -> dict[str, str]:
     env = {}
     if cfg.resources.num_gpus == 0 and cfg.rollout.max_staleness > 0 and "OMP_WAIT_POLICY" not in os.environ:
         # the rollout and the trainer compute at once on the same cores; OpenMP's default spin-wait
-        # then burns the cores the other process needs (a CPU step ~7x slower, docs/async.md)
+        # then burns the cores the other process needs (a CPU step 12x slower: docs/studies/async_staleness)
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     return env
 

@@ -9,7 +9,7 @@
 # none) stops every run; EXTRA adds overrides to every run. Calling the script again resumes each run
 # from its last checkpoint (trainer.resume=auto), and a finished run just ends.
 # OMP_WAIT_POLICY defaults to PASSIVE: with max_staleness >= 1 the rollout worker and the trainer compute
-# at the same time on the run's cores, and OpenMP's default spin-waiting then makes every step ~7x slower
+# at the same time on the run's cores, and OpenMP's default spin-waiting then makes every step ~12x slower
 # (README.md here; roll_ma now sets it itself for CPU async runs). Then: python docs/studies/async_staleness/summarize.py $ROOT
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
