@@ -1,6 +1,7 @@
 """Crash safety and deployment: kill -9 mid-run and resume; a Ray head node; bad configs stop early."""
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -54,10 +55,13 @@ def _kill_after_step(proc: subprocess.Popen, step: int, delay: float) -> None:
     The driver prints a step's summary after writing its metrics line and before its checkpoint, so
     delay 0 kills between the two, and a short delay lands inside the next step.
     """
+    # Ray forwards the workers' progress bars into the same pipe, so a summary line can arrive behind a
+    # bar's cursor-up escape ("\x1b[Astep 2/4  step=...") instead of at the start of the line
+    summary = re.compile(rf"(?:^|[\r\x1b]\[?A?)step {step}/\d+ ")
     seen = []
     for line in proc.stdout:  # the driver's own output: the event to act on, no polling
         seen.append(line)
-        if line.startswith(f"step {step}/"):
+        if summary.search(line):
             break
     else:
         pytest.fail(f"the run ended before step {step}:\n{''.join(seen)}")
