@@ -17,7 +17,14 @@ os.environ.setdefault("TORCH_EXTENSIONS_DIR", tempfile.mkdtemp(prefix="roll_ma_t
 
 from train_helpers import LORA  # noqa: E402
 
-from roll_ma.config.schema import AgentConfig, AlgorithmConfig, ModelConfig, StudyConfig, TrainConfig  # noqa: E402
+from roll_ma.config.schema import (  # noqa: E402
+    AgentConfig,
+    AlgorithmConfig,
+    CriticConfig,
+    ModelConfig,
+    StudyConfig,
+    TrainConfig,
+)
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +66,8 @@ def make_strategy(tiny_model_dir: str, adapter_init_dir: Callable[[str], str]) -
 
     def make(agents: Sequence[AgentConfig | str], zero_stage: int = 0, algo: AlgorithmConfig | None = None,
              strategy: str = "multi_agent_deepspeed", seed: int = 0, dtype: str = "float32",
-             reference_copies: bool = False, study: StudyConfig | None = None, **train_kwargs: Any) -> Any:
+             reference_copies: bool = False, study: StudyConfig | None = None,
+             critic: CriticConfig | None = None, **train_kwargs: Any) -> Any:
         cfgs = [AgentConfig(name=a) if isinstance(a, str) else a for a in agents]
         cfgs = [a if a.init_adapter else dataclasses.replace(a, init_adapter=adapter_init_dir(a.adapter_name))
                 for a in cfgs]
@@ -68,7 +76,8 @@ def make_strategy(tiny_model_dir: str, adapter_init_dir: Callable[[str], str]) -
         train_cfg = TrainConfig(strategy=strategy, zero_stage=zero_stage, **train_kwargs)
         cls = train_strategy_class(strategy)
         s = cls(ModelConfig(path=tiny_model_dir, dtype=dtype), agent_specs, adapter_specs, train_cfg,
-                algo or AlgorithmConfig(), seed=seed, reference_copies=reference_copies, study_cfg=study)
+                algo or AlgorithmConfig(), seed=seed, reference_copies=reference_copies, study_cfg=study,
+                critic_cfg=critic)
         s.initialize()
         return s
 

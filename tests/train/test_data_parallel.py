@@ -87,3 +87,49 @@ def test_two_ranks_distill_like_one_rank(ray_session, make_strategy, tiny_model_
             assert diff < 1e-5, f"{name}: 2 ranks differ from 1 rank by {diff}"
     finally:
         cluster.shutdown()
+
+
+@pytest.mark.parametrize(("zero_stage", "share"), [(0, True), (2, False)])
+def test_two_ranks_train_the_critic_like_one_rank(ray_session, make_strategy, tiny_model_dir,
+                                                  adapter_init_dir, zero_stage, share):
+    """PPO with a value critic: values split over the ranks, the critic's gradients all-reduced; a shared
+    critic (ZeRO-0) and per-agent critics (ZeRO-2) end as one rank does, agents and critics alike."""
+    from roll_ma.config.schema import CriticConfig
+    from roll_ma.distributed.cluster import Cluster
+    from roll_ma.workers.train_worker import TrainWorker
+
+    agents = [AgentConfig(name=n, init_adapter=adapter_init_dir(n)) for n in ("a0", "a1", "a2")]
+    algo = AlgorithmConfig(advantage="gae")
+    critic = CriticConfig(share=share, lr=1e-2)
+    cluster = Cluster("train", TrainWorker, 2, env_vars={"DS_ACCELERATOR": "cpu"}, init_kwargs=dict(
+        model_cfg=ModelConfig(path=tiny_model_dir), lora_cfg=LORA, agents=agents,
+        train_cfg=TrainConfig(zero_stage=zero_stage, **TRAIN), algo_cfg=algo, critic_cfg=critic, seed=0))
+    try:
+        cluster.init_model()
+        single = make_strategy(agents, algo=algo, zero_stage=zero_stage, critic=critic, **TRAIN)
+
+        batch = make_batch(AGENT_IDS, seed=71)
+        batch.meta_info["step"] = 4
+        batch.batch["old_log_probs"] = single.compute_log_probs(batch).batch["old_log_probs"]
+        values = cluster.compute_values(batch).batch["values"]  # (B, R) dp_compute: rows split over the ranks
+        torch.testing.assert_close(values, single.compute_values(batch).batch["values"], atol=1e-6, rtol=1e-5)
+        batch.batch["values"] = values
+        batch.batch["returns"] = batch.batch["response_mask"] * torch.linspace(-1, 1, len(AGENT_IDS))[:, None]
+
+        per_rank = [learning_metrics(m) for m in cluster.train_step(batch)]
+        assert per_rank[0] == per_rank[1]  # all-reduced: every rank reports the same numbers
+        want = learning_metrics(single.train_step(batch))
+        assert any(k.startswith("critic/") for k in want) and per_rank[0].keys() == want.keys()
+        for key, value in want.items():
+            assert per_rank[0][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+        names = single.critic.names + ["a0", "a1", "a2"]
+        got_w, want_w = cluster.adapter_tensors(names), single.adapter_tensors(names)
+        for name in names:
+            diff = max((got_w[name][k] - want_w[name][k]).abs().max().item() for k in want_w[name])
+            assert diff < 1e-6, f"{name}: 2 ranks differ from 1 rank by {diff}"
+        after = make_batch(AGENT_IDS, seed=72)  # the heads too: the values the updated critics give now
+        torch.testing.assert_close(cluster.compute_values(after).batch["values"],
+                                   single.compute_values(after).batch["values"], atol=1e-5, rtol=1e-4)
+    finally:
+        cluster.shutdown()
