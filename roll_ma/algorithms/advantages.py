@@ -17,6 +17,44 @@ import numpy as np
 import torch
 
 
+def turn_chains(episode_ids: Sequence[Any], players: Sequence[int], turns: Sequence[int]) -> list[list[int]]:
+    """Row indices of each (episode, player)'s turns, in turn order: one agent's chain of an episode."""
+    chains: dict[tuple[Any, int], list[int]] = defaultdict(list)
+    for i, (ep, pl) in enumerate(zip(episode_ids, players)):
+        chains[(ep, int(pl))].append(i)
+    return [sorted(rows, key=lambda r: int(turns[r])) for rows in chains.values()]
+
+
+def team_turn_rewards(
+    scores: Sequence[float],
+    episode_ids: Sequence[Any],
+    players: Sequence[int],
+    turns: Sequence[int],
+    share: bool,
+) -> np.ndarray:
+    """(B,) the reward each turn trains on: its own (``share`` False) or, with ``share``, its own plus
+    every other player's reward earned from this turn until this player's next turn.
+
+    Example (Reasoner turn 0, Actor turn 1 rewarded 1.0): own -> [0, 1]; shared -> [1, 1].
+    A reward earned before a player's first turn does not reach that player.
+    """
+    own = np.asarray(scores, dtype=np.float64)
+    if not share:
+        return own.copy()
+    out = np.zeros_like(own)
+    by_episode: dict[Any, list[int]] = defaultdict(list)
+    for i, ep in enumerate(episode_ids):
+        by_episode[ep].append(i)
+    for rows in by_episode.values():
+        rows = sorted(rows, key=lambda r: int(turns[r]))
+        latest: dict[int, int] = {}  # player -> its latest row so far
+        for j in rows:
+            latest[int(players[j])] = j
+            for i in latest.values():  # the reward of turn j reaches every player's latest turn up to j
+                out[i] += own[j]
+    return out
+
+
 def discounted_turn_returns(
     rewards: Sequence[float],
     episode_ids: Sequence[Any],
@@ -27,12 +65,9 @@ def discounted_turn_returns(
     """(B,) G_t = r_t + gamma * G_next over each (episode, player)'s own turns, latest turn first."""
     rewards = np.asarray(rewards, dtype=np.float64)
     returns = np.zeros_like(rewards)
-    chains: dict[tuple[Any, int], list[int]] = defaultdict(list)
-    for i, (ep, pl) in enumerate(zip(episode_ids, players)):
-        chains[(ep, int(pl))].append(i)
-    for rows in chains.values():
+    for rows in turn_chains(episode_ids, players, turns):
         running = 0.0
-        for i in sorted(rows, key=lambda r: turns[r], reverse=True):
+        for i in reversed(rows):
             running = rewards[i] + gamma * running
             returns[i] = running
     return returns
@@ -136,6 +171,17 @@ def kl_reward_penalty(kl: torch.Tensor, response_mask: torch.Tensor, kl_coef: fl
     return -kl_coef * kl * response_mask
 
 
+def kl_reward_tokens(data: Any, algo: Any) -> torch.Tensor | None:
+    """(B, R) the per-token KL penalty that ``algo.kl_mode == "reward"`` adds to the rewards (from batch
+    ``old_log_probs`` and ``ref_log_probs``), or None when the KL is not in the reward."""
+    from roll_ma.algorithms.losses import kl_estimate
+
+    if not (algo.kl_coef > 0 and algo.kl_mode == "reward"):
+        return None
+    kl = kl_estimate(data.batch["old_log_probs"], data.batch["ref_log_probs"], algo.kl_estimator)
+    return kl_reward_penalty(kl, data.batch["response_mask"], algo.kl_coef)
+
+
 def add_advantages(data: Any, algo: Any, balance_reward_classes: bool = False) -> Any:
     """Turn rewards -> per-agent advantages on a DataProto of turns (adds advantages, returns, token_rewards,
     trained_rewards). ``algo.advantage == "gae"`` goes to ``algorithms/gae.py`` (needs the critic's values).
@@ -146,8 +192,7 @@ def add_advantages(data: Any, algo: Any, balance_reward_classes: bool = False) -
     the advantages. ``balance_reward_classes`` (``study.balance_reward_classes``): weight each
     agent's rows so every ``reward_class`` the env labelled weighs the same.
     """
-    from roll_ma.algorithms.gae import add_gae_advantages, team_turn_rewards
-    from roll_ma.algorithms.losses import kl_estimate
+    from roll_ma.algorithms.gae import add_gae_advantages
     from roll_ma.protocol import DataProto
 
     if algo.advantage == "gae":  # PPO with a value critic: token-level GAE (algorithms/gae.py)
@@ -166,9 +211,8 @@ def add_advantages(data: Any, algo: Any, balance_reward_classes: bool = False) -
         adv = adv * class_balance_weights(nt["agent_id"], nt["reward_class"])
     token_rewards = place_on_last_token(trained, mask)  # (B, R)
     advantages = broadcast_to_tokens(adv, mask)  # (B, R)
-    if algo.kl_coef > 0 and algo.kl_mode == "reward":
-        kl = kl_estimate(data.batch["old_log_probs"], data.batch["ref_log_probs"], algo.kl_estimator)
-        penalty = kl_reward_penalty(kl, mask, algo.kl_coef)  # (B, R)
+    penalty = kl_reward_tokens(data, algo)  # (B, R) or None
+    if penalty is not None:
         token_rewards = token_rewards + penalty
         advantages = advantages + reverse_cumsum(penalty, mask)
     return data.union(

@@ -15,50 +15,18 @@ latest turn at or before it, so a Reasoner gets the reward of the Actor that ans
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-
-def _chains(episode_ids: Sequence[Any], players: Sequence[int], turns: Sequence[int]) -> list[list[int]]:
-    """Row indices of each (episode, player), in turn order."""
-    chains: dict[tuple[Any, int], list[int]] = defaultdict(list)
-    for i, (ep, pl) in enumerate(zip(episode_ids, players)):
-        chains[(ep, int(pl))].append(i)
-    return [sorted(rows, key=lambda r: int(turns[r])) for rows in chains.values()]
-
-
-def team_turn_rewards(
-    scores: Sequence[float],
-    episode_ids: Sequence[Any],
-    players: Sequence[int],
-    turns: Sequence[int],
-    share: bool,
-) -> np.ndarray:
-    """(B,) the reward each turn trains on: its own (``share`` False) or, with ``share``, its own plus
-    every other player's reward earned from this turn until this player's next turn.
-
-    Example (Reasoner turn 0, Actor turn 1 rewarded 1.0): own -> [0, 1]; shared -> [1, 1].
-    A reward earned before a player's first turn does not reach that player.
-    """
-    own = np.asarray(scores, dtype=np.float64)
-    if not share:
-        return own.copy()
-    out = np.zeros_like(own)
-    by_episode: dict[Any, list[int]] = defaultdict(list)
-    for i, ep in enumerate(episode_ids):
-        by_episode[ep].append(i)
-    for rows in by_episode.values():
-        rows = sorted(rows, key=lambda r: int(turns[r]))
-        latest: dict[int, int] = {}  # player -> its latest row so far
-        for j in rows:
-            latest[int(players[j])] = j
-            for i in latest.values():  # the reward of turn j reaches every player's latest turn up to j
-                out[i] += own[j]
-    return out
+from roll_ma.algorithms.advantages import (
+    kl_reward_tokens,
+    place_on_last_token,
+    team_turn_rewards,
+    turn_chains,
+)
 
 
 def gae_advantages(
@@ -81,7 +49,7 @@ def gae_advantages(
     # each chain's real response tokens, in order, as one row of a (C, L) matrix padded with zeros
     # (a padded token has reward 0 and value 0, so it adds nothing to the chain's advantages)
     token_rows, token_cols = [], []  # per chain: (L_c,) row and column of each token
-    for rows in _chains(episode_ids, players, turns):
+    for rows in turn_chains(episode_ids, players, turns):
         token_rows.append(np.concatenate([np.full(int(mask[r].sum()), r) for r in rows]))
         token_cols.append(np.concatenate([np.nonzero(mask[r])[0] for r in rows]))
     longest = max((len(t) for t in token_rows), default=0)
@@ -137,8 +105,6 @@ def add_gae_advantages(data: Any, algo: Any) -> Any:
     """GAE advantages on a DataProto of turns: adds ``advantages``, ``returns``, ``token_rewards`` (B, R) and
     ``trained_rewards`` (B,). Needs batch ``scores``, ``response_mask``, ``values`` and non_tensor
     episode_id, player, turn, agent_id (plus old/ref log-probs for algo.kl_mode=reward)."""
-    from roll_ma.algorithms.advantages import kl_reward_penalty, place_on_last_token
-    from roll_ma.algorithms.losses import kl_estimate
     from roll_ma.protocol import DataProto
 
     if "values" not in data.batch.keys():
@@ -148,9 +114,9 @@ def add_gae_advantages(data: Any, algo: Any) -> Any:
     trained = team_turn_rewards(data.batch["scores"].tolist(), nt["episode_id"], nt["player"], nt["turn"],
                                 algo.share_reward_in_agent)  # (B,)
     token_rewards = place_on_last_token(trained, mask)  # (B, R)
-    if algo.kl_coef > 0 and algo.kl_mode == "reward":
-        kl = kl_estimate(data.batch["old_log_probs"], data.batch["ref_log_probs"], algo.kl_estimator)
-        token_rewards = token_rewards + kl_reward_penalty(kl, mask, algo.kl_coef)
+    penalty = kl_reward_tokens(data, algo)  # (B, R) or None
+    if penalty is not None:  # in the rewards, so GAE carries it back like any reward
+        token_rewards = token_rewards + penalty
     advantages, returns = gae_advantages(token_rewards, data.batch["values"], mask, nt["episode_id"],
                                          nt["player"], nt["turn"], algo.gamma, algo.lam)
     if algo.norm_std:

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from roll_ma.algorithms.advantages import add_advantages
-from roll_ma.algorithms.gae import explained_variance, gae_advantages, team_turn_rewards
+from roll_ma.algorithms.advantages import add_advantages, team_turn_rewards
+from roll_ma.algorithms.gae import explained_variance, gae_advantages
 from roll_ma.algorithms.losses import clipped_value_loss
 from roll_ma.config.schema import AlgorithmConfig
 from roll_ma.protocol import DataProto
@@ -165,3 +165,24 @@ def test_critic_per_group_shared_or_per_agent():
     assert critic_of_agents(agents, share=False)[2] == "value_critic-judge"
     grouped = critic_of_agents(agents, share=True, groups=[["reasoner", "actor"]])
     assert grouped == {0: "value_critic-group0", 1: "value_critic-group0", 2: "value_critic-judge"}
+
+
+@pytest.mark.parametrize("advantage", ["grpo", "gae"])
+def test_kl_in_the_reward_reaches_the_token_rewards_and_the_advantages(advantage):
+    """kl_mode=reward, k1 with log pi_old - log pi_ref = 0.5 on every real token: a penalty of -coef * 0.5
+    per token. GRPO adds its return-to-go within the turn; GAE (gamma = lam = 1) carries it back through
+    the agent's whole chain, so its targets drop by the penalty times the tokens left in the chain."""
+    coef, gap = 0.2, 0.5
+    penalty = -coef * gap
+    kwargs = dict(advantage=advantage, gamma=1.0, lam=1.0, norm_std=False)
+    plain = add_advantages(_batch(), AlgorithmConfig(**kwargs))
+    batch = _batch()
+    batch.batch["old_log_probs"] = torch.full_like(MASK, -1.0)
+    batch.batch["ref_log_probs"] = torch.full_like(MASK, -1.0 - gap)
+    kl = add_advantages(batch, AlgorithmConfig(kl_coef=coef, kl_mode="reward", kl_estimator="k1", **kwargs))
+    torch.testing.assert_close(kl.batch["token_rewards"] - plain.batch["token_rewards"], penalty * MASK)
+    left_in_turn = torch.tensor([[2, 1], [1, 0], [1, 0], [2, 1], [1, 0], [1, 0]], dtype=torch.float32)
+    # the chains of episode e0: Reasoner rows 0 -> 2 (3 tokens), Actor rows 1 -> 3 (3 tokens)
+    left_in_chain = torch.tensor([[3, 2], [3, 0], [1, 0], [2, 1], [1, 0], [1, 0]], dtype=torch.float32)
+    left = left_in_chain if advantage == "gae" else left_in_turn
+    torch.testing.assert_close(kl.batch["advantages"] - plain.batch["advantages"], penalty * left)
