@@ -77,16 +77,12 @@ def make_env(name_or_path: str, **kwargs) -> MultiAgentEnv:
 
 
 def _env_class(spec: str) -> type:
-    from roll_ma.workflows.loader import import_target
+    from roll_ma.workflows.loader import load_target
 
     try:
-        module, attr = import_target(spec)
+        _, cls = load_target(spec)
     except ValueError as err:
-        raise ValueError(f"Cannot import module of env {spec!r}: {err}") from err
-    cls = getattr(module, attr, None)
-    if cls is None:
-        where = getattr(module, "__file__", None) or module.__name__
-        raise ValueError(f"{where} has no attribute {attr!r} (env {spec!r})")
+        raise ValueError(f"env {spec!r}: {err}") from err
     if not (isinstance(cls, type) and issubclass(cls, MultiAgentEnv)):
         raise ValueError(f"{spec!r} is not a MultiAgentEnv subclass")
     return cls

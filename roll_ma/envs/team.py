@@ -32,20 +32,17 @@ class TaskError(RuntimeError):
 def load_task_class(spec: str | None) -> type:
     """The task class ``env.path`` names ('path/to/file.py:Class' or 'pkg.module:Class'); ValueError if
     the file, module or class is missing or lacks reset / step."""
-    from roll_ma.workflows.loader import import_target
+    from roll_ma.workflows.loader import load_target, module_location
 
     spec = spec or DEFAULT_TASK
     try:
-        module, attr = import_target(spec)
+        module, cls = load_target(spec)
     except ValueError as err:
         raise ValueError(f"env.path {spec!r}: {err}") from err
-    cls = getattr(module, attr, None)
-    where = getattr(module, "__file__", None) or spec
-    if cls is None:
-        raise ValueError(f"env.path {spec!r}: {where} has no {attr!r}")
     lacking = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
     if lacking:
-        raise ValueError(f"env.path {spec!r}: {attr} in {where} has no {' / '.join(lacking)}; a task has "
+        name, where = getattr(cls, "__name__", spec), module_location(module)
+        raise ValueError(f"env.path {spec!r}: {name} in {where} has no {' / '.join(lacking)}; a task has "
                          "reset(problem) -> obs and step(actions, ground_truth) -> (obs, reward, done)")
     return cls
 

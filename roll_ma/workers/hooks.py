@@ -18,8 +18,6 @@ function and the value; a missing file or function is refused when the config is
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,24 +95,11 @@ class AgentHooks:
                           **self.post_kwargs)
 
 
-def _load_source(source: str) -> Any:
-    from roll_ma.workflows.loader import find_file, import_file
-
-    if source.endswith(".py") or "/" in source:
-        return import_file(find_file(source))
-    try:
-        return importlib.import_module(source)
-    except ImportError as err:
-        raise ValueError(f"cannot import hook module {source!r} ({err}); give 'path/to/file.py' or an "
-                         "importable module") from err
-
-
 def _check_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any], where: str, fixed: int) -> None:
-    params = list(inspect.signature(fn).parameters.values())
-    if any(p.kind == p.VAR_KEYWORD for p in params):
-        return
-    accepted = {p.name for p in params[fixed:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    unknown = sorted(set(kwargs) - accepted)
+    from roll_ma.workflows.loader import keyword_names
+
+    accepted = keyword_names(fn, fixed)
+    unknown = sorted(set(kwargs) - accepted) if accepted is not None else []  # None: it takes **kwargs
     if unknown:
         raise ValueError(f"{where} takes no keyword arguments {unknown}; it takes {sorted(accepted)}")
 
@@ -134,9 +119,11 @@ def load_hooks(agent: Any) -> AgentHooks:
             fn = default_pre_process if name == "pre_process" else default_post_process
             _check_kwargs(fn, kwargs, f"agent {agent.name!r}: the default {name}", 3)
         return hooks
-    module = _load_source(agent.process)
+    from roll_ma.workflows.loader import import_source, module_location
+
+    module = import_source(agent.process)
     found = {n: getattr(module, n) for n in HOOK_NAMES if callable(getattr(module, n, None))}
-    where = getattr(module, "__file__", None) or agent.process
+    where = module_location(module)
     if not found:
         raise ValueError(f"agent {agent.name!r}: {where} defines neither pre_process nor post_process")
     if "pre_process" in found:

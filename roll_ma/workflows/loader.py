@@ -74,7 +74,7 @@ def with_absolute_files(cfg: Any) -> Any:
         return absolute_spec(value) if value else value
 
     def hook_file(value: str | None) -> str | None:  # a dotted module stays as it is
-        return find_file(value) if value and (value.endswith(".py") or "/" in value) else value
+        return find_file(value) if value and names_a_file(value) else value
 
     env = dataclasses.replace(cfg.env, name=spec(cfg.env.name), workflow=spec(cfg.env.workflow),
                               path=spec(cfg.env.path))
@@ -88,16 +88,9 @@ def load_workflow(spec: str) -> LoadedWorkflow:
         raise ValueError(f"must be 'path/to/file.py:Name' or 'pkg.module:Name', got {spec!r}")
     spec = absolute_spec(spec)
     try:
-        module, attr = import_target(spec)
+        module, target = load_target(spec)
     except ValueError as err:
         raise ValueError(f"{spec!r}: {err}") from err
-    target = getattr(module, attr, None)
-    if target is None:
-        public = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v))
-        close = difflib.get_close_matches(attr, public, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        where = getattr(module, "__file__", None) or module.__name__
-        raise ValueError(f"{spec!r}: {where} has no {attr!r}{hint}; it defines {public}")
     run = target.run if inspect.isclass(target) else target
     if not inspect.iscoroutinefunction(run):
         raise ValueError(f"{spec!r} is not a workflow: {FORM_HINT}")
@@ -105,9 +98,10 @@ def load_workflow(spec: str) -> LoadedWorkflow:
     any_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
     takes = frozenset(a for a in OPTIONAL_ARGS if a in params or any_kw)
     if inspect.isclass(target):
-        settings = frozenset() if target.__init__ is object.__init__ else _keyword_names(target.__init__, 0)
+        settings = frozenset() if target.__init__ is object.__init__ else keyword_names(target.__init__, 0)
     else:
-        settings = _keyword_names(target, skip=2)  # after (task, agents)
+        settings = keyword_names(target, skip=2)  # after (task, agents)
+    settings = settings - set(OPTIONAL_ARGS) if settings is not None else None
     file = getattr(module, "__file__", None)
     return LoadedWorkflow(
         spec, target, file, settings, takes, tuple(getattr(target, "agent_names", ()) or ())
@@ -136,6 +130,41 @@ def import_target(spec: str) -> tuple[Any, str]:
         return importlib.import_module(module_name), attr
     except ImportError as err:
         raise ValueError(f"cannot import {module_name!r} ({err})") from err
+
+
+def load_target(spec: str) -> tuple[Any, Any]:
+    """(module, object) of what ``spec`` names (spellings as ``import_target``); ValueError, without the
+    caller's context, also when the module has no such name (naming the closest one it has)."""
+    module, attr = import_target(spec)
+    target = getattr(module, attr, None)
+    if target is None:
+        public = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v))
+        close = difflib.get_close_matches(attr, public, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{module_location(module)} has no {attr!r}{hint}; it defines {public}")
+    return module, target
+
+
+def module_location(module: Any) -> str:
+    """A module's file, or its name when it has none (for messages)."""
+    return getattr(module, "__file__", None) or module.__name__
+
+
+def names_a_file(source: str) -> bool:
+    """Whether a hook ``source`` is a file ('path/to/file.py') rather than a dotted module name."""
+    return source.endswith(".py") or "/" in source
+
+
+def import_source(source: str) -> Any:
+    """The module ``source`` names: a file 'path/to/file.py' (found by ``find_file``) or an importable
+    dotted module; ValueError when neither loads."""
+    if names_a_file(source):
+        return import_file(find_file(source))
+    try:
+        return importlib.import_module(source)
+    except ImportError as err:
+        raise ValueError(f"cannot import {source!r} ({err}); give 'path/to/file.py' or an importable "
+                         "module") from err
 
 
 def find_file(path: str) -> str:
@@ -172,8 +201,9 @@ def import_file(file: str) -> Any:
     return module
 
 
-def _keyword_names(fn: Any, skip: int) -> frozenset[str] | None:
-    """Names a callable accepts by keyword (skipping ``self`` and the first ``skip`` positionals)."""
+def keyword_names(fn: Any, skip: int) -> frozenset[str] | None:
+    """Names a callable accepts by keyword (skipping ``self`` and the first ``skip`` positionals); None when
+    it takes ``**kwargs`` (any name) or its signature cannot be read."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
@@ -183,5 +213,4 @@ def _keyword_names(fn: Any, skip: int) -> frozenset[str] | None:
     if params and params[0].name == "self":
         params = params[1:]
     params = params[skip:]
-    names = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-    return frozenset(names - set(OPTIONAL_ARGS))
+    return frozenset(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
