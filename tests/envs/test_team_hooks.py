@@ -44,10 +44,11 @@ def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("team")
     (root / "hooks.py").write_text(HOOKS)
     (root / "task.py").write_text(TASK)
-    (root / "bad_hooks.py").write_text(textwrap.dedent('''
+    (root / "bad_pre.py").write_text(textwrap.dedent('''
         def pre_process(tokenizer, prompt_ids, obs_ids):
             return "not ids"
-
+    '''))
+    (root / "bad_post.py").write_text(textwrap.dedent('''
         def post_process(tokenizer, prompt_ids, response_ids):
             raise ZeroDivisionError("boom")
     '''))
@@ -69,15 +70,16 @@ def _agents(files, process=True):
             AgentConfig(name="actor", process=hooks, **kw)]
 
 
-def _env(files, tokenizer, agents, **kwargs):
+def _env(tokenizer, agents, **kwargs):
     from roll_ma.envs.team import TeamEnv
 
     return TeamEnv(agent_configs=agents, tokenizer=tokenizer, **kwargs)
 
 
 def test_hooks_build_each_agents_prompt_from_context_and_observation(files, tokenizer):
-    env = _env(files, tokenizer, _agents(files), task_path=f"{files / 'task.py'}:TwoRounds",
-               max_assistant_turns=4)
+    # a budget of 3 rounds: the episode ends after 2 because the task says done
+    env = _env(tokenizer, _agents(files), task_path=f"{files / 'task.py'}:TwoRounds",
+               max_assistant_turns=6)
     turn = env.reset(0, problem={"problem": "2+3", "answer": "5"})
     # reasoner: pre_process(obs="Problem: 2+3", context=[]) + marker
     assert turn.agent == "reasoner" and tokenizer.decode(turn.prompt_ids) == "Problem: 2+3 MARK"
@@ -97,17 +99,19 @@ def test_hooks_build_each_agents_prompt_from_context_and_observation(files, toke
 def test_obs_with_env_false_hides_the_observation(files, tokenizer):
     agents = _agents(files)
     agents[1].obs_with_env = False
-    env = _env(files, tokenizer, agents)
+    env = _env(tokenizer, agents)
     env.reset(0, problem={"problem": "2+3", "answer": "5"})
     result = env.step("think", response_ids=tokenizer.encode("think", add_special_tokens=False))
     assert tokenizer.decode(result.next_turn.prompt_ids) == " saidthink MARK"
 
 
 def test_default_hooks_chat_template_the_observation(files, tokenizer):
-    env = _env(files, tokenizer, [AgentConfig(name="solo", system_prompt="Be brief.")])
+    from roll_ma.workers.prompts import chat_prompt_ids
+
+    env = _env(tokenizer, [AgentConfig(name="solo", system_prompt="Be brief.")])
     turn = env.reset(0, problem={"problem": "1+1", "answer": "2"})
-    text = tokenizer.decode(turn.prompt_ids)
-    assert "Be brief." in text and "Problem: 1+1" in text
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Problem: 1+1"}]
+    assert turn.prompt_ids == chat_prompt_ids(tokenizer, messages)
     result = env.step("\\boxed{2}")
     assert result.done and result.rewards == [1.0]  # the built-in math task grades the last answer
 
@@ -142,15 +146,12 @@ def test_a_hook_marker_shows_up_in_the_generated_prompt(files, tiny_model_dir):
 def test_bad_hooks_stop_the_run_naming_file_function_and_value(files, tokenizer):
     from roll_ma.workers.hooks import HookError
 
-    bad = [AgentConfig(name="reasoner", process=str(files / "bad_hooks.py"))]
-    with pytest.raises(HookError, match=r"pre_process of .*bad_hooks.py returned str 'not ids'"):
-        _env(files, tokenizer, bad).reset(0, problem={"problem": "1", "answer": "1"})
-    good = AgentConfig(name="reasoner", process=str(files / "hooks.py"), pre_process_kwargs={"marker": "!"},
-                       post_process_kwargs={"tag": ""})
-    env = _env(files, tokenizer, [good])
-    env.reset(0, problem={"problem": "1", "answer": "1"})
-    env.hooks["reasoner"].post = lambda *a, **k: (_ for _ in ()).throw(ZeroDivisionError("boom"))
-    with pytest.raises(HookError, match="post_process .* raised ZeroDivisionError: boom"):
+    bad_pre = [AgentConfig(name="reasoner", process=str(files / "bad_pre.py"))]
+    with pytest.raises(HookError, match=r"pre_process of .*bad_pre.py returned str 'not ids'"):
+        _env(tokenizer, bad_pre).reset(0, problem={"problem": "1", "answer": "1"})
+    env = _env(tokenizer, [AgentConfig(name="reasoner", process=str(files / "bad_post.py"))])
+    env.reset(0, problem={"problem": "1", "answer": "1"})  # the default pre_process
+    with pytest.raises(HookError, match=r"post_process of .*bad_post.py raised ZeroDivisionError: boom"):
         env.step("x")
 
 
@@ -159,7 +160,7 @@ def test_bad_hooks_stop_the_run_naming_file_function_and_value(files, tokenizer)
 def test_bad_task_stops_the_run_naming_file_and_value(files, tokenizer, bad, match):
     from roll_ma.envs.team import TaskError
 
-    env = _env(files, tokenizer, _agents(files, process=False), task_path=f"{files / 'task.py'}:TwoRounds",
+    env = _env(tokenizer, _agents(files, process=False), task_path=f"{files / 'task.py'}:TwoRounds",
                bad=bad)
     env.reset(0, problem={"problem": "1", "answer": "1"})
     env.step("a")
@@ -180,16 +181,36 @@ def test_missing_hook_file_or_task_is_refused_before_actors_start(files):
     assert "colour" in problems["agents[1].process"]
     assert "has no 'Missing'" in problems["env.path"]
     assert "multiple of the team size 2" in problems["env.max_assistant_turns"]
+    dotted = RunConfig(agents=[AgentConfig(name="solo", process="no_such_pkg.hooks")],
+                       env=EnvConfig(name="marft", path="roll_ma.envs.team_math:MathVerifier"))
+    dotted_problems = {p.key: p.message for p in validate(dotted)}
+    assert "cannot import 'no_such_pkg.hooks'" in dotted_problems["agents[0].process"]
+    assert "MathVerifier in" in dotted_problems["env.path"]
+    assert "has no reset / step" in dotted_problems["env.path"]
     # hooks need the team env
     plain = RunConfig(agents=[AgentConfig(name="solver", process=str(files / "hooks.py"))])
     assert "agents[0].process" in {p.key for p in validate(plain)}
 
 
 def test_gae_refuses_what_it_cannot_take():
-    from roll_ma.config.schema import AlgorithmConfig, TrainConfig
+    from roll_ma.config.schema import AlgorithmConfig, CriticConfig, StudyConfig, TrainConfig
     from roll_ma.config.validate import validate
 
-    cfg = RunConfig(algorithm=AlgorithmConfig(advantage="gae"),
-                    rollout=RolloutConfig(max_staleness=1), train=TrainConfig(objective="sft"))
-    keys = {p.key for p in validate(cfg)}
-    assert {"rollout.max_staleness", "train.objective"} <= keys
+    def refused(**sections):
+        cfg = RunConfig(algorithm=AlgorithmConfig(advantage="gae"), **sections)
+        out: dict[str, str] = {}
+        for p in validate(cfg, check_env=False):
+            out[p.key] = out.get(p.key, "") + p.message + "\n"
+        return out
+
+    assert "advantage=gae" in refused(rollout=RolloutConfig(max_staleness=1))["rollout.max_staleness"]
+    assert "advantage=gae" in refused(train=TrainConfig(objective="sft"))["train.objective"]
+    finetune = TrainConfig(full_finetune=True, strategy="deepspeed_train")
+    assert "advantage=gae" in refused(train=finetune)["train.full_finetune"]
+    assert "joint search" in refused(study=StudyConfig(joint_search_every=5))["study.joint_search_every"]
+    groups = refused(agents=[AgentConfig(name="a"), AgentConfig(name="b")],
+                     critic=CriticConfig(groups=[["a", "c"], ["a"]]))
+    assert "'c' is not an agent" in groups["critic.groups[0]"]
+    assert "'a' is in two critic groups" in groups["critic.groups[1]"]
+    assert "critic.share=true" in refused(critic=CriticConfig(share=False, groups=[["a"]]))["critic.groups"]
+    assert refused() == {}  # the plain gae config is fine

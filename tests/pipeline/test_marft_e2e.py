@@ -20,6 +20,7 @@ def test_marft_tiny_runs_and_resumes_with_its_critic(ray_session, tmp_path):
                     "critic/value_critic/value_clip_frac", "agent/reasoner/reward_trained",
                     "agent/actor/reward_trained", "rollout/env/correct"):
             assert key in r, key
+        assert r["critic/value_critic/value_loss"] > 0 and -1e6 < r["critic/explained_var"] <= 1.0
         # team reward: the reasoner trains on the actor's reward
         assert r["agent/reasoner/reward_trained"] == pytest.approx(r["agent/actor/reward"])
         assert r["agent/reasoner/reward_shared"] == 1.0

@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from train_helpers import LORA, make_batch, on_policy
+from train_helpers import make_batch, on_policy
 
-from roll_ma.config.schema import AgentConfig, AlgorithmConfig, CriticConfig, ModelConfig, TrainConfig
+from roll_ma.config.schema import AlgorithmConfig, CriticConfig
 
 AGENTS = ["reasoner", "actor"]
 
 
-def _strategy(tiny_model_dir, adapter_init_dir, share: bool, zero_stage: int = 0, **critic_kwargs):
-    from roll_ma.models.adapters import plan_adapters
-    from roll_ma.strategies.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
-
-    cfgs = [AgentConfig(name=a, init_adapter=adapter_init_dir(a)) for a in AGENTS]
-    agent_specs, adapter_specs = plan_adapters(LORA, cfgs)
-    train_cfg = TrainConfig(lr=1e-2, zero_stage=zero_stage)
-    s = MultiAgentDeepSpeedStrategy(
-        ModelConfig(path=tiny_model_dir), agent_specs, adapter_specs, train_cfg,
-        AlgorithmConfig(advantage="gae"), critic_cfg=CriticConfig(share=share, lr=1e-2, **critic_kwargs))
-    s.initialize()
-    return s
+def _strategy(make_strategy, share: bool, zero_stage: int = 0):
+    return make_strategy(AGENTS, algo=AlgorithmConfig(advantage="gae"), zero_stage=zero_stage,
+                         critic=CriticConfig(share=share, lr=1e-2))
 
 
 def _batch(s, agent_ids, seed=0, critic_only=True):
@@ -52,8 +43,8 @@ def _all_moved(a, b):
     return all(not torch.equal(a[k], b[k]) for k in keys)
 
 
-def test_values_are_per_response_token_and_not_exported(tiny_model_dir, adapter_init_dir):
-    s = _strategy(tiny_model_dir, adapter_init_dir, share=True)
+def test_values_are_per_response_token_and_not_exported(make_strategy):
+    s = _strategy(make_strategy, share=True)
     batch = on_policy(s, make_batch([0, 1, 0], seed=3))
     values = s.compute_values(batch).batch["values"]  # (B, R)
     assert values.shape == batch.batch["responses"].shape
@@ -74,9 +65,8 @@ def test_values_are_per_response_token_and_not_exported(tiny_model_dir, adapter_
             torch.testing.assert_close(values[row, :n_resp], expected, atol=1e-5, rtol=1e-4)
 
 
-def test_shared_critic_learns_from_both_agents_rows_and_agents_wait_in_warmup(tiny_model_dir,
-                                                                              adapter_init_dir):
-    s = _strategy(tiny_model_dir, adapter_init_dir, share=True)
+def test_shared_critic_learns_from_both_agents_rows_and_agents_wait_in_warmup(make_strategy):
+    s = _strategy(make_strategy, share=True)
     assert s.critic.names == ["value_critic"]
     for step, agent in enumerate([0, 1]):  # rows of the reasoner only, then of the actor only
         batch = _batch(s, [agent] * 4, seed=step)
@@ -99,8 +89,8 @@ def test_shared_critic_learns_from_both_agents_rows_and_agents_wait_in_warmup(ti
 
 
 @pytest.mark.parametrize("zero_stage", [0, 2])
-def test_per_agent_critics_move_only_on_their_agents_rows(tiny_model_dir, adapter_init_dir, zero_stage):
-    s = _strategy(tiny_model_dir, adapter_init_dir, share=False, zero_stage=zero_stage)
+def test_per_agent_critics_move_only_on_their_agents_rows(make_strategy, zero_stage):
+    s = _strategy(make_strategy, share=False, zero_stage=zero_stage)
     names = {a: f"value_critic-{a}" for a in AGENTS}
     assert s.critic.names == list(names.values())
     for step, agent in enumerate([0, 1, 0]):
@@ -120,8 +110,8 @@ def test_per_agent_critics_move_only_on_their_agents_rows(tiny_model_dir, adapte
         assert metrics[f"agent/{trained}/updated"] == 1.0  # not in warm-up: the agent trained too
 
 
-def test_checkpoint_restores_critic(tiny_model_dir, adapter_init_dir, tmp_path):
-    s = _strategy(tiny_model_dir, adapter_init_dir, share=True)
+def test_checkpoint_restores_critic(make_strategy, tmp_path):
+    s = _strategy(make_strategy, share=True)
     s.train_step(_batch(s, [0, 1, 0, 1], seed=1))
     s.save_checkpoint(tmp_path)
     saved_state, saved_opt = _critic_state(s, "value_critic"), s.optimizer_state("value_critic")
@@ -130,7 +120,7 @@ def test_checkpoint_restores_critic(tiny_model_dir, adapter_init_dir, tmp_path):
     assert (tmp_path / "adapters" / "value_critic" / "adapter_model.safetensors").exists()
     assert (tmp_path / "critic" / "heads.pt").exists()
 
-    fresh = _strategy(tiny_model_dir, adapter_init_dir, share=True)
+    fresh = _strategy(make_strategy, share=True)
     assert not _equal(saved_state, _critic_state(fresh, "value_critic"))
     fresh.load_checkpoint(tmp_path)
     assert _equal(saved_state, _critic_state(fresh, "value_critic"))

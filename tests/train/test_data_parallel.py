@@ -116,14 +116,19 @@ def test_two_ranks_train_the_critic_like_one_rank(ray_session, make_strategy, ti
         batch.batch["values"] = values
         batch.batch["returns"] = batch.batch["response_mask"] * torch.linspace(-1, 1, len(AGENT_IDS))[:, None]
 
+        critics = single.critic.names
+        before = single.adapter_tensors(critics)
         per_rank = [learning_metrics(m) for m in cluster.train_step(batch)]
         assert per_rank[0] == per_rank[1]  # all-reduced: every rank reports the same numbers
         want = learning_metrics(single.train_step(batch))
-        assert any(k.startswith("critic/") for k in want) and per_rank[0].keys() == want.keys()
+        assert per_rank[0].keys() == want.keys()
+        assert all(want[f"critic/{name}/updated"] == 1.0 for name in critics)
+        moved = single.adapter_tensors(critics)  # 2 ranks == 1 rank must not hold by neither moving
+        assert all(any(not torch.equal(before[n][k], moved[n][k]) for k in moved[n]) for n in critics)
         for key, value in want.items():
             assert per_rank[0][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 
-        names = single.critic.names + ["a0", "a1", "a2"]
+        names = critics + ["a0", "a1", "a2"]
         got_w, want_w = cluster.adapter_tensors(names), single.adapter_tensors(names)
         for name in names:
             diff = max((got_w[name][k] - want_w[name][k]).abs().max().item() for k in want_w[name])
