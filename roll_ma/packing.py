@@ -8,11 +8,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from roll_ma.protocol import DataProto
 from roll_ma.protocol_values import merge_meta_info
+
+
+def balanced_shares(costs: np.ndarray, n: int) -> list[np.ndarray]:
+    """Row indices for ``n`` workers whose summed ``costs`` ((N,), e.g. tokens) are as even as a greedy
+    deal makes them: rows costliest first, each to the least loaded worker (ties: the lower rank).
+    Each share lists its rows in their original order. A pure function of the costs: every rank that
+    computes it gets the same plan."""
+    if n < 1:
+        raise ValueError(f"balanced_shares needs n >= 1, got {n}")
+    costs = np.asarray(costs, dtype=np.float64)
+    loads = np.zeros(n)
+    shares: list[list[int]] = [[] for _ in range(n)]
+    for row in np.argsort(-costs, kind="stable").tolist():
+        worker = int(np.argmin(loads))
+        shares[worker].append(row)
+        loads[worker] += costs[row]
+    return [np.sort(np.asarray(s, dtype=np.int64)) for s in shares]
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

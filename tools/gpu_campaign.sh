@@ -164,5 +164,28 @@ PY
       rollout.gpu_memory_utilization=0.85 trainer.max_steps=3 trainer.eval_every=0 trainer.save_every=0 \
       trainer.progress_bars=false trainer.output_dir=/tmp/runs/tp2 > "$OUT/tp2.log" 2>&1
     cp /tmp/runs/tp2/metrics.jsonl "$OUT/tp2_metrics.jsonl"; grep -E "^\[roll_ma\]|^step|Error" "$OUT/tp2.log" | tail -12 ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp"; exit 2 ;;
+  mfu7b)  # issue 31: MFU of the scoring passes and the update at the 7B shape, trainer only (no engine, no Ray);
+    # two GPUs: two sets of variants at once (VARIANTS0 on GPU 0, VARIANTS1 on GPU 1), the GPU tests beside them
+    m=$(python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct | tail -1)
+    a="--device cuda --model $m --rows ${ROWS:-16} --prompt-lens 100,2048,2048 --response-len 512 --repeats 2"
+    CUDA_VISIBLE_DEVICES=0 timeout ${TIMEOUT:-420} python benchmarks/train_mfu.py $a --variants "${VARIANTS0:-padded,packed}" \
+      --profile packed --out "$OUT/mfu_gpu0.json" > "$OUT/mfu_gpu0.log" 2>&1 &
+    if [ "$(nvidia-smi -L | wc -l)" -gt 1 ]; then
+      CUDA_VISIBLE_DEVICES=1 timeout ${TIMEOUT:-420} python benchmarks/train_mfu.py $a \
+        --variants "${VARIANTS1:-packed_nockpt_8k,padded_nockpt_8k,packed_big}" --out "$OUT/mfu_gpu1.json" > "$OUT/mfu_gpu1.log" 2>&1
+    fi
+    wait
+    CUDA_VISIBLE_DEVICES=0 python -m pytest -q -m gpu -p no:cacheprovider tests/train/test_varlen_attention.py 2>&1 | tail -3
+    for f in "$OUT"/mfu_gpu*.log; do grep -E "^\||^- |JSON|Error|error" "$f" | tail -14; done ;;
+  step7b)  # issue 31: the shipped math_selfplay_7b before (the tree in .before/, GPU 0) and now (GPU 1), at once
+    m=$(python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct | tail -1)
+    common="model.random_weights=true trainer.max_steps=${STEPS:-4} trainer.eval_every=0 trainer.save_every=0 trainer.progress_bars=false"
+    (cd .before && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$PWD:$PYTHONPATH timeout ${TIMEOUT:-570} python start_pipeline.py \
+      --config_name math_selfplay_7b $common trainer.output_dir=/tmp/runs/before > "$OUT/before.log" 2>&1) &
+    CUDA_VISIBLE_DEVICES=1 timeout ${TIMEOUT:-570} python start_pipeline.py --config_name math_selfplay_7b $common \
+      ${AFTER:-} trainer.output_dir=/tmp/runs/after > "$OUT/after.log" 2>&1
+    wait
+    for r in before after; do cp /tmp/runs/$r/metrics.jsonl "$OUT/${r}_metrics.jsonl" 2>/dev/null; \
+      grep -E "^step|Error|error" "$OUT/$r.log" | tail -6; done ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b"; exit 2 ;;
 esac

@@ -34,7 +34,12 @@ class ModelConfig:
         512, "prompts longer than this are cut from the left (system message kept)", min=8
     )
     gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass to save memory")
-    attn_implementation: str | None = _f(None, "transformers attention implementation (sdpa, eager, ...)")
+    attn_implementation: str | None = _f(
+        None,
+        "transformers attention implementation (sdpa, eager, flash_attention_2, ...). Unset: sdpa, except "
+        "in the train and reference models, which use roll_ma_varlen (packed rows through PyTorch's "
+        "variable-length flash attention on CUDA, one sdpa call per row on CPU; padded rows through sdpa)",
+    )
     random_weights: bool = _f(
         False,
         "BENCHMARKS ONLY: build path's architecture with random weights and a small built-in tokenizer "
@@ -310,6 +315,12 @@ class TrainConfig:
     )
     mini_batch_size: int | None = _f(None, "rows per optimizer step per agent (default: all its rows)", min=1)
     ppo_epochs: int = _f(1, "passes over each step's rows", min=1)
+    reuse_update_log_probs: bool = _f(
+        True,
+        "on-policy steps (one epoch, one mini-batch per policy, max_staleness 0, kl_mode=loss, no LoRA "
+        "dropout) take log pi_old from the update's own forward, detached, instead of a scoring pass "
+        "over every token (the same loss and gradient: the ratio is exactly 1); other steps score pi_old",
+    )
     grad_clip: float = _f(1.0, "max gradient norm (0 disables)", min=0.0)
     full_finetune: bool = _f(False, "deepspeed_train only: train all base weights instead of one adapter")
     use_all_traj: bool = _f(

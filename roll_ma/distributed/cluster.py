@@ -11,16 +11,19 @@ worker's last report and its log files (``roll_ma.distributed.watchdog``).
 from __future__ import annotations
 
 import copy
+import functools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from roll_ma.distributed import activity
 from roll_ma.distributed.resources import ResourceManager
 from roll_ma.distributed.watchdog import WorkerError, WorkerStalled, WorkerStartError, wait_for_call
 from roll_ma.distributed.worker import Dispatch, registered_methods
-from roll_ma.packing import concat_padded
+from roll_ma.packing import balanced_shares, concat_padded
 from roll_ma.protocol import DataProto
 
 __all__ = ["Cluster", "PendingCall", "WorkerError", "WorkerStalled", "WorkerStartError"]
@@ -50,6 +53,18 @@ def _concat_results(results: list[Any]) -> Any:
     if results and all(isinstance(r, DataProto) for r in results):
         return concat_padded(results)  # ranks pad prompts / responses to their own longest rows
     return results
+
+
+def _concat_in_order(results: list[DataProto], inverse: np.ndarray) -> DataProto:
+    """The ranks' results of a DP_BALANCED call, concatenated and put back in the rows' order."""
+    return _concat_results(results).select_idxs(inverse)
+
+
+def _row_tokens(data: DataProto) -> np.ndarray:
+    """(N,) real tokens of each row (1 each when the batch has no attention mask)."""
+    if "attention_mask" in data.batch.keys():
+        return data.batch["attention_mask"].sum(-1).numpy()
+    return np.ones(len(data))
 
 
 class Cluster:
@@ -137,13 +152,20 @@ class Cluster:
             return self._call_ranks(method, ranks, (args, kwargs), list)
         # DP_COMPUTE: split the DataProto argument by rank, concat the results in the original order
         data, rest, key = _pop_data(args, kwargs)
-        pieces = data.chunk(self.world_size)
+        gather = _concat_results
+        if mode is Dispatch.DP_BALANCED and self.world_size > 1 and len(data) > 0:
+            shares = balanced_shares(_row_tokens(data), self.world_size)
+            pieces = [data.select_idxs(s) for s in shares]
+            served = np.concatenate([s for s in shares if len(s)])  # the rows in the order results come
+            gather = functools.partial(_concat_in_order, inverse=np.argsort(served, kind="stable"))
+        else:
+            pieces = data.chunk(self.world_size)
         calls = [(r, p) for r, p in zip(ranks, pieces) if len(p) > 0] or [(0, pieces[0])]
         refs = []
         for rank, piece in calls:
             a, k = ((piece, *rest), kwargs) if key is None else (rest, {**kwargs, key: piece})
             refs.append(getattr(self.workers[rank], method).remote(*a, **k))
-        return self._pending(method, [r for r, _ in calls], refs, _concat_results)
+        return self._pending(method, [r for r, _ in calls], refs, gather)
 
     def _call_ranks(self, method: str, ranks: list[int], call_args: tuple, gather: Callable) -> PendingCall:
         args, kwargs = call_args

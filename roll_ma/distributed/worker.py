@@ -29,6 +29,9 @@ class Dispatch(str, Enum):
     ONE_TO_ALL = "one_to_all"  # same arguments to every rank; a list of results (rank order)
     RANK_ZERO = "rank_zero"  # only rank 0 runs; its result
     DP_COMPUTE = "dp_compute"  # the DataProto argument is split by rank; results concatenated in order
+    # like DP_COMPUTE, but rows are dealt so that every rank gets about as many real tokens (scoring
+    # passes: a rank's time follows its tokens); results come back in the rows' order
+    DP_BALANCED = "dp_balanced"
 
 
 def register(dispatch: Dispatch | str = Dispatch.ONE_TO_ALL) -> Callable[[F], F]:

@@ -39,13 +39,22 @@ def load_tokenizer(cfg: ModelConfig):
     return tok
 
 
-def load_base_model(cfg: ModelConfig, device: str = "cpu"):
-    """The base causal LM in cfg.dtype on ``device``, in eval mode."""
+def load_base_model(cfg: ModelConfig, device: str = "cpu", packed_rows: bool = False):
+    """The base causal LM in cfg.dtype on ``device``, in eval mode.
+
+    ``packed_rows``: the model scores and trains rows packed without padding (train and reference
+    workers): unless ``model.attn_implementation`` names one, attention is ``roll_ma_varlen``
+    (variable-length flash attention for packed rows, sdpa for anything padded).
+    """
     from transformers import AutoModelForCausalLM
 
     kwargs = {"dtype": torch_dtype(cfg.dtype), "trust_remote_code": cfg.trust_remote_code}
     if cfg.attn_implementation:
         kwargs["attn_implementation"] = cfg.attn_implementation
+    elif packed_rows:
+        from roll_ma.models.varlen_attention import register
+
+        kwargs["attn_implementation"] = register()
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(cfg.path), **kwargs)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

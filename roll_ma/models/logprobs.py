@@ -11,8 +11,10 @@ once. At 7B (vocab 152k) one 32-row x 1k-token micro-batch of full fp32 logits i
 1024-token chunk is 0.6 GiB. Other architectures take the plain path (full logits).
 
 With ``remove_padding`` the rows' real tokens are packed into one sequence whose position ids
-restart at 0 for every row; transformers (>= 4.56) turns that into per-row attention (varlen
-for flash attention, a block-diagonal mask for sdpa/eager).
+restart at 0 for every row. Under ``roll_ma_varlen`` (``models/varlen_attention.py``, the default
+of the train and reference models) or flash attention, the rows' boundaries go to the attention
+(``cu_seq_lens_q``) and each row attends only to itself in one variable-length kernel; under
+sdpa/eager transformers builds a block-diagonal mask over the whole packed length instead.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from roll_ma.models.varlen_attention import PACKED_IMPLEMENTATIONS, packed_boundaries
 from roll_ma.packing import position_ids_from_mask
 
 # model_type of causal LMs whose logits are exactly lm_head(decoder(...)) (no soft-capping or
@@ -164,9 +167,14 @@ def _packed_hidden(decoder: Any, ids: torch.Tensor, attn: torch.Tensor, resp_len
     real = attn.bool()  # (B, T)
     flat_ids = ids[real]  # (L,) every row's real tokens, one row after another
     positions = position_ids_from_mask(attn)[real]  # (L,) 0.. within each row
+    boundaries = {}
+    if getattr(decoder.config, "_attn_implementation", None) in PACKED_IMPLEMENTATIONS:
+        cu, longest = packed_boundaries(positions)  # (N + 1,) row starts: one varlen kernel per layer
+        boundaries = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest,
+                      "max_length_k": longest}
     # use_cache=False: with a cache object transformers would not read the packed layout
     out = decoder(input_ids=flat_ids[None], position_ids=positions[None], attention_mask=None,
-                  use_cache=False)
+                  use_cache=False, **boundaries)
     flat_index = real.flatten().long().cumsum(0).view(real.shape) - 1  # (B, T) index in the packed sequence
     resp = real[:, -resp_len:]  # (B, r)
     target_index = flat_index[:, -resp_len:][resp]  # (N,)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from roll_ma.models.flops import ModelShape, forward_flops
 from roll_ma.protocol import DataProto
 
 
@@ -72,6 +73,32 @@ def logprob_gap_metrics(batch: DataProto, agent_names: list[str]) -> dict[str, f
         if rows.any():
             out[f"agent/{name}/logprob_gap"] = _masked_mean(gap[rows], mask[rows])
             out[f"agent/{name}/logprob_gap_max"] = float((gap[rows] * mask[rows]).max())
+    return out
+
+
+def forward_flops_of(batch: DataProto, shape: ModelShape, rows: np.ndarray | None = None) -> float:
+    """Model FLOPs of one forward over the batch's rows (all, or the (B,) bool ``rows``)."""
+    attention = batch.batch["attention_mask"]  # (B, T)
+    response = batch.batch["response_mask"]  # (B, R)
+    row_tokens, response_tokens = attention.sum(-1).numpy(), response.sum(-1).numpy()
+    if rows is not None:
+        row_tokens, response_tokens = row_tokens[rows], response_tokens[rows]
+    return forward_flops(shape, row_tokens, response_tokens)
+
+
+def mfu_metrics(flops: dict[str, float], seconds: dict[str, float], gpus: dict[str, int],
+                peak_flops: float) -> dict[str, float]:
+    """``system/tflops_per_gpu/<pass>`` and, on a GPU the peak table knows, ``system/mfu/<pass>``: model
+    FLOPs of each pass (``models/flops.py``) over its seconds, per GPU of the workers that ran it."""
+    out = {}
+    for name, work in flops.items():
+        took = seconds.get(name, 0.0)
+        if work <= 0 or took <= 0:
+            continue
+        per_gpu = work / took / max(gpus.get(name, 1), 1)
+        out[f"system/tflops_per_gpu/{name}"] = per_gpu / 1e12
+        if peak_flops > 0:
+            out[f"system/mfu/{name}"] = per_gpu / peak_flops
     return out
 
 

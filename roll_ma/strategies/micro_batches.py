@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from roll_ma.config.schema import TrainConfig
+from roll_ma.packing import balanced_shares
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,11 @@ class MicroBatching:
         """This rank's micro-batches of a mini-batch; every rank gets the same count (some may be empty).
 
         Without a budget the rows are first split evenly over the ranks (the first ranks take one
-        more when they do not divide), as data parallel always did; with one, whole micro-batches
-        are dealt out, largest first, to keep the ranks' tokens even.
+        more when they do not divide), as data parallel always did; with one, the rows are first
+        dealt to the ranks so that each rank's real tokens are as even as can be
+        (``packing.balanced_shares``), then each rank packs its own rows into micro-batches. (Dealing
+        whole micro-batches instead left one rank a micro-batch more than the other whenever their
+        number was odd: a 2-GPU update ran ~1.4x the 1-GPU one per agent.)
         """
         rows = np.asarray(rows, dtype=np.int64)
         if self.max_tokens is None:
@@ -95,11 +99,10 @@ class MicroBatching:
             per_rank = -(-len(share[0]) // self.max_rows)  # the first share is the largest
             mine = self.split(share[rank], prompt_lens, response_lens)
             return mine + [np.zeros(0, dtype=np.int64)] * (per_rank - len(mine))
-        bins = self.split(rows, prompt_lens, response_lens)
-        bins.sort(key=lambda b: -self.cost(prompt_lens[b], response_lens[b]))
-        count = -(-len(bins) // world_size)
-        mine = bins[rank::world_size]
-        return mine + [np.zeros(0, dtype=np.int64)] * (count - len(mine))
+        shares = balanced_shares(prompt_lens[rows] + response_lens[rows], world_size)
+        plans = [self.split(rows[s], prompt_lens, response_lens) for s in shares]
+        count = max(len(p) for p in plans)
+        return plans[rank] + [np.zeros(0, dtype=np.int64)] * (count - len(plans[rank]))
 
 
 def real_lengths(attention_mask: np.ndarray | object, response_len: int) -> tuple[np.ndarray, np.ndarray]:

@@ -267,7 +267,8 @@ class MultiAgentDeepSpeedStrategy:
         if self.critic is not None and objective.name == "ppo" and only is None and len(data):
             start = time.perf_counter()
             metrics.update(self.critic.update(data, agent_ids, step))
-            metrics["timing/update/critic"] = time.perf_counter() - start
+            # not timing/update/<adapter>: an agent may well be named "critic"
+            metrics["timing/value_critic_update"] = time.perf_counter() - start
         self.weights.activate(None)
         return metrics
 

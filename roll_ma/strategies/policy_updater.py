@@ -41,10 +41,10 @@ from roll_ma.strategies.ds_utils import all_reduce_max, all_reduce_sum, deepspee
 from roll_ma.strategies.lr_schedule import make_lr_scheduler
 from roll_ma.strategies.micro_batches import MicroBatching, real_lengths
 
-TRAIN_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages", "old_log_probs")
+TRAIN_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages")
 # per-agent sums gathered over micro-batches, epochs and ranks
 _SUMS = ("policy_loss", "kl", "entropy", "clipped", "tokens", "units", "action_entropy", "choice_rows",
-         "is_weight", "is_truncated")
+         "is_weight", "is_truncated", "logprob_gap")
 
 
 @dataclass
@@ -146,14 +146,23 @@ class PolicyUpdater:
         """
         cfg, algo = self.train_cfg, self.algo_cfg
         n = len(rows)
-        keys = list(TRAIN_KEYS) + (["ref_log_probs"] if "ref_log_probs" in rows.batch.keys() else [])
+        present = set(rows.batch.keys())
+        mini = min(cfg.mini_batch_size or n, n)
         # rows from older adapters (rollout.max_staleness > 0): the decoupled objective needs the engine's
         # behaviour log-probs next to the proximal ones (old_log_probs)
         decoupled = bool(rows.meta_info.get("behavior_correction", False))
-        if decoupled:
-            if "rollout_log_probs" not in rows.batch.keys():
-                raise ValueError("the decoupled objective (rollout.max_staleness > 0) needs the rows' "
-                                 "rollout_log_probs (rollout.log_probs=true)")
+        # no old_log_probs: pi_old is this update's own forward, detached (pipelines/on_policy.py), exact
+        # only while every micro-batch runs on the weights that generated the rows
+        reuse_old = "old_log_probs" not in present
+        if reuse_old and (cfg.ppo_epochs > 1 or mini < n or decoupled):
+            raise ValueError(f"policy {self.name!r}: the rows carry no old_log_probs, which only a step of "
+                             "one optimizer step on fresh rows can do without (ppo_epochs 1, one mini-batch, "
+                             "max_staleness 0); score them first (compute_log_probs)")
+        if decoupled and "rollout_log_probs" not in present:
+            raise ValueError("the decoupled objective (rollout.max_staleness > 0) needs the rows' "
+                             "rollout_log_probs (rollout.log_probs=true)")
+        keys = list(TRAIN_KEYS) + [k for k in ("old_log_probs", "ref_log_probs") if k in present]
+        if decoupled or (reuse_old and "rollout_log_probs" in present):  # the weights, or the gap metric
             keys.append("rollout_log_probs")
         cols = {k: rows.batch[k] for k in keys}
         row_tokens = cols["response_mask"].float().sum(-1)  # (N,)
@@ -163,7 +172,7 @@ class PolicyUpdater:
         row_slot = torch.tensor([slot_of[int(a)] for a in agent_of_row], dtype=torch.long)  # (N,)
         sums = torch.zeros(len(agent_ids), len(_SUMS), dtype=torch.float64)
         self._is_max = torch.zeros(len(agent_ids), dtype=torch.float64)  # decoupled: largest weight per agent
-        mini = min(cfg.mini_batch_size or n, n)
+        self._gap_max = torch.zeros(len(agent_ids), dtype=torch.float64)  # reused pi_old: largest |gap|
         norms: list[float] = []
         nonfinite = 0
         lr = self.current_lr
@@ -201,7 +210,7 @@ class PolicyUpdater:
                     nonlocal sums
                     loss, micro_sums = self._micro_loss(
                         cols, idx, real, row_slot, local_denom, temperature, len(agent_ids), entropy_coef,
-                        bonus, choice_denom)
+                        bonus, choice_denom, decoupled)
                     sums += micro_sums
                     return loss
 
@@ -213,12 +222,14 @@ class PolicyUpdater:
         bar.close()
         sums = all_reduce_sum(sums, self.device)
         is_max = all_reduce_max(self._is_max, self.device)
+        gap_max = all_reduce_max(self._gap_max, self.device)
+        gap_metric = reuse_old and "rollout_log_probs" in cols
         mean_norm = float(np.mean(norms)) if norms else 0.0
         result = PolicyUpdate(optimizer_steps=len(norms) - nonfinite, grad_norm=mean_norm, lr=lr,
                               skipped_nonfinite=nonfinite)
         has_ref = "ref_log_probs" in cols
         for s, agent_id in enumerate(agent_ids):
-            pl, kl, ent, clipped, toks, units, action_ent, choice_rows, is_w, is_trunc = sums[s].tolist()
+            pl, kl, ent, clipped, toks, units, action_ent, choice_rows, is_w, is_trunc, gap = sums[s].tolist()
             metrics = {
                 "policy_loss": pl / units if units > 0 else 0.0,
                 "entropy": ent / units if units > 0 else 0.0,
@@ -231,6 +242,8 @@ class PolicyUpdater:
             if decoupled and toks > 0:  # per response token of this agent
                 metrics.update(is_weight_mean=is_w / toks, is_weight_max=float(is_max[s]),
                                is_weight_truncated=is_trunc / toks)
+            if gap_metric and toks > 0:  # trainer vs engine on the rows' own adapter (was the pi_old pass's)
+                metrics.update(logprob_gap=gap / toks, logprob_gap_max=float(gap_max[s]))
             result.agent_metrics[agent_id] = metrics
         return result
 
@@ -315,22 +328,26 @@ class PolicyUpdater:
     def _micro_loss(self, cols: dict[str, torch.Tensor], idx: torch.Tensor, real: torch.Tensor,
                     row_slot: torch.Tensor, local_denom: float, temperature: float,
                     num_slots: int, entropy_coef: float, bonus: _ActionBonus | None,
-                    choice_denom: float) -> tuple[torch.Tensor, torch.Tensor]:
+                    choice_denom: float, decoupled: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss of one micro-batch (already divided by the mini-batch's count) and per-agent metric sums."""
         algo, dev = self.algo_cfg, self.device
         ids = cols["input_ids"][idx].to(dev)  # (b, T)
         attn = cols["attention_mask"][idx].to(dev)  # (b, T)
         mask = cols["response_mask"][idx].to(dev).float() * real.to(dev)[:, None]  # (b, R) pad rows count 0
-        old = cols["old_log_probs"][idx].to(dev).float()  # (b, R)
         adv = cols["advantages"][idx].to(dev).float()  # (b, R)
         log_probs, entropy = response_log_probs(
             self.engine, ids, attn, mask.shape[1], temperature=temperature, with_entropy=True,
             remove_padding=self.batching.remove_padding,
             chunk_tokens=self.batching.chunk_tokens)  # (b, R) each
-        weights = truncated = None
-        if "rollout_log_probs" in cols:  # decoupled: clip against pi_old (proximal), weight pi_old / pi_behav
+        # (b, R) pi_old: scored before the update, or (one optimizer step on fresh rows) this very forward
+        old = (cols["old_log_probs"][idx].to(dev).float() if "old_log_probs" in cols
+               else log_probs.detach())
+        weights = truncated = gap = None
+        if decoupled:  # clip against pi_old (proximal), weight pi_old / pi_behav
             behav = cols["rollout_log_probs"][idx].to(dev).float()  # (b, R)
             weights, truncated = behavior_weights(old, behav, algo.is_weight_cap)  # (b, R) each
+        elif "rollout_log_probs" in cols:  # reused pi_old: the trainer-vs-engine gap comes from here
+            gap = (old - cols["rollout_log_probs"][idx].to(dev).float()).abs()  # (b, R)
         loss, _ = ppo_clip_loss(log_probs, old, adv, mask, algo.clip_ratio_low, algo.clip_ratio_high,
                                 algo.loss_agg, local_denom, weights)
         kl = None
@@ -362,6 +379,10 @@ class PolicyUpdater:
                     is_trunc = float((truncated.to(agent_mask.dtype) * agent_mask).sum())
                     if agent_mask.any():
                         self._is_max[s] = max(float(self._is_max[s]), float(weights[agent_mask > 0].max()))
+                gap_sum = 0.0
+                if gap is not None and agent_mask.any():
+                    gap_sum = float((gap * agent_mask).sum())
+                    self._gap_max[s] = max(float(self._gap_max[s]), float((gap * agent_mask).max()))
                 toks = float(agent_mask.sum())
                 units = toks if algo.loss_agg == "token_mean" else float(((slots == s) & (real > 0)).sum())
                 kl_sum = 0.0 if kl is None else float(aggregate(kl.detach(), agent_mask, algo.loss_agg, 1.0))
@@ -371,7 +392,7 @@ class PolicyUpdater:
                     agent_rows = choice_rows * (slots == s).to(dev, choice_rows.dtype)  # (b,)
                     a_ent, a_rows = float((action_ent.detach() * agent_rows).sum()), float(agent_rows.sum())
                 sums[s] = torch.tensor([float(pl), kl_sum, ent_sum, stats["clip_frac"] * toks, toks, units,
-                                        a_ent, a_rows, is_w, is_trunc], dtype=torch.float64)
+                                        a_ent, a_rows, is_w, is_trunc, gap_sum], dtype=torch.float64)
         return loss, sums
 
     def _action_entropy(self, cols: dict[str, torch.Tensor], idx: torch.Tensor, bonus: _ActionBonus,

@@ -60,7 +60,7 @@ class LoraWeights:
 
     def build(self, device: torch.device) -> Any:
         # adapters (and their frozen copies) are injected before any DeepSpeed engine wraps the model
-        base = load_base_model(self.model_cfg, str(device))
+        base = load_base_model(self.model_cfg, str(device), packed_rows=True)
         self.model = inject_adapters(base, self.injected, self.seed)
         for copy in self.copies:  # a copy starts equal to its adapter (the adapter's init dir included)
             self.snapshot(copy.name.removesuffix(REFERENCE_SUFFIX))
@@ -165,7 +165,7 @@ class FullWeights:
         self.model: Any = None
 
     def build(self, device: torch.device) -> Any:
-        self.model = load_base_model(self.model_cfg, str(device))
+        self.model = load_base_model(self.model_cfg, str(device), packed_rows=True)
         self.activate(None)
         return self.model
 

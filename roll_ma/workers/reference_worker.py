@@ -43,11 +43,11 @@ class ReferenceWorker(Worker):
             # ranks share the machine's cores; oversubscribed threads slow every rank down
             torch.set_num_threads(cpu_threads_per_rank(self.world_size))
         self.device = training_device()
-        self.model = load_base_model(self.model_cfg, str(self.device))  # eval mode
+        self.model = load_base_model(self.model_cfg, str(self.device), packed_rows=True)  # eval mode
         for p in self.model.parameters():
             p.requires_grad_(False)
 
-    @register(Dispatch.DP_COMPUTE)
+    @register(Dispatch.DP_BALANCED)
     def compute_ref_log_probs(self, data: DataProto) -> DataProto:
         """``ref_log_probs`` (B, R) float32 from the base at meta_info temperature, in micro-batches."""
         from roll_ma.strategies.scoring import score_rows

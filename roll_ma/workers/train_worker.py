@@ -73,7 +73,7 @@ class TrainWorker(Worker):
             raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")
         return self.strategy
 
-    @register(Dispatch.DP_COMPUTE)
+    @register(Dispatch.DP_BALANCED)
     def compute_log_probs(self, data: DataProto) -> DataProto:
         """``old_log_probs`` (B, R): each row scored with its agent's adapter at meta_info temperature."""
         temperature = float(data.meta_info.get("temperature", 1.0))
@@ -81,7 +81,7 @@ class TrainWorker(Worker):
         _release_cached_gpu_memory()
         return out
 
-    @register(Dispatch.DP_COMPUTE)
+    @register(Dispatch.DP_BALANCED)
     def compute_ref_log_probs(self, data: DataProto) -> DataProto:
         """``ref_log_probs`` (B, R) from the base weights (every adapter disabled)."""
         temperature = float(data.meta_info.get("temperature", 1.0))
@@ -89,7 +89,7 @@ class TrainWorker(Worker):
         _release_cached_gpu_memory()
         return out
 
-    @register(Dispatch.DP_COMPUTE)
+    @register(Dispatch.DP_BALANCED)
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` (B, R): each row under its agent's critic (algorithm.advantage=gae), forward only."""
         out = self._strategy().compute_values(data)
@@ -110,7 +110,7 @@ class TrainWorker(Worker):
         _release_cached_gpu_memory()
         return metrics
 
-    @register(Dispatch.DP_COMPUTE)
+    @register(Dispatch.DP_BALANCED)
     def compute_pair_ref_log_probs(self, data: DataProto) -> DataProto:
         """DPO pairs: (N,) ``ref_chosen_logps`` / ``ref_rejected_logps`` under meta_info["reference"]: "copy"
         (each agent's frozen adapter copy) or "base" (adapters off)."""
@@ -128,6 +128,20 @@ class TrainWorker(Worker):
         """A fresh optimizer and lr schedule for every trainable adapter (a training phase starts), peaking
         at ``lr`` if given."""
         self._strategy().reset_optimizers(lr)
+
+    @register(Dispatch.RANK_ZERO)
+    def flops_profile(self) -> dict[str, Any]:
+        """What MFU needs (``models/flops.py``): the model's shape and this GPU's dense bf16 peak (0: no
+        GPU, or one the table does not know)."""
+        import dataclasses
+
+        from roll_ma.models.flops import ModelShape, peak_flops
+
+        model = self._strategy().model
+        config = getattr(model, "config", None) or model.get_base_model().config
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        return {"shape": dataclasses.asdict(ModelShape.of(config)), "device": name,
+                "peak_flops": (peak_flops(name) or 0.0) if torch.cuda.is_available() else 0.0}
 
     @register(Dispatch.RANK_ZERO)
     def gpu_memory_used_gb(self) -> float:

@@ -25,6 +25,10 @@ class EchoWorker(Worker):
         out = DataProto.from_dict({"y": data.batch["x"] * self.scale}, {"served_by": [self.rank] * len(data)})
         return data.union(out)
 
+    @register(Dispatch.DP_BALANCED)
+    def scaled_balanced(self, data: DataProto) -> DataProto:
+        return self.scaled(data)
+
     @register(Dispatch.DP_COMPUTE)
     def report(self, data: DataProto) -> DataProto:
         """Echoes the request's meta_info (as workers do) and adds metrics of this rank."""
@@ -76,6 +80,20 @@ def test_dp_compute_splits_by_rank_and_keeps_order(cluster):
     assert out.batch["y"].tolist() == [0.0, 3.0, 6.0, 9.0, 12.0]
     assert out.non_tensor["tag"].tolist() == list("abcde")
     assert out.non_tensor["served_by"].tolist() == [0, 0, 0, 1, 1]
+
+
+def test_dp_balanced_deals_rows_by_tokens_and_keeps_order(cluster):
+    """Scoring passes take as long as their tokens: rows of 9, 1, 1, 1, 8 real tokens go 9+1 | 8+1+1
+    (a split by row count would give one rank 11 tokens and the other 9), and come back in order."""
+    lengths = [9, 1, 1, 1, 8]
+    mask = torch.tensor([[1] * n + [0] * (9 - n) for n in lengths])
+    data = DataProto.from_dict({"x": torch.arange(5.0), "attention_mask": mask}, {"tag": list("abcde")})
+    out = cluster.scaled_balanced(data)
+    assert out.batch["y"].tolist() == [0.0, 3.0, 6.0, 9.0, 12.0]
+    assert out.non_tensor["tag"].tolist() == list("abcde")
+    served = out.non_tensor["served_by"].tolist()
+    load = [sum(n for n, r in zip(lengths, served) if r == rank) for rank in (0, 1)]
+    assert sorted(load) == [10, 10], (served, load)
 
 
 def test_dp_compute_with_fewer_rows_than_ranks_calls_only_ranks_with_rows(cluster):

@@ -108,6 +108,21 @@ def test_token_budget_plan_covers_rows_once_within_budget():
     assert sorted(len(b) for b in big) == [1, 1]
 
 
+def test_token_budget_ranks_get_even_tokens_and_as_many_micro_batches():
+    """Two ranks split an agent's rows by tokens before packing: each runs about half the tokens (the old
+    deal of whole micro-batches gave one rank 3 of 5 when their number was odd)."""
+    prompt_lens = np.full(128, 100)
+    response_lens = np.full(128, 512)  # 128 rows x 612 tokens: 3 micro-batches of 16k on one rank
+    plan = MicroBatching(max_rows=16, max_tokens=16384, remove_padding=True)
+    rows = np.arange(128)
+    one = plan.rank_plan(rows, prompt_lens, response_lens, 0, 1)
+    two = [plan.rank_plan(rows, prompt_lens, response_lens, r, 2) for r in (0, 1)]
+    assert len(one) == 5 and len(two[0]) == len(two[1]) == 3
+    tokens = [sum(int((prompt_lens[b] + response_lens[b]).sum()) for b in mine) for mine in two]
+    assert tokens == [64 * 612, 64 * 612]
+    assert sorted(np.concatenate(two[0] + two[1]).tolist()) == rows.tolist()  # every row once
+
+
 def test_rows_without_budget_split_as_before():
     plan = MicroBatching(max_rows=2)
     lens = np.ones(5, dtype=np.int64)
