@@ -3,7 +3,8 @@
 A DataProto is a table of B rows:
 
 - ``batch``: a ``TensorDict`` with batch size ``[B]`` (every tensor's first dim is B),
-- ``non_tensor``: a dict of numpy object arrays of length B (strings, ints, lists per row),
+- ``non_tensor``: a dict of numpy object arrays with B rows (strings, ints, lists per row; 1-D, except
+  that fold_batch_dim makes them (B', k)),
 - ``meta_info``: a dict about the whole batch (sampling settings, step, metrics, ...).
 
 Standard keys (the only place they are documented; P = prompt length, R = response length,
@@ -44,6 +45,10 @@ non_tensor (numpy object arrays, length B)
 Rules: every operation keeps the three parts aligned; a mismatched length or key raises
 ``ValueError`` naming the key and both sizes; ``meta_info`` is copied, never shared, between
 the pieces an operation returns; operations return ``type(self)``, so subclasses survive them.
+Storage: row operations (indexing, repeat, split, concat, ...) copy tensors and arrays, but the Python
+objects in object rows stay shared; ``select``, ``to`` on the same device, ``union``, ``pop``,
+``fold_batch_dim`` and ``unfold_batch_dim`` hand out the same tensors and object arrays (or views of
+them), so an in-place edit shows in both. ``clone()`` copies everything, row objects included.
 
 Operations. Shapes count rows: a column (B, *) keeps its row shape *, and the result gets a copy
 of meta_info. "new": returns a new DataProto and leaves self as it was; "in place": changes self.
@@ -57,34 +62,46 @@ rows
     pad_to_multiple(n) -> (padded, pad)       (B, *) -> (B + pad, *)     new: copies of first rows appended
     unpad(pad)                                (B + pad, *) -> (B, *)     new
 columns (B rows in and out)
-    select(batch_keys, non_tensor_keys, meta_info_keys)   new, the named keys only (None keeps that part)
+    select(batch_keys, non_tensor_keys, meta_info_keys)   new, the named keys only (None keeps that part);
+                                              shares the tensors and arrays with self (see Storage)
     pop(batch_keys, non_tensor_keys, meta_info_keys)      in place: removes the keys, returns them (B rows)
     rename(old_keys, new_keys)                in place, returns self: tensor or non-tensor columns renamed
     union(other)                              new, the columns of both; a key in both must be equal
+    clone()                                   new, a deep copy: tensors, object columns, meta_info
+reshape (rows)
+    fold_batch_dim(b)                         (B, *) -> (b, B // b, *)       new, every column (b divides B)
+    unfold_batch_dim(n=2)                     (b, k, *) -> (b * k, *)        new, the first n dims -> rows
+    unfold_column_chunks(n, split_keys)       (B, L, *) -> (n * B, L // n, *) for split keys, the rest
+                                              repeated [a, a, b, b]; a 1-D object column splits each row
 pieces
     chunk(n)                                  n pieces of B // n or B // n + 1 rows (the larger ones first)
     split(size) / split([s0, s1, ...])        pieces of size rows (the last smaller) / of the listed sizes
-    concat(parts)                             parts (B_i, *) -> (sum B_i, *), new; meta_info merged below
+    concat(parts, global_keys=None)           parts (B_i, *) -> (sum B_i, *), new; meta_info merged below
     group_by(key) / group_by([k1, k2])        {value / (v1, v2): (its rows, their positions (N,) int64)}
     ungroup(groups)                           the groups' rows back at their positions, (B, *), new
     make_iterator(mini_batch_size, epochs=1, seed=None, shuffle=False, drop_last=False)
                                               per epoch ceil(B / mini_batch_size) pieces (mini_batch_size, *)
 conversion
     to(device)                                new, tensors on device
+    from_dict(tensors, non_tensors, meta) / from_single_dict(one dict, meta)   tensors split from the rest
     to_tensordict() / from_tensordict(td)     TensorDict [B]: the tensors, a NonTensorStack (one object per
                                               row) per non-tensor column, a NonTensorData per meta_info key
     save_to_disk(path) / load_from_disk(path)  a pickle, tensors on the CPU (load only files you trust)
     check_consistency()                       raises ValueError naming the key that breaks the rules
 
-Equal (union) means deep equality with NaN == NaN. concat merges meta_info key by key (see
-``roll_ma.protocol_values``): if the parts that carry a key agree, the value once; else a list with one
-entry per part, in part order (None where a part lacks it). ``metrics`` (name -> number per worker)
-merges name by name: one value where the reporting parts agree, else the list of their values, so
-``np.mean`` reduces either form.
+Equal (union) means deep equality with NaN == NaN (containers that hold themselves compare too).
+concat merges meta_info key by key (see ``roll_ma.protocol_values``): if the parts that carry a key agree,
+the value once; else a list with one entry per part, in part order (None where a part lacks it).
+``metrics`` (name -> number per worker, or a list of such reports) merges name by name: one value where
+the reports agree, else the list of every reported number, so ``np.mean`` reduces either form; keys in
+``global_keys`` are gathered (per part, or name by name for dicts) even when the parts agree.
+verl's module functions live by job: ``protocol_values.union_tensor_dict`` / ``union_numpy_dict`` (in
+place into the first dict, like verl's), ``protocol_io.serialize_tensordict`` / ``deserialize_tensordict``.
 
-Different from verl on purpose: ``d[i]`` is a one-row DataProto (verl: a DataProtoItem); ``chunk(n)``
-takes any B; every operation but pop, rename and reorder is pure (verl's ``union`` and ``to`` change
-self); concat merges meta_info (verl keeps the first part's, or gathers ``metrics`` into lists always);
+Different from verl on purpose (docs/dataproto.md has the list, with verl's and ROLL's own tests run
+against this class): ``d[i]`` is a one-row DataProto (verl: a DataProtoItem); ``chunk(n)`` takes any B;
+every operation but pop, rename and reorder is pure (verl's ``union`` and ``to`` change self); concat
+merges meta_info (verl asserts that shared keys agree, ROLL keeps the first part's value);
 ``make_iterator`` takes ``shuffle`` and ``drop_last`` (verl: DataLoader kwargs) and its last piece may
 be smaller; ``group_by`` returns positions too, so ``ungroup`` restores the order; ``rename`` renames
 non-tensor columns too; the per-row part and its key argument are ``non_tensor`` / ``non_tensor_keys``
@@ -95,7 +112,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -106,8 +123,9 @@ from tensordict import TensorDict
 
 from roll_ma import protocol_args as args
 from roll_ma import protocol_io
+from roll_ma import protocol_reshape as reshape
 from roll_ma.protocol_args import Keys
-from roll_ma.protocol_values import merge_meta_info, values_equal
+from roll_ma.protocol_values import ConflictingValuesError, merge_meta_info, union_columns, values_equal
 
 __all__ = ["DataProto"]
 
@@ -117,14 +135,22 @@ Self = TypeVar("Self", bound="DataProto")
 
 @dataclass
 class DataProto:
-    """A batch of B rows: tensors, per-row Python objects and batch-level meta info."""
+    """A batch of B rows: tensors, per-row Python objects and batch-level meta info.
 
-    batch: TensorDict
+    Any part may be given as None, as verl and ROLL allow: no tensors (B is then the non-tensor
+    columns' length), no non-tensor columns, no meta_info.
+    """
+
+    batch: TensorDict = None  # type: ignore[assignment]  # None becomes an empty TensorDict of B rows
     non_tensor: dict[str, np.ndarray] = field(default_factory=dict)
     meta_info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.non_tensor = {key: args.object_column(v, key) for key, v in self.non_tensor.items()}
+        self.non_tensor = {key: args.object_column(v, key) for key, v in (self.non_tensor or {}).items()}
+        self.meta_info = {} if self.meta_info is None else self.meta_info
+        if self.batch is None:
+            rows = len(next(iter(self.non_tensor.values()))) if self.non_tensor else 0
+            self.batch = TensorDict({}, batch_size=[rows])
         self.check_consistency()
 
     def check_consistency(self) -> None:
@@ -134,8 +160,9 @@ class DataProto:
             raise ValueError(f"batch must be a TensorDict with exactly one batch dim, got batch_size={size}")
         n = len(self)
         for key, arr in self.non_tensor.items():
-            if not (isinstance(arr, np.ndarray) and arr.dtype == object and arr.ndim == 1):
-                raise ValueError(f"non_tensor[{key!r}] must be a 1-D numpy object array, got {type(arr)}")
+            if not (isinstance(arr, np.ndarray) and arr.dtype == object and arr.ndim >= 1):
+                kind = f"an array of {arr.dtype}" if hasattr(arr, "dtype") else f"a {type(arr).__name__}"
+                raise ValueError(f"non_tensor[{key!r}] must be a numpy object array of B rows, got {kind}")
             if len(arr) != n:
                 raise ValueError(f"non_tensor[{key!r}] has {len(arr)} rows but the batch has {n}")
             if key in self.batch.keys():
@@ -156,17 +183,17 @@ class DataProto:
         meta_info: dict[str, Any] | None = None,
     ) -> Self:
         """Build from plain dicts; B is taken from the tensors, else from the non-tensor columns."""
-        tensors = dict(tensors or {})
-        non_tensors = dict(non_tensors or {})
-        lengths = {f"batch[{k!r}]": int(v.shape[0]) for k, v in tensors.items()}
-        lengths.update({f"non_tensor[{k!r}]": len(v) for k, v in non_tensors.items()})
-        if len(set(lengths.values())) > 1:
-            (k0, n0), *rest = lengths.items()
-            k1, n1 = next((k, n) for k, n in rest if n != n0)
-            raise ValueError(f"{k1} has {n1} rows but {k0} has {n0}")
-        n = next(iter(lengths.values()), 0)
-        batch = TensorDict(tensors, batch_size=[n])
+        tensors, non_tensors = dict(tensors or {}), dict(non_tensors or {})
+        batch = TensorDict(tensors, batch_size=[args.common_length(tensors, non_tensors)])
         return cls(batch=batch, non_tensor=non_tensors, meta_info=dict(meta_info or {}))
+
+    @classmethod
+    def from_single_dict(
+        cls: type[Self], data: dict[str, Any], meta_info: dict[str, Any] | None = None
+    ) -> Self:
+        """verl's and ROLL's one-dict from_dict: tensors become tensor columns, the rest object columns."""
+        tensors = {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
+        return cls.from_dict(tensors, {k: v for k, v in data.items() if k not in tensors}, meta_info)
 
     @classmethod
     def empty(cls: type[Self], meta_info: dict[str, Any] | None = None) -> Self:
@@ -218,28 +245,19 @@ class DataProto:
     def select(
         self: Self, batch_keys: Keys = None, non_tensor_keys: Keys = None, meta_info_keys: Keys = None
     ) -> Self:
-        """Keep only the named keys (None keeps all of that part); absent meta_info keys are skipped."""
-        args.check_keys(self, "select", args.key_list(batch_keys), args.key_list(non_tensor_keys), [])
-        batch = (
-            self.batch.select(*args.key_list(batch_keys))
-            if batch_keys is not None
-            else self.batch.clone(recurse=False)
-        )
-        non_tensor = (
-            {k: self.non_tensor[k] for k in args.key_list(non_tensor_keys)}
-            if non_tensor_keys is not None
-            else dict(self.non_tensor)
-        )
-        meta = (
-            {
-                k: copy.deepcopy(self.meta_info[k])
-                for k in args.key_list(meta_info_keys)
-                if k in self.meta_info
-            }
-            if meta_info_keys is not None
-            else copy.deepcopy(self.meta_info)
-        )
-        return self._new(batch, non_tensor, meta)
+        """Keep only the named keys (None keeps all of that part); absent meta_info keys are skipped.
+
+        The result shares storage with self: its tensors and object arrays are self's, so an in-place
+        edit (``out.batch["x"][0] = 1``, ``out.non_tensor["k"][0] = v``) changes self too; meta_info is
+        copied. Use ``clone()`` (or ``select(...).clone()``) for an independent copy.
+        """
+        tensor_keys, nt_keys = args.key_list(batch_keys), args.key_list(non_tensor_keys)
+        args.check_keys(self, "select", tensor_keys, nt_keys, [])
+        batch = self.batch.select(*tensor_keys) if batch_keys is not None else self.batch.clone(recurse=False)
+        nt_keys = nt_keys if non_tensor_keys is not None else list(self.non_tensor)
+        meta_keys = args.key_list(meta_info_keys) if meta_info_keys is not None else list(self.meta_info)
+        meta = copy.deepcopy({k: self.meta_info[k] for k in meta_keys if k in self.meta_info})
+        return self._new(batch, {k: self.non_tensor[k] for k in nt_keys}, meta)
 
     def pop(
         self: Self, batch_keys: Keys = None, non_tensor_keys: Keys = None, meta_info_keys: Keys = None
@@ -280,22 +298,36 @@ class DataProto:
         """Columns and meta_info of both; a key in both must hold equal values (NaN == NaN)."""
         if len(self) != len(other):
             raise ValueError(f"union: this batch has {len(self)} rows but the other has {len(other)}")
-        tensors = dict(self.batch.items())
-        for key, value in other.batch.items():
-            if key in tensors and not values_equal(tensors[key], value):
-                raise ValueError(f"union: tensor {key!r} is in both batches with different values")
-            tensors.setdefault(key, value)
-        non_tensor = dict(self.non_tensor)
-        for key, value in other.non_tensor.items():
-            if key in non_tensor and not values_equal(non_tensor[key], value):
-                raise ValueError(f"union: non_tensor {key!r} is in both batches with different values")
-            non_tensor.setdefault(key, value)
-        meta = copy.deepcopy(self.meta_info)
+        tensors = union_columns(dict(self.batch.items()), dict(other.batch.items()), "tensor")
+        non_tensor = union_columns(self.non_tensor, other.non_tensor, "non_tensor")
         for key, value in other.meta_info.items():
-            if key in meta and not values_equal(meta[key], value):
-                raise ValueError(f"union: meta_info {key!r} differs: {meta[key]!r} vs {value!r}")
-            meta.setdefault(key, copy.deepcopy(value))
+            if key in self.meta_info and not values_equal(mine := self.meta_info[key], value):
+                raise ConflictingValuesError(f"union: meta_info {key!r} differs: {mine!r} vs {value!r}")
+        added = {k: v for k, v in other.meta_info.items() if k not in self.meta_info}
+        meta = copy.deepcopy(self.meta_info | added)
         return self._new(TensorDict(tensors, batch_size=[len(self)]), non_tensor, meta)
+
+    def clone(self: Self) -> Self:
+        """A deep copy sharing nothing with self: tensors, object columns, their row objects, meta_info."""
+        # one deepcopy (one memo): an object that two columns share is shared in the copy too
+        non_tensor, meta = copy.deepcopy((self.non_tensor, self.meta_info))
+        return self._new(self.batch.clone(), non_tensor, meta)
+
+    # ---------------------------------------------------------------- reshape (see protocol_reshape)
+    def fold_batch_dim(self: Self, new_batch_size: int) -> Self:
+        """Every column (B, *) -> (new_batch_size, B // new_batch_size, *); views of self's storage."""
+        batch, non_tensor = reshape.fold(self.batch, self.non_tensor, new_batch_size)
+        return self._new(batch, non_tensor, copy.deepcopy(self.meta_info))
+
+    def unfold_batch_dim(self: Self, batch_dims: int = 2) -> Self:
+        """Inverse of fold_batch_dim: every column's first batch_dims dims become the rows (views)."""
+        batch, non_tensor = reshape.unfold(self.batch, self.non_tensor, batch_dims)
+        return self._new(batch, non_tensor, copy.deepcopy(self.meta_info))
+
+    def unfold_column_chunks(self: Self, n_split: int, split_keys: Keys = None) -> Self:
+        """Each row -> n_split rows: split keys' dim 1 cut into n_split chunks, other columns repeated."""
+        batch, non_tensor = reshape.unfold_column_chunks(self.batch, self.non_tensor, n_split, split_keys)
+        return self._new(batch, non_tensor, copy.deepcopy(self.meta_info))
 
     # ---------------------------------------------------------------- rows
     def select_idxs(self: Self, idxs: Index) -> Self:
@@ -341,8 +373,11 @@ class DataProto:
 
     # ---------------------------------------------------------------- pieces
     @classmethod
-    def concat(cls, parts: Sequence[Self]) -> Self:
-        """The rows of parts with the same columns, in order; meta_info merged (nothing dropped)."""
+    def concat(cls, parts: Sequence[Self], *, global_keys: Iterable[str] | None = None) -> Self:
+        """The rows of parts with the same columns, in order; meta_info merged (nothing dropped).
+
+        ``global_keys``: meta_info keys gathered from every part even when they agree (ROLL's argument).
+        """
         if not parts:
             raise ValueError("concat needs at least one DataProto")
         args.check_same_columns(parts)
@@ -352,7 +387,8 @@ class DataProto:
             else TensorDict({}, batch_size=[sum(len(p) for p in parts)])
         )
         non_tensor = {k: np.concatenate([p.non_tensor[k] for p in parts]) for k in parts[0].non_tensor}
-        return parts[0]._new(batch, non_tensor, merge_meta_info([p.meta_info for p in parts]))
+        meta = merge_meta_info([p.meta_info for p in parts], global_keys or ())
+        return parts[0]._new(batch, non_tensor, meta)
 
     def split(self: Self, size: int | Sequence[int]) -> list[Self]:
         """Consecutive pieces of ``size`` rows (the last may be smaller), or of the listed sizes (sum B).
@@ -371,17 +407,7 @@ class DataProto:
 
     def group_by(self: Self, keys: str | Sequence[str]) -> dict[Any, tuple[Self, np.ndarray]]:
         """{value: (rows with that value, their positions)}, sorted; a value is a tuple for a key list."""
-        names = args.key_list(keys)
-        if not names:
-            raise ValueError("group_by needs at least one key")
-        columns = {}
-        for key in names:
-            if key in self.non_tensor:
-                columns[key] = self.non_tensor[key].tolist()
-            elif key in self.batch.keys() and self.batch[key].ndim == 1:
-                columns[key] = self.batch[key].tolist()
-            else:
-                raise ValueError(f"group_by: no 1-D column {key!r}; columns are {self.keys}")
+        columns = args.group_columns(self, args.key_list(keys))
         groups = args.group_positions(columns, as_tuples=not isinstance(keys, str))
         return {value: (self.select_idxs(rows), rows) for value, rows in groups.items()}
 
@@ -406,16 +432,10 @@ class DataProto:
         With shuffle, each epoch takes a new order from one generator seeded once with ``seed``: the
         epochs differ, and the whole sequence repeats for the same seed.
         """
-        if mini_batch_size <= 0:
-            raise ValueError(f"mini_batch_size must be >= 1, got {mini_batch_size}")
-        if epochs < 0:
-            raise ValueError(f"epochs must be >= 0, got {epochs}")
-        rng = np.random.default_rng(seed)
-        stop = len(self) - (len(self) % mini_batch_size if drop_last else 0)
-        for _ in range(epochs):
-            order = rng.permutation(len(self)) if shuffle else np.arange(len(self))
-            for start in range(0, stop, mini_batch_size):
-                yield self.select_idxs(order[start : start + mini_batch_size])
+        for positions in args.minibatch_positions(
+            len(self), mini_batch_size, epochs, seed, shuffle, drop_last
+        ):
+            yield self.select_idxs(positions)
 
     def iter_minibatches(
         self: Self, batch_size: int, shuffle: bool = False, seed: int | None = None, drop_last: bool = False

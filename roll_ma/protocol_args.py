@@ -6,7 +6,7 @@ into plain numpy positions and lists, so that the operations in ``roll_ma.protoc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,8 +18,11 @@ _NAN = float("nan")  # one NaN object: dict lookups match it by identity, so NaN
 
 
 def object_column(values: Any, key: str) -> np.ndarray:
-    """(B,) object array, one object per row even when rows are lists (np.array would make it 2-D)."""
-    if isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1:
+    """(B,) object array, one object per row even when rows are lists (np.array would make it 2-D).
+
+    An object array is kept as it is (its first dim counts the rows): fold_batch_dim makes (B', k) ones.
+    """
+    if isinstance(values, np.ndarray) and values.dtype == object and values.ndim >= 1:
         return values
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise ValueError(f"non_tensor[{key!r}] must be a sequence with one value per row, got {type(values)}")
@@ -82,9 +85,54 @@ def split_sizes(size: int | Sequence[int], length: int) -> list[int]:
     return sizes
 
 
+def common_length(tensors: dict[str, Any], non_tensors: dict[str, Any]) -> int:
+    """B of from_dict's inputs: every tensor and column must have the same number of rows (0 if none)."""
+    lengths = {f"batch[{k!r}]": int(v.shape[0]) for k, v in tensors.items()}
+    lengths.update({f"non_tensor[{k!r}]": len(v) for k, v in non_tensors.items()})
+    if len(set(lengths.values())) > 1:
+        (k0, n0), *rest = lengths.items()
+        k1, n1 = next((k, n) for k, n in rest if n != n0)
+        raise ValueError(f"{k1} has {n1} rows but {k0} has {n0}")
+    return next(iter(lengths.values()), 0)
+
+
 def key_list(keys: Keys) -> list[str]:
     """One key or several, as a list (None: none)."""
     return [keys] if isinstance(keys, str) else list(keys or [])
+
+
+def group_columns(data: Any, names: list[str]) -> dict[str, list[Any]]:
+    """group_by's columns as lists: non-tensor columns or 1-D tensors of ``data``, by name."""
+    if not names:
+        raise ValueError("group_by needs at least one key")
+    columns = {}
+    for key in names:
+        if key in data.non_tensor:
+            columns[key] = data.non_tensor[key].tolist()
+        elif key in data.batch.keys() and data.batch[key].ndim == 1:
+            columns[key] = data.batch[key].tolist()
+        else:
+            raise ValueError(f"group_by: no 1-D column {key!r}; columns are {data.keys}")
+    return columns
+
+
+def minibatch_positions(
+    length: int, mini_batch_size: int, epochs: int, seed: int | None, shuffle: bool, drop_last: bool
+) -> Iterator[np.ndarray]:
+    """make_iterator's row positions: per epoch, pieces of mini_batch_size (the last may be smaller).
+
+    With shuffle, each epoch takes a new order from one generator seeded once with ``seed``.
+    """
+    if mini_batch_size <= 0:
+        raise ValueError(f"mini_batch_size must be >= 1, got {mini_batch_size}")
+    if epochs < 0:
+        raise ValueError(f"epochs must be >= 0, got {epochs}")
+    rng = np.random.default_rng(seed)
+    stop = length - (length % mini_batch_size if drop_last else 0)
+    for _ in range(epochs):
+        order = rng.permutation(length) if shuffle else np.arange(length)
+        for start in range(0, stop, mini_batch_size):
+            yield order[start : start + mini_batch_size]
 
 
 def group_positions(columns: dict[str, list[Any]], as_tuples: bool) -> dict[Any, np.ndarray]:
@@ -118,11 +166,13 @@ def check_same_columns(parts: Sequence[Any]) -> None:
         for key in nt_keys ^ set(part.non_tensor):
             where = "part 0" if key in nt_keys else f"part {i}"
             raise ValueError(f"concat: non_tensor {key!r} is in {where} only (parts 0 and {i} differ)")
-        for key in batch_keys:
-            a, b = first.batch[key].shape[1:], part.batch[key].shape[1:]
-            if a != b:
+        shapes = [(f"tensor {k!r}", first.batch[k].shape, part.batch[k].shape) for k in batch_keys]
+        columns = [(k, first.non_tensor[k].shape, part.non_tensor[k].shape) for k in nt_keys]
+        shapes += [(f"non_tensor {k!r}", a, b) for k, a, b in columns]
+        for what, a, b in shapes:
+            if a[1:] != b[1:]:
                 raise ValueError(
-                    f"concat: tensor {key!r} has row shape {tuple(a)} in part 0 but {tuple(b)} in part {i}"
+                    f"concat: {what} has row shape {tuple(a[1:])} in part 0 but {tuple(b[1:])} in part {i}"
                 )
 
 

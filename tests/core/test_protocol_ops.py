@@ -183,7 +183,8 @@ def test_check_consistency_names_the_key(moved):
     with pytest.raises(ValueError, match=r"non_tensor\['bad'\] has 2 rows but the batch has 3"):
         d.check_consistency()
     d.non_tensor["bad"] = np.array([1, 2, 3])
-    with pytest.raises(ValueError, match=r"non_tensor\['bad'\] must be a 1-D numpy object array"):
+    msg = r"non_tensor\['bad'\] must be a numpy object array of B rows, got an array of int64"
+    with pytest.raises(ValueError, match=msg):
         d.check_consistency()
     with pytest.raises(ValueError, match="'x' is both a tensor and a non_tensor column"):
         DataProto(d.batch, {"x": [1, 2, 3]})

@@ -1,0 +1,1 @@
+"""Name-only shim: ``roll`` -> roll_ma (see ../peer_names.py)."""

@@ -1,0 +1,1 @@
+"""Name-only shim: ``roll.distributed.scheduler``."""
