@@ -303,8 +303,10 @@ class TrainConfig:
     remove_padding: bool = _f(
         False,
         "pack each micro-batch's rows into one sequence without padding (position ids restart per row). "
-        "flash_attention_2/3 runs it as variable-length attention; sdpa and eager build a block-diagonal "
-        "mask over the whole micro-batch (correct, but quadratic in its length: keep it off there)",
+        "The train and reference models' default attention (roll_ma_varlen) runs it as variable-length "
+        "flash attention on CUDA (one sdpa call per row on CPU), as flash_attention_2/3 do; with "
+        "model.attn_implementation=sdpa or eager, transformers builds a block-diagonal mask over the whole "
+        "micro-batch (correct, but quadratic in its length: keep it off there)",
     )
     logits_chunk_tokens: int = _f(
         1024,
