@@ -5,7 +5,7 @@ manifest like every other file): what decides the shape and meaning of the saved
 compares it with the config and refuses a mismatch, naming each key with its old and new value and
 the two fixes, instead of failing after Ray started on tensor sizes or a missing file.
 
-Recorded and compared (``COMPARED``): the agents (names, order, adapters, frozen), every adapter's LoRA
+Recorded and compared (``run_signature``): the agents (names, order, adapters, frozen), every adapter's LoRA
 rank, alpha and target modules, the value critic's layout (``algorithm.advantage=gae``,
 ``critic.share``, ``critic.groups``, its rank and alpha), ``model.path``, the tokenizer, ``model.dtype``,
 full fine-tuning, ``train.zero_stage`` (and ``train.num_workers`` at ZeRO 1/2: each rank saved its
@@ -107,8 +107,8 @@ class Rule:
     applies: Callable[[dict, dict], bool] = lambda old_sig, new_sig: True
 
 
-NOTED = {  # prefix or key -> rule for keys that may change, with a note
-    ".lr": Rule(note=LR_NOTE),
+ADAPTER_LR = Rule(note=LR_NOTE)  # adapters.<name>.lr: train.lr or the agent's own lr
+NOTED = {  # keys that may change, with a note
     "critic.lr": Rule(note=LR_NOTE),
     "train.lr_schedule": Rule(note=LR_NOTE),
     "train.warmup_steps": Rule(note=LR_NOTE),
@@ -123,7 +123,7 @@ def _rule(key: str) -> Rule:
     if key in NOTED:
         return NOTED[key]
     if key.startswith("adapters.") and key.endswith(".lr"):
-        return NOTED[".lr"]
+        return ADAPTER_LR
     return Rule()
 
 
