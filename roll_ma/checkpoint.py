@@ -2,7 +2,8 @@
 
 Layout: ``<output_dir>/checkpoints/step_000012/`` holding ``trainer/`` (every agent's PEFT
 adapter, optimizer and scheduler states, written by the train workers), ``state.json``
-(step, data cursor, adapter versions), ``rng.pt`` (driver RNG states), ``manifest.json``
+(step, data cursor, adapter versions), ``rng.pt`` (driver RNG states), ``run_signature.json`` (what
+of the config the tensors depend on, compared on resume before Ray starts), ``manifest.json``
 (every other file with its size and SHA-256, see ``checkpoint_manifest``) and last a
 ``COMPLETE`` marker (the step and the manifest's SHA-256). Every file gets the same
 permissions. Everything is written into a temporary sibling directory first and renamed into
@@ -39,6 +40,7 @@ from roll_ma.checkpoint_manifest import (
 )
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+SIGNATURE_FILE = "run_signature.json"  # the config's record: roll_ma/preflight/checkpoint_compat.py
 
 
 def checkpoints_dir(output_dir: str | Path) -> Path:
@@ -127,9 +129,14 @@ def _fsync_tree(path: Path) -> None:
         os.close(fd)
 
 
-def finish_checkpoint(tmp: Path, step: int, state: dict[str, Any], keep_last: int) -> Path:
-    """Write the driver state, manifest and marker, then rename into place and prune old checkpoints."""
+def finish_checkpoint(
+    tmp: Path, step: int, state: dict[str, Any], keep_last: int, signature: dict[str, Any] | None = None
+) -> Path:
+    """Write the driver state, the run's signature (what resume compares with the config), manifest and
+    marker, then rename into place and prune old checkpoints."""
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2, default=str))
+    if signature is not None:
+        (tmp / SIGNATURE_FILE).write_text(json.dumps(signature, indent=1, sort_keys=True))
     torch.save(rng_state(), tmp / "rng.pt")
     same_permissions(tmp)
     write_marker(tmp, step, write_manifest(tmp, step))

@@ -190,11 +190,9 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
         )
 
     from roll_ma.config.validate_phases import check_phases
-    from roll_ma.config.validate_resources import check_ray_auth
 
     check_phases(cfg, problems, _looks_local)
     _check_resources(cfg, problems, check_local_gpus)
-    check_ray_auth(cfg, problems)
     check_async(cfg, problems)
     return problems
 

@@ -78,14 +78,8 @@ def _branching_env(cfg: RunConfig) -> bool:
 
 def _check_sft(cfg: RunConfig, sft: SFTConfig, key: str, problems: list[ConfigProblem], looks_local) -> None:  # noqa: ANN001
     add = lambda k, msg: problems.append(ConfigProblem(k, msg))  # noqa: E731
-    if sft.source == "file":
-        if not sft.path:
-            add(
-                "sft.path",
-                f"{key}: sft.source=file needs sft.path (a .jsonl/.parquet/.json of chat messages)",
-            )
-        elif not Path(sft.path).expanduser().is_file():
-            add("sft.path", f"{sft.path} is not a file (roll_ma never downloads data; give a local path)")
+    if sft.source == "file" and not sft.path:  # the file itself is read by the pre-flight check
+        add("sft.path", f"{key}: sft.source=file needs sft.path (a .jsonl/.parquet/.json of chat messages)")
     if sft.source == "teacher":
         path = cfg.teacher.model.path
         if not path:
@@ -121,13 +115,11 @@ def _check_sft(cfg: RunConfig, sft: SFTConfig, key: str, problems: list[ConfigPr
 def _check_dpo(cfg: RunConfig, dpo: DPOConfig, key: str, problems: list[ConfigProblem]) -> None:
     add = lambda k, msg: problems.append(ConfigProblem(k, msg))  # noqa: E731
     if dpo.source == "file":
-        if not dpo.path:
+        if not dpo.path:  # the file itself is read by the pre-flight check
             add(
                 "dpo.path",
                 f"{key}: dpo.source=file needs dpo.path (TRL's prompt/chosen/rejected + an agent column)",
             )
-        elif not Path(dpo.path).expanduser().is_file():
-            add("dpo.path", f"{dpo.path} is not a file (roll_ma never downloads data; give a local path)")
     elif not _branching_env(cfg):
         add(
             "dpo.source",

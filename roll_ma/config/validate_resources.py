@@ -1,10 +1,9 @@
-"""Checks of placement that go beyond one GPU per worker: tensor-parallel engines, roles pinned to nodes,
-and Ray's token-auth variables. Run with the rest of ``validate`` before any actor starts."""
+"""Checks of placement that go beyond one GPU per worker: tensor-parallel engines and roles pinned to nodes.
+Run with the rest of ``validate`` before any actor starts (Ray's auth: ``roll_ma/preflight/ray_auth.py``)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from roll_ma.config.schema import RunConfig
@@ -114,24 +113,3 @@ def attention_heads(path: str, random_weights: bool = False) -> int | None:
     except (ValueError, OSError, KeyError):
         return None
     return None
-
-
-def check_ray_auth(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
-    """Ray's token-auth variables, as the driver will pass them to Ray (see ``distributed/ray_env.py``)."""
-    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
-    mode = os.environ.get("RAY_AUTH_MODE")
-    if mode is not None and mode.lower() not in ("token", "disabled"):
-        add("RAY_AUTH_MODE", f"the environment variable is {mode!r}; Ray knows 'token' and 'disabled' "
-                             "(or leave it unset)")
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if path and not Path(path).expanduser().is_file():
-        add("RAY_AUTH_TOKEN_PATH", f"{path} is not a file; point it at the cluster's token file or unset it")
-    joining = cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")
-    has_token = os.environ.get("RAY_AUTH_TOKEN") or path or (Path.home() / ".ray" / "auth_token").is_file()
-    if joining and mode is not None and mode.lower() == "token" and not has_token:
-        add(
-            "RAY_AUTH_MODE",
-            "is token but this process has no token to join the cluster with: set RAY_AUTH_TOKEN or "
-            "RAY_AUTH_TOKEN_PATH, or copy the cluster's token to ~/.ray/auth_token (`ray get-auth-token` "
-            "on the head prints it)",
-        )

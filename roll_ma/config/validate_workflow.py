@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.typed import ConfigProblem, suggest
 
@@ -71,21 +69,14 @@ def _check_data(cfg: RunConfig, add) -> None:  # noqa: ANN001
         ("env.data.source", cfg.env.data.source),
         ("env.data.eval_source", cfg.env.data.eval_source),
     ):
-        if source is None or source == "synthetic":
-            continue
-        if source.startswith("builtin:"):
-            name = source.split(":", 1)[1]
-            if name not in BUILTIN_TASK_SETS:
-                add(
-                    key,
-                    f"unknown built-in task set {name!r}{suggest(name, BUILTIN_TASK_SETS)}; "
-                    f"built-in: {['builtin:' + n for n in BUILTIN_TASK_SETS]}",
-                )
-        elif not Path(source).expanduser().is_file():
+        if source is None or not source.startswith("builtin:"):
+            continue  # a file is read, row by row, by the pre-flight check (roll_ma/preflight/data_files.py)
+        name = source.split(":", 1)[1]
+        if name not in BUILTIN_TASK_SETS:
             add(
                 key,
-                f"{source} is not a file; give a local .parquet/.jsonl/.json file, 'synthetic' or "
-                "'builtin:code_tasks'",
+                f"unknown built-in task set {name!r}{suggest(name, BUILTIN_TASK_SETS)}; "
+                f"built-in: {['builtin:' + n for n in BUILTIN_TASK_SETS]}",
             )
 
 

@@ -3,10 +3,16 @@
 
 def run_pipeline(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
     """The RL loop (``multi_agent_pipeline``) for ``train.objective=ppo``; the chain of supervised phases
-    (``phases``) for ``train.objective=sft|dpo`` or a config that lists ``phases``."""
+    (``phases``) for ``train.objective=sft|dpo`` or a config that lists ``phases``.
+
+    Both start after the pre-flight checks (``roll_ma.preflight``): data files, the checkpoint to resume,
+    the tokenizer and model, hooks and Ray auth, all checked before Ray or any actor starts; a
+    ``PreflightError`` lists every problem found."""
+    from roll_ma.preflight import run_preflight
     from roll_ma.workflows.loader import with_absolute_files
 
     cfg = with_absolute_files(cfg)  # env, workflow, task and hook files, wherever actors run
+    run_preflight(cfg)
     if cfg.phases or cfg.train.objective != "ppo":
         if step_hook is not None:
             raise ValueError("step_hook is a hook of the RL loop; phase runs take none")

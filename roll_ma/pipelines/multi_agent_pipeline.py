@@ -101,6 +101,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     from roll_ma.pipelines.rollout_queue import RolloutQueue
     from roll_ma.pipelines.staleness import drop_stale_rows
     from roll_ma.pipelines.workers import build_workers, process_env
+    from roll_ma.preflight.checkpoint_compat import run_signature
     from roll_ma.tracking import Tracker, console_summary, plot_rewards
 
     out_dir = Path(cfg.trainer.output_dir)
@@ -110,6 +111,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     if cfg.trainer.resume == "never":
         _set_aside_previous_run(out_dir)
     ckpt.prune(out_dir, cfg.trainer.keep_last)  # drops temporaries of a write that was killed
+    signature = run_signature(cfg)  # what every checkpoint records of this config (resume compares it)
 
     if cfg.model.random_weights:
         from roll_ma.models.random_weights import use_random_weights
@@ -288,7 +290,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                 # the planner as before any rollout not yet trained on: a resume plays those episodes again
                 ckpt.finish_checkpoint(
                     tmp, step, {"planner": rollouts.planner_state(), "config": cfg.name},
-                    cfg.trainer.keep_last,
+                    cfg.trainer.keep_last, signature,
                 )
         tracker.close()
         plot = plot_rewards(out_dir / "metrics.jsonl", out_dir / "rewards.png", agent_names)

@@ -86,6 +86,7 @@ class PhaseContext:
     out_dir: Path
     step: int = 0
     results: dict[str, dict[str, float]] = field(default_factory=dict)  # eval metrics by phase name
+    signature: dict[str, Any] | None = None  # what each checkpoint records of the config (resume compares it)
 
     @property
     def agent_ids(self) -> dict[str, int]:
@@ -161,7 +162,7 @@ class PhaseContext:
             "results": self.results,
             "config": self.cfg.name,
         }
-        ckpt.finish_checkpoint(tmp, self.step, state, self.cfg.trainer.keep_last)
+        ckpt.finish_checkpoint(tmp, self.step, state, self.cfg.trainer.keep_last, self.signature)
 
     def evaluate(self, label: str) -> dict[str, float]:
         from roll_ma.pipelines.evaluation import evaluate
@@ -234,6 +235,7 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
         _set_aside_previous_run,
     )
     from roll_ma.pipelines.workers import build_workers
+    from roll_ma.preflight.checkpoint_compat import run_signature
     from roll_ma.tracking import Tracker
 
     out_dir = Path(cfg.trainer.output_dir)
@@ -243,6 +245,7 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
         _set_aside_previous_run(out_dir)
     ckpt.prune(out_dir, cfg.trainer.keep_last)
     phases = plan_phases(cfg)
+    signature = run_signature(cfg)  # before random_weights rewrites model.path
     if cfg.model.random_weights:
         from roll_ma.models.random_weights import use_random_weights
 
@@ -276,7 +279,7 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
             dataclasses.asdict(cfg),
             resume_step=step if resume_from is not None else None,
         )
-        ctx = PhaseContext(cfg, workers, planner, tracker, seats, out_dir, step, results)
+        ctx = PhaseContext(cfg, workers, planner, tracker, seats, out_dir, step, results, signature)
         ctx.sync()  # the rollout serves what the trainer holds (the checkpoint's adapters on resume)
         runners = phase_runners()
         for phase in phases[start:]:

@@ -157,11 +157,12 @@ def test_sft_and_dpo_files(tmp_path, tiny_model_dir):
     )
     (pair,) = read_dpo_file(str(dpo), ["actor", "critic"])
     assert pair.replies == ("\\boxed{2}", "\\boxed{3}") and pair.prompt == "Problem: 1+1"
-    with pytest.raises(ValueError, match="row 0.*'judge' is not an agent"):
-        bad = tmp_path / "bad.jsonl"
+    bad = tmp_path / "bad.jsonl"
+    with pytest.raises(ValueError, match=f"{bad}:1: role: 'judge' is not an agent"):
         bad.write_text(json.dumps({"role": "judge", "prompt": "x", "chosen": "a", "rejected": "b"}) + "\n")
         read_dpo_file(str(bad), ["actor", "critic"])
-    with pytest.raises(ValueError, match="must end with the assistant's reply"):
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: messages\[0\].role: is 'user'; 'messages' must end "
+                                         "with the assistant's reply"):
         bad.write_text(json.dumps({"role": "actor", "messages": [{"role": "user", "content": "x"}]}) + "\n")
         read_sft_file(str(bad), ["actor"])
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from roll_ma.config.schema import RunConfig
-from roll_ma.config.validate import validate
 from roll_ma.distributed import ray_env
 
 AUTH = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
@@ -83,16 +82,17 @@ def test_a_failed_join_says_how_to_pass_the_clusters_token(fake_init, monkeypatc
         ray_env.init_ray("10.0.0.1:6379")
 
 
-def test_ray_auth_variables_are_checked_with_the_config(monkeypatch, tmp_path):
+def test_ray_auth_variables_are_checked_before_the_run(monkeypatch, tmp_path):
+    from roll_ma.preflight.ray_auth import ray_auth_problems
+
     for var in (*AUTH, "RAY_ADDRESS"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token
     cfg = RunConfig()
-    assert not [p for p in validate(cfg, check_env=False) if p.key.startswith("RAY_AUTH")]
+    assert ray_auth_problems(cfg) == []
     monkeypatch.setenv("RAY_AUTH_MODE", "tokn")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "missing"))
-    found = {str(p) for p in validate(cfg, check_env=False) if p.key.startswith("RAY_AUTH")}
-    assert found == {
+    assert set(ray_auth_problems(cfg)) == {
         "RAY_AUTH_MODE: the environment variable is 'tokn'; Ray knows 'token' and 'disabled' "
         "(or leave it unset)",
         f"RAY_AUTH_TOKEN_PATH: {tmp_path / 'missing'} is not a file; point it at the cluster's token file "
@@ -101,5 +101,5 @@ def test_ray_auth_variables_are_checked_with_the_config(monkeypatch, tmp_path):
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     monkeypatch.delenv("RAY_AUTH_TOKEN_PATH")
     cfg.resources.ray_address = "10.0.0.1:6379"
-    (problem,) = [p for p in validate(cfg, check_env=False) if p.key.startswith("RAY_AUTH")]
-    assert "no token to join the cluster with" in str(problem) and "~/.ray/auth_token" in str(problem)
+    (problem,) = ray_auth_problems(cfg)
+    assert "no token to join the cluster with" in problem and "~/.ray/auth_token" in problem

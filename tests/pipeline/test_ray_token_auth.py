@@ -125,3 +125,13 @@ def test_driver_and_actors_use_the_users_token_mode_on_an_explicit_address(token
     assert joined in run.stdout, run.stdout
     # actors registered with the cluster's own mode: before, roll_ma forced them to 'disabled' and they died
     assert "ACTORS ['token', 'token']" in run.stdout, run.stdout
+
+
+def test_the_preflight_probe_reads_the_clusters_auth_mode_and_checks_the_token(token_cluster):
+    from roll_ma.preflight.ray_auth import ClusterAuth, probe_cluster
+
+    address = token_cluster.address
+    assert probe_cluster(address, None) == ClusterAuth(True, wants_token=True)
+    accepted = ClusterAuth(True, wants_token=True, accepts_our_token=True)
+    assert probe_cluster(address, token_cluster.token) == accepted
+    assert probe_cluster(address, "not-the-token").accepts_our_token is False

@@ -21,6 +21,7 @@ from pipeline_helpers import (
     write_config,
 )
 
+from roll_ma.errors import PreflightError
 from roll_ma.pipelines import run_pipeline
 
 pytestmark = pytest.mark.slow
@@ -102,6 +103,9 @@ def test_resume_skips_a_damaged_newest_checkpoint_and_says_which(ray_session, ti
     cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": 2})
     run_pipeline(load(tmp_path, cfg))
     out = tmp_path / "out"
+    # the checkpoint records its config: another LoRA rank is refused before anything loads
+    with pytest.raises(PreflightError, match=r"lora.rank: 4 in the checkpoint, 8 now \(adapters alice, bob"):
+        run_pipeline(load(tmp_path, toy_config(tmp_path, tiny_model_dir, AGENTS, lora={"rank": 8})))
     rel = "trainer/adapters/alice/adapter_model.safetensors"
     damaged = out / "checkpoints" / "step_000002" / rel
     size = damaged.stat().st_size

@@ -1,0 +1,90 @@
+"""Pre-flight: everything a config names, loaded or probed in the driver before Ray or any actor starts.
+
+``run_preflight(cfg)`` runs every check and raises one ``PreflightError`` listing every problem found:
+
+- ``tokenizer``: the model's (and a teacher's) config, weights and tokenizer load; the tokenizer is not
+  empty, has an end-of-turn token, fits the model's vocabulary and has a chat template where prompts
+  need one.
+- ``data_files``: every row of every SFT / DPO / problem file, with ``file:line: field: what is wrong``.
+- ``checkpoint_compat``: the checkpoint ``trainer.resume=auto`` would continue from was written with
+  this config's agents, adapters, LoRA shapes, critic layout and model.
+- ``hooks``: prompt hooks, workflows and team tasks take the arguments they will be given.
+- ``ray_auth``: the auth variables, and the cluster's auth mode against this process's.
+
+The config's own consistency (keys, types, combinations) is checked earlier, when it is loaded
+(``roll_ma.config.validate``); ``pipelines.run_pipeline`` calls this before dispatching to the RL loop
+or the supervised phases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from roll_ma.config.schema import RunConfig
+from roll_ma.errors import PreflightError
+
+
+def run_preflight(cfg: RunConfig, log: Callable[[str], None] = print) -> None:
+    """Every pre-flight check of ``cfg``; raises ``PreflightError`` listing every problem. Notes (what is
+    allowed but worth knowing, e.g. an older checkpoint resumed unchecked) go to ``log``."""
+    from roll_ma.preflight.checkpoint_compat import resume_problems
+    from roll_ma.preflight.data_files import chat_file_problems, chat_files, problem_file_problems
+    from roll_ma.preflight.hooks import hook_problems
+    from roll_ma.preflight.ray_auth import ray_auth_problems
+    from roll_ma.preflight.tokenizer import probe_model
+
+    problems: list[str] = []
+    files = chat_files(cfg)  # parsed first: prompts given as messages need a chat template
+    probe, found = probe_model(cfg.model, "model", chat_template_need(cfg, files))
+    problems += found
+    if teacher_used(cfg):
+        problems += probe_model(cfg.teacher.model, "teacher.model", "the teacher's prompts")[1]
+    problems += chat_file_problems(files, probe.tokenizer, cfg.model.max_prompt_tokens, probe.max_positions)
+    problems += problem_file_problems(cfg)
+    problems += hook_problems(cfg)
+    problems += resume_problems(cfg, log)
+    problems += ray_auth_problems(cfg)
+    if problems:
+        raise PreflightError(problems)
+
+
+def teacher_used(cfg: RunConfig) -> bool:
+    from roll_ma.config.validate_phases import teacher_workers
+
+    return teacher_workers(cfg) > 0
+
+
+def chat_template_need(cfg: RunConfig, files: list) -> str | None:  # noqa: ANN001 - data_files.ChatFile
+    """What in this run renders prompts with the chat template (None: nothing does)."""
+    from roll_ma.pipelines.phases import plan_phases
+
+    message_files = [f.path for f in files if f.uses_messages]
+    if message_files:
+        return f"the prompts given as messages in {message_files[0]}"
+    if cfg.phases or cfg.train.objective != "ppo":
+        playing = [p.name for p in plan_phases(cfg) if not _reads_file_only(p)]
+        return f"phase {playing[0]!r} (it plays episodes)" if playing else None
+    if cfg.env.workflow:
+        return f"the workflow's agent calls ({cfg.env.workflow})"
+    if _team_prompts_are_own(cfg):
+        return None
+    return f"the env's prompts (env.name={cfg.env.name})"
+
+
+def _reads_file_only(phase) -> bool:  # noqa: ANN001 - pipelines.phases.Phase
+    return (phase.objective == "sft" and phase.sft.source == "file") or (
+        phase.objective == "dpo" and phase.dpo.source == "file")
+
+
+def _team_prompts_are_own(cfg: RunConfig) -> bool:
+    """A team env whose every agent builds its prompt with its own pre_process (no chat template)."""
+    from roll_ma.config.validate_team import TEAM_ENV
+
+    if cfg.env.name != TEAM_ENV:
+        return False
+    from roll_ma.workers.hooks import default_pre_process, load_hooks
+
+    try:
+        return all(load_hooks(a).pre is not default_pre_process for a in cfg.agents)
+    except Exception:  # noqa: BLE001 - a hook that does not load is reported by the hook check
+        return True

@@ -1,0 +1,115 @@
+"""The model a config names, probed in the driver: its config loads, its weights are there, and its
+tokenizer is a real one (not empty, an end-of-turn token, a chat template where prompts need one).
+
+transformers builds an empty tokenizer, without complaint, from a model directory that holds no
+tokenizer files; the run would die much later on "chat_template is not set". This check names the
+tokenizer's location and ``model.tokenizer_path`` instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from roll_ma.config.schema import ModelConfig
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt",
+                   "vocab.txt")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+PROBE_TEXT = "Hello, 12 + 30 = 42."
+
+
+@dataclass
+class ModelProbe:
+    """What the driver learned about one model (None where it could not be loaded)."""
+
+    tokenizer: Any = None
+    max_positions: int | None = None  # max_position_embeddings of the model's config
+    vocab_size: int | None = None
+
+
+def probe_model(model: ModelConfig, prefix: str, chat_needed_by: str | None) -> tuple[ModelProbe, list[str]]:
+    """Load ``model``'s config and tokenizer as the workers will; every problem names ``prefix``'s keys
+    (``model`` or ``teacher.model``). ``chat_needed_by``: what needs a chat template (None: nothing)."""
+    from roll_ma.models.loading import resolve_model_path
+
+    probe, problems = ModelProbe(), []
+    if model.random_weights:  # benchmarks: an architecture built later, with a built-in tokenizer
+        return probe, problems
+    try:
+        path = resolve_model_path(model.path)
+    except FileNotFoundError as err:
+        return probe, [f"{prefix}.path: {err}"]
+    _probe_config(model, path, prefix, probe, problems)
+    _probe_tokenizer(model, prefix, chat_needed_by, probe, problems)
+    return probe, problems
+
+
+def _probe_config(model: ModelConfig, path: str, prefix: str, probe: ModelProbe, problems: list[str]) -> None:
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code)
+    except Exception as err:  # noqa: BLE001 - any failure here is the same failure the workers would meet
+        problems.append(f"{prefix}.path: cannot load the model's config from {path} "
+                        f"({type(err).__name__}: {_first_line(err)}); give a model directory with a "
+                        "config.json, or a hub name")
+        return
+    text = getattr(config, "get_text_config", lambda: config)()
+    probe.max_positions = getattr(text, "max_position_embeddings", None)
+    probe.vocab_size = getattr(text, "vocab_size", None)
+    local = Path(path)
+    if local.is_dir() and not any(p.suffix in WEIGHT_SUFFIXES for p in local.iterdir()):
+        problems.append(f"{prefix}.path: {path} holds a config.json but no weights (*.safetensors, *.bin); "
+                        "copy the model's weight files there")
+
+
+def _probe_tokenizer(model: ModelConfig, prefix: str, chat_needed_by: str | None, probe: ModelProbe,
+                     problems: list[str]) -> None:
+    from roll_ma.models.loading import load_tokenizer, resolve_model_path
+
+    key = f"{prefix}.tokenizer_path" if model.tokenizer_path else f"{prefix}.path"
+    where = resolve_model_path(model.tokenizer_path or model.path)
+    fix = (f"copy the tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...) into {where}, or set "
+           f"{prefix}.tokenizer_path to the directory or hub name of the model's tokenizer")
+    try:
+        tok = load_tokenizer(model)
+    except Exception as err:  # noqa: BLE001 - the workers would fail the same way, later
+        problems.append(f"{key}: cannot load the tokenizer from {where} ({type(err).__name__}: "
+                        f"{_first_line(err)}); {fix}")
+        return
+    size = len(tok)
+    if size < 2 or not tok(PROBE_TEXT, add_special_tokens=False)["input_ids"]:
+        found = _tokenizer_files(where)
+        held = ("it is not a local directory" if found is None
+                else f"it holds only {found}" if found else "it holds no tokenizer files")
+        tokens = f"{size} token{'s' * (size != 1)}"
+        problems.append(f"{key}: the tokenizer loaded from {where} is empty ({tokens}; {held}); {fix}")
+        return
+    probe.tokenizer = tok
+    if tok.eos_token_id is None:
+        problems.append(f"{key}: the tokenizer from {where} has no end-of-sequence token (eos_token), which "
+                        "ends every reply; use the model's own tokenizer or one with an eos_token")
+    if probe.vocab_size is not None and size > probe.vocab_size:
+        problems.append(f"{key}: the tokenizer from {where} has {size} tokens but the model's embedding has "
+                        f"{probe.vocab_size} rows (config.json vocab_size): ids from {probe.vocab_size} on "
+                        f"would index past it; {prefix}.tokenizer_path must name this model's tokenizer")
+    if chat_needed_by and not getattr(tok, "chat_template", None):
+        problems.append(f"{key}: the tokenizer from {where} has no chat template, which {chat_needed_by} "
+                        f"needs; use a chat (Instruct) model, or set {prefix}.tokenizer_path to a tokenizer "
+                        "that has one (a chat_template.jinja or tokenizer_config.json with chat_template)")
+
+
+def _tokenizer_files(where: str) -> list[str] | None:
+    """The tokenizer files a local directory holds (None: not a local directory)."""
+    path = Path(where)
+    if not path.is_dir():
+        return None
+    names = (*TOKENIZER_FILES, "chat_template.jinja")
+    return sorted(p.name for p in path.iterdir() if p.name in names)
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else ""
