@@ -1,13 +1,21 @@
-"""Command line: ``python start_pipeline.py --config_name NAME [--config_path DIR] [key=value ...]``."""
+"""Command line: ``python start_pipeline.py --config_name NAME [--config_path DIR] [key=value ...]``.
+
+Options and ``key=value`` overrides may come in any order. A failure prints as a few lines (what, where,
+the fix; the log file with the full traceback for failures during the run) and the exit code says which
+kind: 2 the config or a check before the run, 1 the run itself, 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 USAGE_EPILOG = """\
-overrides are Hydra-style key=value pairs, e.g.
+overrides are Hydra-style key=value pairs, before or after the options, e.g.
   trainer.max_steps=50 rollout.backend=vllm agents.0.lr=1e-4 env.kwargs.rounds=2
 
 examples:
@@ -52,9 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    # intermixed: `... key=value --cfg` is read like `--cfg ... key=value`
+    args = build_parser().parse_intermixed_args(argv)
     from roll_ma.config import ConfigError, RunConfig, available_configs, load_config
     from roll_ma.config.loading import mars_flags_to_overrides
+    from roll_ma.error_report import error_prefix
 
     if args.list:
         for name, path in sorted(available_configs(args.config_path).items()):
@@ -67,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key:34s} {tp:28s} default={default!r}\n{'':34s} {text}")
         return 0
     if not args.config_name:
-        print("error: --config_name is required (see --list for the shipped configs)", file=sys.stderr)
+        print(f"{error_prefix()} --config_name is required (see --list for the shipped configs)",
+              file=sys.stderr)
         return 2
     overrides = mars_flags_to_overrides(args.num_agents, args.lora_rank, args.lora_alpha) + list(
         args.overrides
@@ -77,29 +88,85 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config_name, args.config_path, overrides, num_agents=args.num_agents,
                           check_local_gpus=not args.cfg)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{error_prefix()} {err}", file=sys.stderr)
         return 2
     if args.cfg:
         import dataclasses
         import json
 
         from roll_ma.config.validate import local_gpu_count
+        from roll_ma.config.validate_resources import too_few_gpus_message
 
         print(json.dumps(dataclasses.asdict(cfg), indent=2))
         have = local_gpu_count()
         if cfg.resources.num_gpus > have and not (cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")):
-            print(f"note: config {cfg.name!r} is valid; it runs on {cfg.resources.num_gpus} GPU(s) "
-                  f"(resources.num_gpus) and this machine has {have}", file=sys.stderr)
+            # the same advice a run would give, so --cfg and a run never disagree on the fix
+            print(f"note: config {cfg.name!r} is valid and {too_few_gpus_message(cfg, have)}",
+                  file=sys.stderr)
         return 0
-    from roll_ma.distributed.watchdog import WorkerStalled, WorkerStartError
-    from roll_ma.pipelines import run_pipeline
+    with plain_output():
+        return run(cfg)
+
+
+def run(cfg: Any) -> int:
+    """Run a validated config; every failure is printed as its message (no driver stack), exit code back."""
+    import ray
+
+    from roll_ma.config import ConfigError
+    from roll_ma.error_report import error_prefix, unexpected
+    from roll_ma.errors import PreflightError, RollMaError
+    from roll_ma.run import run_config
+
+    ours = not ray.is_initialized()  # a Ray this run starts is stopped before its error is printed
+
+    def fail(message: Any, code: int) -> int:
+        if ours and ray.is_initialized():  # why: actors' late log lines would otherwise follow the message
+            ray.shutdown()
+        print(f"{error_prefix()} {message}", file=sys.stderr)
+        return code
 
     try:
-        run_pipeline(cfg)
-    except (WorkerStalled, WorkerStartError) as err:  # the message says it all; the driver's stack would not
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        run_config(cfg)
+    except (ConfigError, PreflightError) as err:  # found before anything ran
+        return fail(err, 2)
+    except RollMaError as err:  # the message says what, where and the fix, and names the log file
+        return fail(err, 1)
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+    except Exception as err:  # noqa: BLE001 - an error roll_ma does not know: its short form and a log file
+        return fail(unexpected(err, cfg.trainer.output_dir), 1)
     return 0
+
+
+class PlainStream:
+    """A text stream that drops terminal escapes (colours, cursor moves) on their way to ``stream``."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        from roll_ma.error_report import plain
+
+        self.stream.write(plain(text))
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, encoding, ...
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def plain_output() -> Iterator[None]:
+    """stdout / stderr without terminal escapes where they are not a terminal (a log file, a pipe): Ray's
+    coloured actor prefixes and tracebacks, the progress bars' redraws."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (s if s.isatty() else PlainStream(s) for s in saved)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 if __name__ == "__main__":

@@ -6,9 +6,50 @@ as that one message, without the driver's stack (the full traceback goes to a lo
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class RollMaError(Exception):
-    """Base of roll_ma's user-facing errors: the message says what, where and the fix."""
+    """Base of roll_ma's user-facing errors: the message says what, where and the fix.
+
+    Attributes:
+        details: text for the log file, not the console (e.g. the traceback of the worker that raised).
+        log_path: the log file holding the full traceback, once written (``roll_ma.error_report``); the
+            message then ends with a line naming it.
+    """
+
+    details: str = ""
+    log_path: str | None = None
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}\n  full traceback: {self.log_path}" if self.log_path else text
+
+    def __reduce__(self) -> tuple:
+        # why: Ray pickles a worker's exception to the driver, and the default rebuilds it as cls(*args),
+        # which fails for subclasses whose __init__ takes other arguments than the message
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(cls: type, args: tuple, state: dict[str, Any]) -> RollMaError:
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
+
+class UserCodeError(RollMaError, RuntimeError):
+    """Code a config names (a prompt hook, a team task, a workflow) raised or returned a wrong value.
+
+    Attributes:
+        what: what went wrong, with the value.
+        where: ``file:line in function`` and the config key or agent that names the code.
+        fix: what to change.
+    """
+
+    def __init__(self, what: str, where: str, fix: str):
+        self.what, self.where, self.fix = what, where, fix
+        super().__init__(f"{what}\n  where: {where}\n  fix: {fix}")
 
 
 class PreflightError(RollMaError, ValueError):

@@ -11,6 +11,10 @@
 composed, typed and validated exactly like ``start_pipeline.py`` does (every problem at once, as a
 ``ConfigError``), and the run writes the same outputs (``metrics.jsonl``, checkpoints, plots).
 Returns the metrics of the last step.
+
+A failure the CLI prints as a few lines is raised here as the same typed error (a ``RollMaError``:
+``WorkerError`` for a worker's, ``PreflightError`` for a check before the actors start) whose message
+is those lines; the full traceback is in the log file its last line names (``err.log_path``).
 """
 
 from __future__ import annotations
@@ -27,10 +31,23 @@ from roll_ma.config.schema import RunConfig
 
 def train(config_or_path: str | os.PathLike | Mapping | RunConfig, **overrides: Any) -> dict[str, Any]:
     """Validate the config (with overrides) and run it; returns the final step's metrics."""
-    cfg = resolve_config(config_or_path, **overrides)
+    return run_config(resolve_config(config_or_path, **overrides))
+
+
+def run_config(cfg: RunConfig) -> dict[str, Any]:
+    """Run a validated config; a ``RollMaError`` leaves its full traceback in a log file under
+    ``trainer.output_dir/logs`` and names it in its message (the CLI runs configs through this too)."""
+    from roll_ma.error_report import attach_log
+    from roll_ma.errors import PreflightError, RollMaError
     from roll_ma.pipelines import run_pipeline
 
-    return run_pipeline(cfg)
+    try:
+        return run_pipeline(cfg)
+    except PreflightError:  # raised before anything ran: its message is the whole story
+        raise
+    except RollMaError as err:
+        attach_log(err, cfg.trainer.output_dir)
+        raise
 
 
 def resolve_config(config_or_path: str | os.PathLike | Mapping | RunConfig, **overrides: Any) -> RunConfig:

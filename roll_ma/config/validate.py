@@ -355,9 +355,10 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
             )
     if res.num_gpus == 0:
         if any(res.device_mapping.values()):
-            add(
-                "resources.device_mapping", "GPUs are mapped but resources.num_gpus=0; set resources.num_gpus"
-            )
+            used = sorted({g for gpus in res.device_mapping.values() for g in gpus})
+            add("resources.device_mapping",
+                f"maps roles onto GPUs {used} but resources.num_gpus=0: to run on CPU drop the mapping too "
+                f"('~resources.device_mapping'); to run on GPUs set resources.num_gpus={max(used) + 1}")
         if cfg.model.dtype == "float16":
             add("model.dtype", "float16 needs a GPU; use float32 (or bfloat16) on CPU")
         check_placement(cfg, workers, problems)
@@ -388,11 +389,9 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
     if check_local_gpus and not (res.ray_address or os.environ.get("RAY_ADDRESS")):
         have = local_gpu_count()
         if have < res.num_gpus:
-            add(
-                "resources.num_gpus",
-                f"asks for {res.num_gpus} GPUs but this machine has {have}; "
-                "lower it, or join a cluster with RAY_ADDRESS",
-            )
+            from roll_ma.config.validate_resources import too_few_gpus_message
+
+            add("resources.num_gpus", too_few_gpus_message(cfg, have))
 
 
 def local_gpu_count() -> int:

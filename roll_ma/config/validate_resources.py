@@ -3,6 +3,7 @@ Run with the rest of ``validate`` before any actor starts (Ray's auth: ``roll_ma
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -113,3 +114,36 @@ def attention_heads(path: str, random_weights: bool = False) -> int | None:
     except (ValueError, OSError, KeyError):
         return None
     return None
+
+
+def too_few_gpus_message(cfg: RunConfig, have: int) -> str:
+    """A config asks for more GPUs than this machine has: the fix as one list of overrides that works here
+    (found by validating the config with them), or joining a cluster."""
+    n = cfg.resources.num_gpus
+    overrides, left = fit_to_gpus(cfg, have)
+    here = "this machine's CPU" if have == 0 else f"this machine's {have} GPU{'s' * (have != 1)}"
+    text = (f"asks for {n} GPU{'s' * (n != 1)} but this machine has {have or 'none'}. Run it on a cluster "
+            f"(RAY_ADDRESS=<head>:6379), or on {here} with the overrides: {' '.join(overrides)}")
+    if have == 0:
+        text += " (slow for a large model; the *_tiny configs are made for CPU)"
+    if left:
+        text += "; with those the config still has: " + "; ".join(str(p) for p in left)
+    return text
+
+
+def fit_to_gpus(cfg: RunConfig, gpus: int) -> tuple[list[str], list[ConfigProblem]]:
+    """The overrides that fit ``cfg`` onto ``gpus`` local GPUs (0: CPU), and the problems left with them."""
+    from roll_ma.config.validate import validate
+
+    trial = copy.deepcopy(cfg)
+    overrides = [f"resources.num_gpus={gpus}"]
+    trial.resources.num_gpus = gpus
+    if trial.resources.device_mapping:  # the default placement of every role onto the GPUs there are
+        overrides.append("'~resources.device_mapping'")
+        trial.resources.device_mapping = {}
+    left = validate(trial, check_env=False, check_local_gpus=False)
+    if gpus == 0 and any(p.key == "model.dtype" for p in left):
+        overrides.append("model.dtype=float32")
+        trial.model.dtype = "float32"
+        left = validate(trial, check_env=False, check_local_gpus=False)
+    return overrides, left

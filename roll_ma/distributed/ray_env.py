@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 from roll_ma.distributed.resources import usable_cpus
@@ -67,6 +68,9 @@ def init_ray(
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not all(getattr(s, "isatty", lambda: False)() for s in (sys.stdout, sys.stderr)):
+        # actors' lines go to a file or pipe: Ray's coloured "(Actor pid=...)" prefixes would be escapes there
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     if ray.is_initialized():
         return ray.cluster_resources()
     address = ray_address(address)

@@ -26,16 +26,20 @@ from typing import Any
 
 from roll_ma.distributed import activity
 from roll_ma.distributed.activity import Report
+from roll_ma.errors import RollMaError
 
 START_TIMEOUT_KEY = "resources.actor_start_timeout_s"
 STALL_TIMEOUT_KEY = "trainer.stall_timeout_s"
 
 
-class WorkerError(RuntimeError):
-    """An exception inside an actor, re-raised in the driver with the role, rank and actor traceback."""
+class WorkerError(RollMaError, RuntimeError):
+    """An exception inside an actor, re-raised in the driver: a few lines naming the role, rank and method,
+    what failed and where; the actor's traceback is in ``details`` (the log file's part)."""
 
-    def __init__(self, role: str, rank: int, method: str, detail: str, message: str | None = None):
+    def __init__(self, role: str, rank: int, method: str, detail: str, message: str | None = None,
+                 details: str = ""):
         self.role, self.rank, self.method = role, rank, method
+        self.details = details
         super().__init__(message or f"{role} worker rank {rank} failed in {method}():\n{detail}")
 
 
@@ -197,6 +201,43 @@ def _result(role: str, rank: int, method: str, ref: Any) -> Any:
     try:
         return ray.get(ref)
     except RayTaskError as err:
-        raise WorkerError(role, rank, method, str(err)) from None
+        # str(err): the actor's traceback less Ray's own frames (the raised copy has no traceback_str)
+        raise task_failure(role, rank, method, getattr(err, "cause", None), str(err)) from None
     except RayActorError as err:
-        raise WorkerError(role, rank, method, f"the actor died: {err}") from None
+        raise actor_failure(role, rank, method, str(err), err.actor_init_failed) from None
+
+
+def task_failure(role: str, rank: int, method: str, cause: BaseException | None, tb: str) -> WorkerError:
+    """The driver's error for an exception an actor's method raised (``cause``, with its traceback text)."""
+    from roll_ma.error_report import plain, summarize
+
+    tb = plain(tb)
+    if isinstance(cause, WorkerError):  # the actor's own call into another worker failed: that one is named
+        via = f"---- re-raised by {role} worker rank {rank} in {method}() ----"
+        cause.details = f"{cause.details}\n{via}\n{tb}"
+        return cause
+    header = f"{role} worker rank {rank} failed in {method}()"
+    if isinstance(cause, RollMaError):  # its message already says what, where and the fix
+        message = f"{header}: {Exception.__str__(cause)}"
+        details = "\n".join(filter(None, [cause.details, tb]))
+        return WorkerError(role, rank, method, "", message, details=details)
+    known = cause is not None and not type(cause).__module__.startswith("ray.")  # not Ray's stand-in
+    text = f"{type(cause).__name__}: {cause}" if known else ""
+    return WorkerError(role, rank, method, "", summarize(header, text, tb), details=tb)
+
+
+def actor_failure(role: str, rank: int, method: str, text: str, in_init: bool) -> WorkerError:
+    """The driver's error for an actor that died: in ``__init__`` (``in_init``: ``text`` holds its
+    traceback), or later (killed, out of memory, its node lost)."""
+    from roll_ma.error_report import plain, short, summarize
+
+    text = plain(text)
+    if in_init:
+        header = f"{role} worker rank {rank} failed to start (its __init__ raised)"
+        return WorkerError(role, rank, method, "", summarize(header, "", text), details=text)
+    said = [ln.strip() for ln in text.strip().splitlines() if ln.strip() and not ln.startswith("\t")]
+    message = (f"{role} worker rank {rank} died in {method}(): {short(' '.join(said) or 'no reason given')}\n"
+               f"  where: the actor's process (its logs: {activity.logs_dir()})\n"
+               "  fix: a process killed without a Python error is most often out of memory (dmesg, `ray "
+               "memory`); the log file below has Ray's full report")
+    return WorkerError(role, rank, method, "", message, details=text)

@@ -20,12 +20,17 @@ from numbers import Real
 from typing import Any
 
 from roll_ma.envs.base import MultiAgentEnv, StepResult, Turn
+from roll_ma.errors import UserCodeError
 from roll_ma.workers.hooks import AgentHooks, load_hooks
 
 DEFAULT_TASK = "roll_ma.envs.team_math:MathTask"
 
 
-class TaskError(RuntimeError):
+TASK_PROTOCOL = ("reset(problem) -> obs: str; step(actions, ground_truth) -> (obs: str, reward: float, "
+                 "done: bool)")
+
+
+class TaskError(UserCodeError):
     """The task (env.path) raised or returned something of the wrong type."""
 
 
@@ -55,6 +60,7 @@ class TeamEnv(MultiAgentEnv):
         task_path: ``env.path`` (None: the built-in math task).
         max_assistant_turns: agent turns per episode, a multiple of the team size (None: one round).
         tokenizer: the model's tokenizer (the env worker gives it; config checks build the env without).
+        vocab_size: the model's vocabulary size (the env worker gives it): hooks must return ids below it.
         seat_agents: agent name per seat (default: the agents in order).
         problems, synthetic_level: where ``reset`` draws a problem when it gets none.
         **task_kwargs: ``env.kwargs``, the task's constructor arguments.
@@ -63,7 +69,7 @@ class TeamEnv(MultiAgentEnv):
     takes_response_ids = True
 
     def __init__(self, *, agent_configs: list[Any] | None = None, task_path: str | None = None,
-                 max_assistant_turns: int | None = None, tokenizer: Any = None,
+                 max_assistant_turns: int | None = None, tokenizer: Any = None, vocab_size: int | None = None,
                  seat_agents: list[str] | None = None, problems: list[dict] | None = None,
                  synthetic_level: int = 2, **task_kwargs: Any):
         configs = list(agent_configs or [])
@@ -75,6 +81,8 @@ class TeamEnv(MultiAgentEnv):
         by_name = {a.name: a for a in configs}
         self.hooks: dict[str, AgentHooks] = {
             n: load_hooks(by_name[n]) if n in by_name else AgentHooks(n) for n in self.seat_agents}
+        for hooks in self.hooks.values():
+            hooks.vocab_size = vocab_size
         turns = max_assistant_turns or self.num_players
         if turns % self.num_players:
             raise ValueError(f"env.max_assistant_turns={turns} is not a multiple of the team size "
@@ -138,8 +146,8 @@ class TeamEnv(MultiAgentEnv):
         if callable(extra):
             values = self._task_call("metrics")
             if not isinstance(values, dict):
-                raise TaskError(f"{self.task_spec}: metrics() returned {type(values).__name__} {values!r}; "
-                                "it must return a dict of numbers")
+                shown = f"{type(values).__name__} {values!r}"
+                raise self._wrong_return("metrics", shown, "a dict of numbers")
             out.update({str(k): float(v) for k, v in values.items()})
         return out
 
@@ -162,23 +170,35 @@ class TeamEnv(MultiAgentEnv):
                     prompt_ids=prompt_ids)
 
     def _task_call(self, method: str, *args: Any) -> Any:
+        from roll_ma.error_report import raise_location
+
+        fn = getattr(self.task, method)
         try:
-            return getattr(self.task, method)(*args)
+            return fn(*args)
         except Exception as err:
-            raise TaskError(f"{self.task_spec}: {method}() raised {type(err).__name__}: {err}") from err
+            file = getattr(getattr(fn, "__code__", None), "co_filename", None)
+            raise TaskError(f"the task {self.task_spec} (env.path): {method}() raised {type(err).__name__}: "
+                            f"{err}", raise_location(err, file),
+                            f"correct {method}() at that line (the log file has the full traceback); a task "
+                            f"has {TASK_PROTOCOL}") from err
+
+    def _wrong_return(self, method: str, shown: str, expected: str) -> TaskError:
+        from roll_ma.error_report import code_location
+
+        return TaskError(f"the task {self.task_spec} (env.path): {method}() returned {shown}; it must return "
+                         f"{expected}", code_location(getattr(self.task, method)),
+                         f"make {method}() return {expected}")
 
     def _check_obs(self, obs: Any, method: str) -> str:
         if not isinstance(obs, str):
-            raise TaskError(f"{self.task_spec}: {method}() returned {type(obs).__name__} {obs!r} as the "
-                            "observation; it must be a str")
+            raise self._wrong_return(method, f"{type(obs).__name__} {obs!r} as the observation", "a str")
         return obs
 
     def _check_step(self, out: Any) -> tuple[str, float, bool]:
         ok = (isinstance(out, tuple) and len(out) == 3 and isinstance(out[1], Real)
               and isinstance(out[2], (bool, int)))
         if not ok:
-            raise TaskError(f"{self.task_spec}: step() returned {out!r}; it must return (obs: str, reward: "
-                            "float, done: bool)")
+            raise self._wrong_return("step", repr(out), "(obs: str, reward: float, done: bool)")
         return self._check_obs(out[0], "step"), float(out[1]), bool(out[2])
 
     def _draw_problem(self, seed: int) -> dict:

@@ -183,6 +183,11 @@ class VLLMInferStrategy:
                 kwargs["lora_target_modules"] = targets
         if not self.on_cpu:
             kwargs["enable_sleep_mode"] = True
+        else:
+            # why: a prompt prefilled in chunks has its sample of each unfinished chunk discarded, and vLLM
+            # rewinds a seeded row's generator with set_offset, which CPU generators lack ("CPU Generator
+            # does not use offset", then EngineDeadError); whole prompts per step never rewind
+            kwargs["enable_chunked_prefill"] = False
         if self.rollout_cfg.tensor_parallel > 1:
             # the engine's shards run as child processes of this actor, on the GPUs Ray gave it (its bundle
             # holds tensor_parallel GPUs of one node); vLLM's Ray executor would ask Ray for GPUs again

@@ -50,6 +50,21 @@ def env_kwargs(env_cfg: EnvConfig, agents: list[AgentConfig], seats: list[str] |
     return kwargs
 
 
+def model_vocab_size(model_cfg: ModelConfig) -> int | None:
+    """The model's vocabulary size (its embedding rows: a larger id fails deep in torch); None when its
+    config cannot be read here."""
+    from transformers import AutoConfig
+
+    from roll_ma.models.loading import resolve_model_path
+
+    try:
+        config = AutoConfig.from_pretrained(resolve_model_path(model_cfg.path),
+                                            trust_remote_code=model_cfg.trust_remote_code)
+        return int(config.get_text_config().vocab_size)
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        return None
+
+
 def sample_seed(episode_id: str, turn: int) -> int:
     """A per-row sampling seed that does not depend on how rows are batched or split."""
     return zlib.crc32(f"{episode_id}/{turn}".encode()) & 0x7FFFFFFF
@@ -110,6 +125,8 @@ class EnvWorker(Worker):
         self._reset_takes_problem = "problem" in inspect.signature(self.env_cls.reset).parameters
         # team envs build their prompts as token ids, with the model's tokenizer
         self._env_takes_tokenizer = "tokenizer" in inspect.signature(self.env_cls.__init__).parameters
+        takes_vocab = "vocab_size" in inspect.signature(self.env_cls.__init__).parameters
+        self._vocab_size = model_vocab_size(model_cfg) if takes_vocab else None
         # why opt-in: tokenizing every legal action of every turn costs time that only the
         # action entropy bonus (study.action_entropy_coef) needs
         self.action_choices = action_choices
@@ -162,6 +179,8 @@ class EnvWorker(Worker):
         kwargs = env_kwargs(self.env_cfg, self.agents, seat_map)
         if self._env_takes_tokenizer:
             kwargs["tokenizer"] = self.tokenizer
+        if self._vocab_size is not None:
+            kwargs["vocab_size"] = self._vocab_size
         episodes = []
         for spec in specs:
             env = make_env(self.env_cfg.name, **kwargs)

@@ -12,8 +12,9 @@ A hook file (``path/to/file.py``, or a dotted module) defines one or both of::
 
 with the keyword arguments from the agent's config. A missing one keeps the default: the prompt is
 the chat template of (system prompt, observation + context), the context grows by the response.
-A hook that raises or returns anything but a list of token ids stops the run naming the file, the
-function and the value; a missing file or function is refused when the config is checked.
+A hook that raises, returns anything but a list of token ids, or returns an id outside the tokenizer's
+vocabulary stops the run with ``HookError`` naming the agent, the file and line, the function and the
+value; a missing file or function is refused when the config is checked.
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from roll_ma.errors import UserCodeError
+
 HOOK_NAMES = ("pre_process", "post_process")
+RETURNS = {"pre_process": "the prompt this agent generates from", "post_process": "the team context the next "
+           "agent reads"}
 
 
-class HookError(RuntimeError):
-    """A hook raised or returned something that is not a list of token ids."""
+class HookError(UserCodeError):
+    """A hook raised, or returned something that is not a list of token ids of the tokenizer's vocabulary."""
 
 
 def default_pre_process(tokenizer: Any, prompt_ids: list[int], obs_ids: list[int],
@@ -44,16 +49,18 @@ def default_post_process(tokenizer: Any, prompt_ids: list[int], response_ids: li
     return list(prompt_ids) + list(response_ids)
 
 
-def _token_ids(value: Any, where: str) -> list[int]:
-    """``value`` as a list of ints (a list, tuple, 1-D tensor or array of them), else HookError."""
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _token_ids(value: Any) -> list[int] | None:
+    """``value`` as a list of ints (a list, tuple, 1-D tensor or array of them), else None."""
     if hasattr(value, "tolist") and not isinstance(value, (list, tuple)):
         value = value.tolist()
     if isinstance(value, (list, tuple)) and all(type(t) is int for t in value):
         return list(value)
-    shown = repr(value)
-    shown = shown if len(shown) <= 200 else shown[:200] + "..."
-    raise HookError(f"{where} returned {type(value).__name__} {shown}; it must return a list of token ids "
-                    "(ints)")
+    return None
 
 
 @dataclass
@@ -66,6 +73,7 @@ class AgentHooks:
         pre, post: the hook functions (the defaults where the source defines none).
         pre_kwargs, post_kwargs: their keyword arguments from the config.
         obs_with_env: whether this agent reads the env's observation.
+        vocab_size: the model's vocabulary (ids must be below it; None: unchecked), set by the env.
     """
 
     agent: str
@@ -75,14 +83,41 @@ class AgentHooks:
     pre_kwargs: dict[str, Any] = field(default_factory=dict)
     post_kwargs: dict[str, Any] = field(default_factory=dict)
     obs_with_env: bool = True
+    vocab_size: int | None = None
 
-    def _call(self, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> list[int]:
-        where = f"agent {self.agent!r}: {name}" + (f" of {self.source}" if self.source else "")
+    def _call(self, fn: Callable[..., Any], name: str, tokenizer: Any, *args: Any,
+              **kwargs: Any) -> list[int]:
+        from roll_ma.error_report import code_location, raise_location
+
+        what = f"agent {self.agent!r}: {name}" + (f" of {self.source}" if self.source else "")
+        file = getattr(getattr(fn, "__code__", None), "co_filename", None)
         try:
-            out = fn(*args, **kwargs)
+            out = fn(tokenizer, *args, **kwargs)
         except Exception as err:
-            raise HookError(f"{where} raised {type(err).__name__}: {err}") from err
-        return _token_ids(out, where)
+            raise HookError(f"{what} raised {type(err).__name__}: {err}", raise_location(err, file),
+                            f"correct {name} at that line (the log file has the full traceback)"
+                            + self._or_default()) from err
+        ids = _token_ids(out)
+        if ids is None:
+            raise HookError(f"{what} returned {type(out).__name__} {_shown(out)}; it must return a list of "
+                            "token ids (ints)", code_location(fn),
+                            f"return {RETURNS[name]} as token ids, e.g. tokenizer.encode(text, "
+                            "add_special_tokens=False)" + self._or_default())
+        vocab = self.vocab_size
+        bad = [(i, t) for i, t in enumerate(ids) if t < 0 or (vocab is not None and t >= vocab)]
+        if bad:  # why here: the model would fail on it later, deep in torch, without naming the hook
+            pos, tok = bad[0]
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            ids_range = f"0..{vocab - 1}" if vocab else "0 and up"
+            raise HookError(f"{what} returned token id {tok} at position {pos}{more}, outside the "
+                            f"model's vocabulary (ids {ids_range})", code_location(fn),
+                            "return ids of the tokenizer the hook is given (tokenizer.encode(text, "
+                            "add_special_tokens=False)), not ids of another tokenizer or arithmetic on ids"
+                            + self._or_default())
+        return ids
+
+    def _or_default(self) -> str:
+        return "; or remove the agent's process to use the default prompt" if self.source else ""
 
     def prompt(self, tokenizer: Any, context_ids: list[int], obs_ids: list[int]) -> list[int]:
         """This agent's prompt ids from the team context and the observation (``pre_process``)."""

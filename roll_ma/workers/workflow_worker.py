@@ -22,6 +22,7 @@ from typing import Any
 from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
 from roll_ma.distributed.progress import progress_bar
 from roll_ma.distributed.worker import Dispatch, Worker, register, share_of
+from roll_ma.errors import UserCodeError
 from roll_ma.protocol import DataProto
 from roll_ma.workers.env_worker import EpisodeSpec, sample_seed
 from roll_ma.workers.prompts import encode_chat
@@ -30,8 +31,9 @@ from roll_ma.workers.turn_samples import collate_turns
 logger = logging.getLogger(__name__)
 
 
-class WorkflowError(RuntimeError):
-    """A workflow raised (env.on_workflow_error=raise); the message names its file and line."""
+class WorkflowError(UserCodeError):
+    """A workflow raised (env.on_workflow_error=raise); the message names its file and line, ``details``
+    holds its traceback."""
 
 
 class WorkflowWorker(Worker):
@@ -115,11 +117,14 @@ class WorkflowWorker(Worker):
         failures = [ep.failure for ep in episodes if ep.failure is not None]
         if failures and self.env_cfg.on_workflow_error == "raise":
             first = failures[0]
-            raise WorkflowError(
-                f"workflow {self.workflow.spec} raised {first.error}\n  at {first.location} "
-                f"(episode {first.episode_id}); set env.on_workflow_error=skip to count such episodes as "
-                f"failed and go on\n{first.traceback}"
+            error = WorkflowError(
+                f"workflow {self.workflow.spec} (env.workflow) raised {first.error}",
+                f"{first.location} (episode {first.episode_id})",
+                "correct the workflow at that line (the log file has the full traceback), or set "
+                "env.on_workflow_error=skip to count such episodes as failed and go on",
             )
+            error.details = first.traceback
+            raise error
         for failure in failures:
             logger.warning(
                 "workflow episode %s failed at %s: %s", failure.episode_id, failure.location, failure.error

@@ -50,7 +50,7 @@ def test_gpu_configs_only_miss_the_gpu_on_this_machine(name, monkeypatch):
         ],
     )
     monkeypatch.setattr(validate_module, "local_gpu_count", lambda: 0)
-    assert any("asks for 1 GPUs but this machine has 0" in p for p in problems_of(name))
+    assert any("asks for 1 GPU but this machine has none" in p for p in problems_of(name))
 
 
 def test_every_problem_is_reported_at_once():

@@ -56,6 +56,14 @@ class EchoWorker(Worker):
         if self.rank == 1:
             raise ValueError("bad input on purpose")
 
+    @register(Dispatch.ONE_TO_ALL)
+    def fail_in_user_code(self) -> None:
+        from roll_ma.workers.hooks import HookError
+
+        if self.rank == 1:
+            raise HookError("agent 'a': pre_process of /h.py returned str 'x'", "/h.py:1 in pre_process",
+                            "ids")
+
 
 @pytest.fixture(scope="module")
 def cluster(ray_session):
@@ -136,12 +144,24 @@ def test_rank_zero_and_non_blocking(cluster):
     assert pending.get().batch["y"].tolist() == [3.0] * 4
 
 
-def test_actor_exception_names_role_rank_and_traceback(cluster):
+def test_actor_exception_is_a_few_lines_naming_role_rank_and_where(cluster):
     with pytest.raises(WorkerError) as err:
         cluster.fail_on_rank_one()
-    text = str(err.value)
-    assert "echo worker rank 1 failed in fail_on_rank_one()" in text
-    assert "ValueError: bad input on purpose" in text and "test_distributed.py" in text
+    lines = str(err.value).splitlines()
+    assert lines[0] == "echo worker rank 1 failed in fail_on_rank_one(): ValueError: bad input on purpose"
+    assert lines[1].startswith(f"  where: {__file__}:") and lines[1].endswith(" in fail_on_rank_one")
+    assert lines[2].startswith("  fix: ") and len(lines) == 3 and "\x1b[" not in str(err.value)
+    assert "test_distributed.py" in err.value.details and "Traceback" not in str(err.value)  # the log's part
+
+
+def test_a_user_code_error_crosses_ray_whole(cluster):
+    with pytest.raises(WorkerError) as err:
+        cluster.fail_in_user_code()
+    assert str(err.value).splitlines() == [
+        "echo worker rank 1 failed in fail_in_user_code(): agent 'a': pre_process of /h.py returned str 'x'",
+        "  where: /h.py:1 in pre_process",
+        "  fix: ids",
+    ]
 
 
 def test_unknown_method_is_a_clear_error(cluster):

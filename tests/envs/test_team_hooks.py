@@ -52,6 +52,10 @@ def files(tmp_path_factory):
         def post_process(tokenizer, prompt_ids, response_ids):
             raise ZeroDivisionError("boom")
     '''))
+    (root / "far_ids.py").write_text(textwrap.dedent('''
+        def pre_process(tokenizer, prompt_ids, obs_ids):
+            return list(obs_ids) + [100000]
+    '''))
     return root
 
 
@@ -147,26 +151,72 @@ def test_bad_hooks_stop_the_run_naming_file_function_and_value(files, tokenizer)
     from roll_ma.workers.hooks import HookError
 
     bad_pre = [AgentConfig(name="reasoner", process=str(files / "bad_pre.py"))]
-    with pytest.raises(HookError, match=r"pre_process of .*bad_pre.py returned str 'not ids'"):
+    with pytest.raises(HookError) as err:
         _env(tokenizer, bad_pre).reset(0, problem={"problem": "1", "answer": "1"})
+    assert str(err.value).splitlines() == [
+        f"agent 'reasoner': pre_process of {files / 'bad_pre.py'} returned str 'not ids'; it must return a "
+        "list of token ids (ints)",
+        f"  where: {files / 'bad_pre.py'}:2 in pre_process",  # the hook's def line: the value came from it
+        "  fix: return the prompt this agent generates from as token ids, e.g. tokenizer.encode(text, "
+        "add_special_tokens=False); or remove the agent's process to use the default prompt",
+    ]
     env = _env(tokenizer, [AgentConfig(name="reasoner", process=str(files / "bad_post.py"))])
     env.reset(0, problem={"problem": "1", "answer": "1"})  # the default pre_process
-    with pytest.raises(HookError, match=r"post_process of .*bad_post.py raised ZeroDivisionError: boom"):
+    with pytest.raises(HookError) as err:
         env.step("x")
+    assert str(err.value).splitlines() == [
+        f"agent 'reasoner': post_process of {files / 'bad_post.py'} raised ZeroDivisionError: boom",
+        f"  where: {files / 'bad_post.py'}:3 in post_process",  # the line that raised
+        "  fix: correct post_process at that line (the log file has the full traceback); or remove the "
+        "agent's process to use the default prompt",
+    ]
 
 
-@pytest.mark.parametrize("bad, match", [("type", r"step\(\) returned \('obs', 'one', False\)"),
-                                        ("raise", r"step\(\) raised KeyError")])
-def test_bad_task_stops_the_run_naming_file_and_value(files, tokenizer, bad, match):
+def test_a_hook_returning_ids_outside_the_vocabulary_is_named_before_the_model_sees_them(files, tokenizer):
+    from roll_ma.workers.hooks import HookError
+
+    env = _env(tokenizer, [AgentConfig(name="reasoner", process=str(files / "far_ids.py"))], vocab_size=512)
+    with pytest.raises(HookError) as err:
+        env.reset(0, problem={"problem": "1", "answer": "1"})
+    lines = str(err.value).splitlines()
+    n = len(tokenizer.encode("Problem: 1", add_special_tokens=False))  # the observation's ids come first
+    assert lines[0] == (f"agent 'reasoner': pre_process of {files / 'far_ids.py'} returned token id 100000 "
+                        f"at position {n}, outside the model's vocabulary (ids 0..511)")
+    assert lines[1] == f"  where: {files / 'far_ids.py'}:2 in pre_process"
+    assert lines[2].startswith("  fix: return ids of the tokenizer the hook is given (tokenizer.encode(text")
+
+
+def test_the_env_worker_gives_team_envs_the_models_vocabulary(tiny_model_dir):
+    from roll_ma.workers.env_worker import EnvWorker
+
+    worker = EnvWorker("env", 0, 1, None, EnvConfig(name="marft"), ModelConfig(path=tiny_model_dir),
+                       [AgentConfig(name="solo")], ["solo"], RolloutConfig(), seed=0)
+    from transformers import AutoConfig
+
+    assert worker._vocab_size == AutoConfig.from_pretrained(tiny_model_dir).vocab_size
+
+
+@pytest.mark.parametrize("bad, what, where", [
+    ("type", "step() returned ('obs', 'one', False); it must return (obs: str, reward: float, done: bool)",
+     "in step"),
+    ("raise", "step() raised KeyError: 'no such answer'", "in step"),
+])
+def test_bad_task_stops_the_run_naming_file_and_value(files, tokenizer, bad, what, where):
     from roll_ma.envs.team import TaskError
 
-    env = _env(tokenizer, _agents(files, process=False), task_path=f"{files / 'task.py'}:TwoRounds",
-               bad=bad)
+    spec = f"{files / 'task.py'}:TwoRounds"
+    env = _env(tokenizer, _agents(files, process=False), task_path=spec, bad=bad)
     env.reset(0, problem={"problem": "1", "answer": "1"})
     env.step("a")
-    with pytest.raises(TaskError, match=match) as err:
+    with pytest.raises(TaskError) as err:
         env.step("b")
-    assert "task.py" in str(err.value)
+    lines = str(err.value).splitlines()
+    assert lines[0] == f"the task {spec} (env.path): {what}"
+    source = (files / "task.py").read_text().splitlines()
+    line = (next(i for i, t in enumerate(source, 1) if "raise KeyError" in t) if bad == "raise"
+            else next(i for i, t in enumerate(source, 1) if "def step" in t))
+    assert lines[1] == f"  where: {files / 'task.py'}:{line} {where}"
+    assert lines[2].startswith("  fix: ") and "step" in lines[2] and len(lines) == 3
 
 
 def test_missing_hook_file_or_task_is_refused_before_actors_start(files):

@@ -190,8 +190,12 @@ def test_a_raising_workflow_stops_a_real_run_naming_its_file_and_line(ray_sessio
     }
     with pytest.raises(WorkerError) as err:  # the env worker's WorkflowError, re-raised by the driver
         roll_ma.train(config)
-    assert "WorkflowError: workflow" in str(err.value)
-    assert f"{flows}:{line} in run" in str(err.value) and "KeyError: 'no such thing'" in str(err.value)
+    lines = str(err.value).splitlines()
+    assert lines[0] == (f"env worker rank 0 failed in run_episodes(): workflow {flows}:Broken (env.workflow) "
+                        "raised KeyError: 'no such thing'")
+    assert lines[1].startswith(f"  where: {flows}:{line} in run (episode ")
+    assert "env.on_workflow_error=skip" in lines[2] and len(lines) == 4  # the last: the log file
+    assert f'File "{flows}", line {line}, in run' in Path(err.value.log_path).read_text()
     assert (
         not (tmp_path / "out" / "metrics.jsonl").exists()
         or read_metrics(tmp_path / "out" / "metrics.jsonl") == []

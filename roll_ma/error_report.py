@@ -1,0 +1,173 @@
+"""A failure as the console shows it (a few lines: what, where, the fix) and as its log file keeps it.
+
+Workers' exceptions reach the driver as ``WorkerError`` (``distributed/watchdog.py``), built from the
+actor's traceback text with ``summarize``; the CLI and ``roll_ma.train`` then write the full tracebacks
+(the driver's and the workers') to ``<trainer.output_dir>/logs/error_<time>.log`` with ``attach_log``,
+and the message ends with that path. Nothing here prints colour codes: ``plain`` strips Ray's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import os
+import re
+import sys
+import sysconfig
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from roll_ma.errors import RollMaError
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_FRAME = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
+MAX_WHAT_LINES = 3
+MAX_LINE_CHARS = 300
+UNKNOWN_FIX = ("the log file below has the full traceback; an error in the config's own files is yours to "
+               "fix there, one inside roll_ma's code is a bug to report with that file")
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} in {self.function}"
+
+    @property
+    def in_library(self) -> bool:
+        """Installed packages and the standard library: rarely where the fix is."""
+        path = os.path.realpath(self.file)
+        return ("site-packages" in path or "dist-packages" in path or path.startswith(_STDLIB)
+                or self.file.startswith("<"))
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal escape codes (Ray colours the actor name of a traceback)."""
+    return _ANSI.sub("", text)
+
+
+def parse_traceback(text: str) -> tuple[list[Frame], str]:
+    """(the frames, outermost first; the final exception's text) of a formatted traceback."""
+    lines = plain(text).strip("\n").splitlines()
+    frames, last, indent = [], -1, 0
+    for i, line in enumerate(lines):
+        m = _FRAME.match(line)
+        if m:
+            frames.append(Frame(m["file"], int(m["line"]), m["fn"].strip()))
+            last, indent = i, len(m["indent"])
+    tail = lines[last + 1:]
+    while tail and (not tail[0].strip() or len(tail[0]) - len(tail[0].lstrip()) > indent):
+        tail = tail[1:]  # the last frame's source line and its ^^^^ markers
+    return frames, "\n".join(tail).strip()
+
+
+def where_of(frames: list[Frame]) -> str:
+    """The innermost frame, and the innermost one outside libraries when the error came from a library."""
+    if not frames:
+        return "unknown (no traceback)"
+    inner = frames[-1]
+    own = [f for f in frames if not f.in_library]
+    if inner.in_library and own:
+        return f"{inner}, called from {own[-1]}"
+    return str(inner)
+
+
+def short(text: str) -> str:
+    """At most a few lines of ``text``, each cut to a readable length."""
+    lines = [ln if len(ln) <= MAX_LINE_CHARS else ln[:MAX_LINE_CHARS] + "..." for ln in text.splitlines()]
+    more = len(lines) - MAX_WHAT_LINES
+    return "\n".join(lines[:MAX_WHAT_LINES] + ([f"  ... ({more} more lines in the log)"] if more > 0 else []))
+
+
+def summarize(header: str, exception_text: str, traceback_text: str, fix: str = UNKNOWN_FIX) -> str:
+    """The console form of an exception that is not a ``RollMaError``: what (its type and message), where
+    (from the traceback), the fix."""
+    frames, final = parse_traceback(traceback_text)
+    what = short(exception_text or final or "(no message)")
+    return f"{header}: {what}\n  where: {where_of(frames)}\n  fix: {fix}"
+
+
+def code_location(fn: Any) -> str:
+    """``file:line in name`` of a function or method's definition (where a wrong return value comes from)."""
+    fn = inspect.unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return getattr(fn, "__qualname__", repr(fn))
+    return f"{code.co_filename}:{code.co_firstlineno} in {code.co_name}"
+
+
+def raise_location(err: BaseException, file: str | None = None) -> str:
+    """``file:line in function``: the deepest frame of ``err``'s traceback in ``file``, else its deepest."""
+    frames = traceback.extract_tb(err.__traceback__)
+    target = os.path.realpath(file) if file else None
+    own = [f for f in frames if target and os.path.realpath(f.filename) == target]
+    frame = own[-1] if own else (frames[-1] if frames else None)
+    return f"{frame.filename}:{frame.lineno} in {frame.name}" if frame else "unknown (no traceback)"
+
+
+def log_dir(output_dir: str | os.PathLike | None) -> Path:
+    """Where error logs go: ``<output_dir>/logs`` (the system temp dir when that cannot be written)."""
+    if output_dir:
+        path = Path(output_dir) / "logs"
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        except OSError:
+            pass
+    return Path(tempfile.gettempdir())
+
+
+def write_log(err: BaseException, directory: str | os.PathLike) -> Path:
+    """The log file of ``err``: its message, the driver's traceback and the workers' (``details``)."""
+    now = datetime.datetime.now()
+    path = Path(directory) / f"error_{now:%Y%m%d_%H%M%S}_{os.getpid()}.log"
+    message = Exception.__str__(err) if isinstance(err, RollMaError) else f"{type(err).__name__}: {err}"
+    driver = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    parts = [
+        f"roll_ma error, {now.isoformat(timespec='seconds')}",
+        f"command: {' '.join(sys.argv)}",
+        f"cwd: {os.getcwd()}",
+        "",
+        message,
+        "",
+        "---- traceback in the driver ----",
+        driver,
+    ]
+    details = getattr(err, "details", "")
+    if details:
+        parts += ["---- traceback in the worker(s) ----", details]
+    path.write_text(plain("\n".join(parts)) + "\n")
+    return path
+
+
+def attach_log(err: RollMaError, output_dir: str | os.PathLike | None) -> RollMaError:
+    """Write ``err``'s log file (once) and name it in the message."""
+    if err.log_path is None:
+        err.log_path = str(write_log(err, log_dir(output_dir)))
+    return err
+
+
+class UnexpectedError(RollMaError):
+    """An exception roll_ma does not know, in the driver: its short form (the CLI prints it)."""
+
+
+def unexpected(err: BaseException, output_dir: str | os.PathLike | None) -> UnexpectedError:
+    """The short form of an unknown exception raised in the driver, with its log file written."""
+    text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    out = UnexpectedError(summarize("the run failed", f"{type(err).__name__}: {err}", text))
+    out.log_path = str(write_log(err, log_dir(output_dir)))
+    return out
+
+
+def error_prefix(stream: Any = None) -> str:
+    """'error:', in red only on a terminal (and never with NO_COLOR set)."""
+    stream = stream or sys.stderr
+    tty = getattr(stream, "isatty", lambda: False)()
+    return "\x1b[31merror:\x1b[0m" if tty and not os.environ.get("NO_COLOR") else "error:"
