@@ -114,6 +114,6 @@ def test_cuda_varlen_kernel_equals_per_row_sdpa_forward_and_backward():
     want = _per_row_sdpa(*(t[0].transpose(0, 1) for t in (q, k, v)), cu, None)[None]
     want.float().square().sum().backward()
     torch.testing.assert_close(out.float(), want.float(), rtol=2e-2, atol=2e-2)
-    for g, t in zip(grads, (q, k, v)):  # bf16 gradients: a few elements differ by a rounding step (0.09 of ~3)
+    for g, t in zip(grads, (q, k, v)):  # bf16: a few elements differ by a rounding step (0.09 of ~3)
         relative = (g.float() - t.grad.float()).norm() / t.grad.float().norm()
         assert relative < 1e-2, float(relative)
