@@ -22,7 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from roll_ma.config.typed import suggest
 from roll_ma.data.loader import Row, RowProblem, bad_rows_error, in_file_order, read_located_rows
+
+MESSAGE_ROLES = ("system", "user", "assistant", "tool")  # what chat templates (Qwen, Llama, TRL data) render
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,10 @@ class _Row:
             role = m.get("role")
             if not isinstance(role, str) or not role.strip():
                 self.bad(f"{field}[{i}].role", "missing" if role is None else "must be a role name (text)")
+                ok = False
+            elif role not in MESSAGE_ROLES:  # chat templates render these; another role is a typo or lost
+                self.bad(f"{field}[{i}].role", f"is {role!r}; a message's role is one of "
+                                               f"{', '.join(MESSAGE_ROLES)}{suggest(role, MESSAGE_ROLES)}")
                 ok = False
             content = m.get("content")
             if content is None or not isinstance(content, str):

@@ -91,6 +91,19 @@ def test_an_unknown_role_is_named_with_its_line_counted_from_1(tmp_path, no_ray)
     ]
 
 
+def test_a_message_role_no_chat_template_renders_is_named(tmp_path, no_ray):
+    path = write_jsonl(tmp_path / "pairs.jsonl", [
+        {"role": "actor", "prompt": [{"role": "usr", "content": "1+1?"}], "chosen": "2", "rejected": "3"},
+        {"role": "actor", "prompt": [{"role": "wizard", "content": "1+1?"}], "chosen": "2", "rejected": "3"},
+        {"role": "actor", "prompt": [{"role": "user", "content": "1+1?"}], "chosen": "2", "rejected": "3"},
+    ])
+    assert problems_of(phase_config(tmp_path, "dpo", path)) == [
+        f"{path}:1: prompt[0].role: is 'usr'; a message's role is one of system, user, assistant, tool "
+        "(did you mean 'user'?)",
+        f"{path}:2: prompt[0].role: is 'wizard'; a message's role is one of system, user, assistant, tool",
+    ]
+
+
 def test_every_bad_row_is_counted_and_the_first_20_are_listed(tmp_path, no_ray):
     rows = [{"role": "actor", "prompt": f"p{i}", "chosen": "a", "rejected": " " if i % 2 else "b"}
             for i in range(60)]
