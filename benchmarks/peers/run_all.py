@@ -6,11 +6,15 @@ and response tokens (the work of one roll_ma step) and takes the largest GPU pea
 run is sampled from ``nvidia-smi`` (the whole GPU, every process: engines and Ray workers included).
 
 Each framework runs in its own Python environment: ``--sites DIR`` holds one folder per peer (DIR/trl,
-DIR/verl, DIR/openrlhf: its staged pins, stage_peer_wheels.sh) that goes first on that peer's PYTHONPATH.
+DIR/verl, DIR/openrlhf: its staged pins, stage_peer_wheels.sh) that goes first on that peer's PYTHONPATH,
+then DIR/common (the wheels all staged peers share).
 
-    # GPU: the random Qwen2.5-7B is built once; results and every run's log under --out-dir
-    python benchmarks/peers/run_all.py --out-dir /tmp/out/peers
-    python benchmarks/peers/run_all.py --frameworks roll_ma,trl --agents 1 --out-dir /tmp/out/peers
+    # GPU: the random Qwen2.5-7B is built once; results and every run's log under --out-dir, where each
+    # call adds its runs to the table (a device call lasts <= 10 min: one 7B run or two per call)
+    R="python benchmarks/peers/run_all.py --sites /tmp/peers --out-dir /tmp/peers_out"
+    $R --frameworks roll_ma                          # roll_ma at N = 1 and 3
+    $R --frameworks trl --agents 3 --agent 0         # one peer run per call ...
+    $R --frameworks verl --agents 3 --peer-runs 1    # ... or 1 of the N runs, the row estimated as N x it
     # CPU check of the driver itself: roll_ma and TRL (no vLLM) on a tiny model, the job shrunk
     python benchmarks/peers/run_all.py --device cpu --smoke --frameworks roll_ma,trl --agents 3 --out-dir /tmp
 """
@@ -108,8 +112,10 @@ def runner_env(framework: str, sites: Path | None) -> dict[str, str]:
     roll_ma's SeatGame), then what the caller had (the staged roll_ma stack)."""
     env = dict(os.environ)
     paths = [str(REPO)]
-    if sites is not None and (sites / framework).is_dir():
-        paths.insert(0, str(sites / framework))
+    if sites is not None and (sites / framework).is_dir():  # its own pins, then those all peers share
+        paths[:0] = [str(sites / framework)] + (
+            [str(sites / "common")] if (sites / "common").is_dir() else []
+        )
     env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     return env
 
@@ -120,17 +126,28 @@ def run_process(cmd: list[str], env: dict[str, str], timeout: int) -> tuple[str,
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
+
+    def kill_session(*_: Any) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def on_term(*_: Any) -> None:  # run_all itself stopped (an outer `timeout`): take the run down with it
+        kill_session()
+        sys.exit(143)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
     try:
         output, _ = proc.communicate(timeout=timeout)
         code: int | None = proc.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_session()
         output, _ = proc.communicate()
         code = None
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the session's leftovers (its leader has exited)
-    except (ProcessLookupError, PermissionError):
-        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    kill_session()  # the session's leftovers (its leader has exited)
     return output, code
 
 
@@ -145,7 +162,7 @@ def run_one(
     start = time.perf_counter()
     with GpuPeak() as gpu:
         output, code = run_process(cmd, runner_env(framework, args.sites), args.timeout)
-    log_path.write_text(output)
+    log_path.write_text(output[-200_000:])  # the tail: engines log a lot, and the device returns few MB
     result = read_result(output) or {
         "framework": framework,
         "agents": n_agents,
@@ -161,24 +178,46 @@ def run_one(
 
 
 def combine(framework: str, n_agents: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One table row: a peer's N runs summed (step time, tokens), the largest GPU peak, the first error."""
+    """One table row. roll_ma: its one run. A peer: its N per-agent runs summed (step time, response
+    tokens), the largest GPU peak, the first error. With only k < N of them measured (``--peer-runs``;
+    the runs differ only in their prompts' text), the sum is estimated as N / k times theirs."""
+    expected = 1 if framework == "roll_ma" else n_agents
     steps = [r.get("step_s") for r in runs]
     tokens = [r.get("response_tokens_per_step") for r in runs]
     errors = [r["error"] for r in runs if r.get("error")]
-    complete = all(s is not None for s in steps)
-    step_s = sum(steps) if complete else None
+    complete = bool(runs) and all(s is not None for s in steps)
+    scale = expected / len(runs) if runs else 1.0
+    step_s = scale * sum(steps) if complete else None
     peaks = [r["gpu_peak_gb"] for r in runs if r.get("gpu_peak_gb") is not None]
-    row = {
+    status = errors[0] if errors else ("ok" if complete else "incomplete")
+    if complete and not errors and len(runs) < expected:
+        status = f"ok, estimated from {len(runs)} of {expected} runs"
+    return {
         "framework": framework,
         "agents": n_agents,
-        "runs": len(runs),
+        "runs": f"{len(runs)}/{expected}",
         "step_s": round(step_s, 3) if step_s else None,
-        "tokens_per_s": round(sum(tokens) / step_s, 1) if step_s and all(tokens) else None,
+        "tokens_per_s": round(scale * sum(tokens) / step_s, 1) if step_s and all(tokens) else None,
         "gpu_peak_gb": max(peaks) if peaks else None,
         "oom": any(r.get("oom") for r in runs),
-        "status": "ok" if complete and not errors else (errors[0] if errors else "incomplete"),
+        "status": status,
     }
-    return row
+
+
+def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table: one row per (N, framework) that has runs, in the order N, then FRAMEWORKS."""
+    keys = sorted({(r["agents"], r["framework"]) for r in runs}, key=lambda k: (k[0], FRAMEWORKS.index(k[1])))
+    rows = [combine(f, n, [r for r in runs if (r["agents"], r["framework"]) == (n, f)]) for n, f in keys]
+    add_ratios(rows)
+    return rows
+
+
+def merge_runs(previous: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``previous`` runs (of earlier calls with the same --out-dir) with those of this call added; a run
+    of the same (framework, N, agent) is replaced."""
+    key = lambda r: (r["framework"], r["agents"], r.get("agent"))  # noqa: E731
+    fresh = {key(r) for r in new}
+    return [r for r in previous if key(r) not in fresh] + list(new)
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -223,7 +262,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--sites", type=Path, default=None, help="folder of per-peer site folders (stage_peer_wheels)"
     )
     p.add_argument("--timeout", type=int, default=3600, help="seconds per runner process")
-    p.add_argument("--out-dir", required=True, help="results (peers.json, peers.md) and every run's log")
+    p.add_argument(
+        "--peer-runs",
+        type=int,
+        default=None,
+        help="run only the first K agents of each peer and estimate the row as N / K times their sum "
+        "(the per-agent runs differ only in their prompts' text); default: all N",
+    )
+    p.add_argument("--agent", type=int, default=None, help="run only this agent's peer runs (a chunk)")
+    p.add_argument(
+        "--out-dir",
+        required=True,
+        help="results (peers.json, peers.md) and every run's log; runs of earlier calls there are kept",
+    )
     args = p.parse_args(argv)
     frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
     unknown = sorted(set(frameworks) - set(FRAMEWORKS))
@@ -234,14 +285,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model = args.model or build_model(job, args.device, out_dir)
-    runs, rows = [], []
+    new = []
     for n in agents:
         for framework in frameworks:
-            per_agent = [None] if framework == "roll_ma" else list(range(n))
-            these = [run_one(framework, n, a, model, args) for a in per_agent]
-            runs += these
-            rows.append(combine(framework, n, these))
-    add_ratios(rows)
+            per_agent = list(range(n if args.peer_runs is None else min(n, args.peer_runs)))
+            if args.agent is not None:
+                per_agent = [a for a in per_agent if a == args.agent]
+            new += [
+                run_one(framework, n, a, model, args)
+                for a in ([None] if framework == "roll_ma" else per_agent)
+            ]
+    saved = out_dir / "peers.json"
+    previous = json.loads(saved.read_text()).get("runs", []) if saved.exists() else []
+    runs = merge_runs(previous, new)
+    rows = table_rows(runs)
     table = markdown_table(COLUMNS, rows)
     stamp = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     summary = {
@@ -252,7 +309,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rows": rows,
         "runs": runs,
     }
-    (out_dir / "peers.json").write_text(json.dumps(summary, indent=1))
+    saved.write_text(json.dumps(summary, indent=1))
     (out_dir / "peers.md").write_text(table + "\n")
     print(table, flush=True)
     return summary

@@ -203,29 +203,34 @@ def test_result_lines_and_the_combined_row():
     assert peer_job.step_summary([9.0, 2.0, 4.0, 3.0], warmup=1)["step_s"] == 3.0
     assert peer_job.is_oom("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
     runs = [
-        {"step_s": 2.0, "response_tokens_per_step": 100.0, "gpu_peak_gb": 50.0},
-        {"step_s": 3.0, "response_tokens_per_step": 150.0, "gpu_peak_gb": 60.0, "oom": False},
-    ]
-    rows = [
-        run_all.combine("trl", 2, runs),
-        run_all.combine("roll_ma", 2, [{"step_s": 2.5, "response_tokens_per_step": 250.0}]),
-        run_all.combine("verl", 2, [runs[0], {"step_s": None, "error": "ValueError: x", "oom": True}]),
-    ]
-    run_all.add_ratios(rows)
-    trl, ours, verl = rows
+        {"framework": "trl", "agents": 2, "agent": 0, "step_s": 2.0, "response_tokens_per_step": 100.0,
+         "gpu_peak_gb": 50.0},
+        {"framework": "trl", "agents": 2, "agent": 1, "step_s": 3.0, "response_tokens_per_step": 150.0,
+         "gpu_peak_gb": 60.0, "oom": False},
+        {"framework": "roll_ma", "agents": 2, "step_s": 2.5, "response_tokens_per_step": 250.0},
+        {"framework": "verl", "agents": 2, "agent": 0, "step_s": None, "error": "ValueError: x", "oom": True},
+        {"framework": "openrlhf", "agents": 2, "agent": 0, "step_s": 4.0, "response_tokens_per_step": 100.0},
+    ]  # fmt: skip
+    ours, trl, verl, openrlhf = run_all.table_rows(runs)  # in the order roll_ma, trl, verl, openrlhf
     assert (trl["step_s"], trl["tokens_per_s"], trl["gpu_peak_gb"], trl["vs_roll_ma"]) == (
         5.0,
         50.0,
         60.0,
         2.0,
     )
-    assert (trl["status"], ours["vs_roll_ma"]) == ("ok", 1.0)
+    assert (trl["runs"], trl["status"], ours["runs"], ours["vs_roll_ma"]) == ("2/2", "ok", "1/1", 1.0)
     assert (verl["step_s"], verl["vs_roll_ma"], verl["oom"], verl["status"]) == (
         None,
         None,
         True,
         "ValueError: x",
     )
+    # one of the two runs measured: the row is twice that run, and says so
+    assert (openrlhf["step_s"], openrlhf["tokens_per_s"], openrlhf["vs_roll_ma"]) == (8.0, 25.0, 3.2)
+    assert openrlhf["status"] == "ok, estimated from 1 of 2 runs"
+    # a later call's run replaces the same (framework, N, agent), keeps the others
+    merged = run_all.merge_runs(runs, [{"framework": "verl", "agents": 2, "agent": 0, "step_s": 6.0}])
+    assert len(merged) == len(runs) and merged[-1]["step_s"] == 6.0
 
 
 @pytest.mark.slow
@@ -239,7 +244,7 @@ def test_driver_runs_roll_ma_and_trl_on_cpu(tmp_path):
     assert sorted(rows) == sorted(frameworks)
     for name, row in rows.items():
         assert row["status"] == "ok" and row["step_s"] > 0 and row["tokens_per_s"] > 0, (name, row)
-    assert rows["roll_ma"]["runs"] == 1 and rows.get("trl", {"runs": 3})["runs"] == 3
+    assert rows["roll_ma"]["runs"] == "1/1" and rows.get("trl", {"runs": "3/3"})["runs"] == "3/3"
     assert (tmp_path / "peers.md").read_text().startswith("| framework | agents |")
     runs = [r for r in summary["runs"] if r["framework"] == "trl"]
     assert all(r["rows_per_step"] == 2 and r["rollout"] == "transformers generate" for r in runs)
