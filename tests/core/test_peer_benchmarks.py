@@ -172,6 +172,47 @@ def test_openrlhf_arguments_are_flags_of_its_train_ppo_ray(job):
     )
 
 
+def test_verl_reads_the_agents_parquet_and_the_reward(job, tiny_model_dir, tmp_path):
+    rl_dataset = pytest.importorskip("verl.utils.dataset.rl_dataset", reason="verl with its dependencies")
+    from hydra import compose, initialize_config_dir
+    from transformers import AutoTokenizer
+    from verl.utils.import_utils import load_extern_object
+
+    path = run_verl.write_train_file(job, 3, 1, tmp_path / "train.parquet")
+    overrides = run_verl.verl_overrides(job, 3, tiny_model_dir, str(path), str(tmp_path), flash_attn=False)
+    config_dir = _package_dir("verl") / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    data = rl_dataset.RLHFDataset(data_files=[str(path)], tokenizer=tokenizer, config=cfg.data)
+    assert len(data) == job.steps * job.prompts_per_step(3)  # none filtered as too long
+    assert data[0]["raw_prompt"][0]["content"] == "You are seat 1 of 3. Say digits."
+    reward = cfg.reward.custom_reward_function
+    assert load_extern_object(module_path=reward.path, object_name=reward.name)("seat_game", "1a", "") == 0.5
+
+
+def test_openrlhf_reads_the_agents_prompts(job, tiny_model_dir, tmp_path):
+    prompts_dataset = pytest.importorskip(
+        "openrlhf.datasets.prompts_dataset", reason="openrlhf + dependencies"
+    )
+    from types import SimpleNamespace
+
+    from datasets import load_dataset
+    from transformers import AutoTokenizer
+
+    path = run_openrlhf.write_prompts(job, 3, 2, tmp_path / "prompts.jsonl")
+    data_args = SimpleNamespace(
+        input_key="prompt", label_key=None, apply_chat_template=True
+    )  # as the runner's
+    strategy = SimpleNamespace(args=SimpleNamespace(data=data_args), is_rank_0=lambda: True)
+    rows = load_dataset("json", data_files=str(path))["train"]
+    data = prompts_dataset.PromptDataset(rows, AutoTokenizer.from_pretrained(tiny_model_dir), strategy)
+    _, prompt, label, _ = data[0]
+    assert len(data) == job.steps * job.prompts_per_step(3)
+    assert prompt.startswith("<|im_start|>system\nYou are seat 2 of 3.") and label == ""
+    assert rewards.reward_func([prompt + "12ab"], [prompt], [label])["rewards"].tolist() == [0.5]
+
+
 def test_openrlhf_step_lines_are_read_through_rays_prefix():
     out = "\n".join(
         [
