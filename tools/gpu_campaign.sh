@@ -166,7 +166,7 @@ PY
       trainer.progress_bars=false trainer.output_dir=/tmp/runs/tp2 > "$OUT/tp2.log" 2>&1
     cp /tmp/runs/tp2/metrics.jsonl "$OUT/tp2_metrics.jsonl"; grep -E "^\[roll_ma\]|^step|Error" "$OUT/tp2.log" | tail -12 ;;
   peers)  # issue 32: benchmarks/peers/job.yaml through roll_ma and the peers on one GPU, one chunk per call
-    # on one warm machine (a 7B run: engine start + 4 steps, ~4-6 min): FW=roll_ma AGENTS=1 (then 3), or
+    # on one warm machine (a 7B run: engine start + 4 steps, estimated ~4-6 min): FW=roll_ma AGENTS=1 (then 3), or
     # FW=trl|verl|openrlhf AGENTS=1|3 with AGENT=k (one per-agent run) or PEER_RUNS=1 (row estimated as N x
     # one run). Peer wheels: benchmarks/peers/stage_peer_wheels.sh here, one .pwN part per call there.
     bash benchmarks/peers/install_peer_wheels.sh
