@@ -2,7 +2,8 @@
 # The GPU runs behind docs/benchmarks.md and docs/runs/, in parts that each fit one 10-minute
 # device command (results under $OUT, at most 8 files per part). On the lent GPU machine:
 #   source tools/device_install.sh; bash tools/gpu_campaign.sh tests|pipelines|multilora1|multilora2|extra|graphs
-# (scaling7b / scaling7b_tp: the multi-GPU throughput sweep and a tensor-parallel engine, issue 25)
+# (scaling7b / scaling7b_tp: the multi-GPU throughput sweep and a tensor-parallel engine, issue 25;
+#  peers: the side-by-side job with TRL, verl and OpenRLHF, issue 32)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -187,5 +188,14 @@ PY
     wait
     for r in before after; do cp /tmp/runs/$r/metrics.jsonl "$OUT/${r}_metrics.jsonl" 2>/dev/null; \
       grep -E "^step|Error|error" "$OUT/$r.log" | tail -6; done ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b"; exit 2 ;;
+  peers)  # issue 32: benchmarks/peers/job.yaml through roll_ma and the peers on one GPU, one chunk per call
+    # on one warm machine (a 7B run: engine start + 4 steps, estimated ~4-6 min): FW=roll_ma AGENTS=1 (then 3), or
+    # FW=trl|verl|openrlhf AGENTS=1|3 with AGENT=k (one per-agent run) or PEER_RUNS=1 (row estimated as N x
+    # one run). Peer wheels: benchmarks/peers/stage_peer_wheels.sh here, one .pwN part per call there.
+    bash benchmarks/peers/install_peer_wheels.sh
+    timeout ${TIMEOUT:-580} python benchmarks/peers/run_all.py --sites /tmp/peers --out-dir /tmp/peers_out \
+      --frameworks "${FW:-roll_ma}" ${AGENTS:+--agents $AGENTS} ${AGENT:+--agent $AGENT} \
+      ${PEER_RUNS:+--peer-runs $PEER_RUNS} --timeout ${RUN_TIMEOUT:-540} > "$OUT/peers_${FW:-roll_ma}.log" 2>&1
+    tail -5 "$OUT/peers_${FW:-roll_ma}.log"; cp -r /tmp/peers_out "$OUT/peers" ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b|peers"; exit 2 ;;
 esac

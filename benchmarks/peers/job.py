@@ -1,0 +1,318 @@
+"""The side-by-side job (job.yaml), loaded and checked once, and what every runner shares.
+
+Runners run in their framework's own Python environment (a peer's pins may differ from roll_ma's), so
+this module imports only the standard library, PyYAML and, for the prompts, roll_ma's SeatGame (plain
+Python). Each runner prints one result line, ``JSON {...}`` (``emit``), that run_all.py collects.
+
+    python benchmarks/peers/job.py                 # print the job and each agent's rows per step
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import sys
+import zlib
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_JOB = HERE / "job.yaml"
+RESULT_PREFIX = "JSON "
+
+
+@dataclass(frozen=True)
+class Episodes:
+    groups_per_step: int
+    group_size: int
+    turns: int
+
+
+@dataclass(frozen=True)
+class Prompt:
+    filler_words: int
+    max_prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    max_new_tokens: int
+    temperature: float
+
+
+@dataclass(frozen=True)
+class Lora:
+    rank: int
+    alpha: float
+    dropout: float
+    target_modules: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Train:
+    lr: float
+    micro_batch_rows: int
+    micro_batch_tokens: int
+    gradient_checkpointing: bool
+
+
+@dataclass(frozen=True)
+class Grpo:
+    clip_low: float
+    clip_high: float
+    kl_coef: float
+    kl_estimator: str
+    loss_agg: str
+    norm_std: bool
+
+
+@dataclass(frozen=True)
+class Gpu:
+    rollout_memory_fraction: float
+    sleep_rollout: bool
+
+
+@dataclass(frozen=True)
+class Job:
+    """The work of one side-by-side run; job.yaml documents every field."""
+
+    model: str
+    dtype: str
+    seed: int
+    agents: tuple[int, ...]
+    steps: int
+    warmup_steps: int
+    episodes: Episodes
+    prompt: Prompt
+    generation: Generation
+    lora: Lora
+    train: Train
+    grpo: Grpo
+    gpu: Gpu
+    source: str = field(default="", compare=False)  # the file it came from (error messages)
+
+    # ------------------------------------------------------------------ derived sizes
+    def prompts_per_step(self, n_agents: int) -> int:
+        """Distinct prompts one agent answers per step (each sampled group_size times)."""
+        return self.episodes.groups_per_step * self.episodes.turns // n_agents
+
+    def rows_per_step(self, n_agents: int) -> int:
+        """Trained rows (turns) of one agent per step."""
+        return self.prompts_per_step(n_agents) * self.episodes.group_size
+
+    def timed_steps(self) -> int:
+        return self.steps - self.warmup_steps
+
+
+_SECTIONS = {
+    "episodes": Episodes,
+    "prompt": Prompt,
+    "generation": Generation,
+    "lora": Lora,
+    "train": Train,
+    "grpo": Grpo,
+    "gpu": Gpu,
+}
+
+
+def _build(cls: type, raw: Any, where: str, source: str) -> Any:
+    """``cls`` from the mapping ``raw``: every field present, no unknown key, values of the field's type."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{source}: {where or 'the file'} must be a mapping, got {type(raw).__name__}")
+    names = [f.name for f in dataclasses.fields(cls) if f.name != "source"]
+    unknown = sorted(set(raw) - set(names))
+    missing = [n for n in names if n not in raw]
+    if unknown or missing:
+        parts = [f"unknown key(s) {', '.join(where + k for k in unknown)}"] if unknown else []
+        parts += [f"missing key(s) {', '.join(where + k for k in missing)}"] if missing else []
+        raise ValueError(f"{source}: {'; '.join(parts)} (job.yaml documents every key)")
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name == "source":
+            continue
+        value = raw[f.name]
+        if f.name in _SECTIONS:
+            values[f.name] = _build(_SECTIONS[f.name], value, f"{where}{f.name}.", source)
+            continue
+        kind = str(f.type)
+        if kind == "float" and isinstance(value, str):  # PyYAML reads 2e-5 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "bool": isinstance(value, bool),
+            "str": isinstance(value, str),
+        }.get(kind, isinstance(value, list) and all(isinstance(v, (int, str)) for v in value))
+        if not ok:
+            raise ValueError(f"{source}: {where}{f.name} must be {kind}, got {value!r}")
+        values[f.name] = (
+            tuple(value) if isinstance(value, list) else float(value) if kind == "float" else value
+        )
+    return cls(**values)
+
+
+def check(job: Job) -> Job:
+    """The job's cross-field rules, each failure naming the key and the fix."""
+    src, e = job.source, job.episodes
+    problems = []
+    if not job.agents or min(job.agents) < 1:
+        problems.append("agents must list agent counts >= 1")
+    bad = [n for n in job.agents if e.turns % n]
+    if bad:
+        problems.append(
+            f"episodes.turns={e.turns} is not a multiple of agents {bad}: every agent must act the same "
+            "number of turns per episode (peers train one agent per run on a fixed share of each step)"
+        )
+    if job.warmup_steps < 0 or job.steps <= job.warmup_steps:
+        problems.append(
+            f"steps={job.steps} must exceed warmup_steps={job.warmup_steps} (median over the rest)"
+        )
+    if e.group_size < 2:
+        problems.append("episodes.group_size must be >= 2 (GRPO compares samples of one prompt)")
+    if job.grpo.loss_agg not in ("token_mean", "seq_mean"):
+        problems.append(f"grpo.loss_agg={job.grpo.loss_agg!r}: use token_mean or seq_mean")
+    if job.grpo.kl_estimator not in ("k1", "k3"):
+        problems.append(f"grpo.kl_estimator={job.grpo.kl_estimator!r}: use k1 or k3")
+    if not 0 < job.gpu.rollout_memory_fraction < 1:
+        problems.append("gpu.rollout_memory_fraction must be in (0, 1)")
+    if problems:
+        raise ValueError(f"{src}: " + "; ".join(problems))
+    return job
+
+
+def shrink_for_smoke(job: Job) -> Job:
+    """The job at a size a 2-core CPU runs in a minute (the smoke tests): same shape, tiny counts."""
+    r = dataclasses.replace
+    return r(
+        job,
+        steps=2,
+        warmup_steps=1,
+        episodes=r(job.episodes, groups_per_step=1, group_size=2),
+        prompt=r(job.prompt, filler_words=8),
+        generation=r(job.generation, max_new_tokens=8),
+        train=r(job.train, micro_batch_rows=4),
+    )
+
+
+def load_job(path: str | Path = DEFAULT_JOB) -> Job:
+    """The checked job of ``path`` (default: job.yaml beside this file)."""
+    import yaml
+
+    path = Path(path)
+    raw = yaml.safe_load(path.read_text())
+    job = _build(Job, raw, "", str(path))
+    return check(dataclasses.replace(job, source=str(path)))
+
+
+# ---------------------------------------------------------------------------- the prompts
+def game_seed(job_seed: int, step: int, group: int) -> int:
+    """The env seed roll_ma's EpisodePlanner gives group ``group`` of ``step`` (1-based) in training."""
+    return zlib.crc32(f"{job_seed}/train/{step}/{group}".encode()) & 0x7FFFFFFF
+
+
+def seat_game(job: Job, n_agents: int) -> Any:
+    """The job's SeatGame for N agents (benchmarks/seat_game.py, the env the roll_ma runner plays)."""
+    sys.path.insert(0, str(HERE.parent))
+    from seat_game import SeatGame
+
+    return SeatGame(players=n_agents, turns=job.episodes.turns, prompt_words=job.prompt.filler_words)
+
+
+def agent_prompts(job: Job, n_agents: int, agent: int) -> list[list[list[dict[str, str]]]]:
+    """Per step (1..steps), the chat prompts agent ``agent`` of N answers: the (seed, turn) prompts of
+    that step's games where its seat acts, in (group, turn) order. Each is sampled group_size times."""
+    env = seat_game(job, n_agents)
+    steps = []
+    for step in range(1, job.steps + 1):
+        prompts = []
+        for g in range(job.episodes.groups_per_step):
+            turn = env.reset(game_seed(job.seed, step, g))
+            while turn is not None:
+                if turn.player == agent:
+                    prompts.append(turn.messages)
+                turn = env.step("0").next_turn
+        assert len(prompts) == job.prompts_per_step(n_agents), "turns % N == 0 gives every agent its share"
+        steps.append(prompts)
+    return steps
+
+
+# ---------------------------------------------------------------------------- results
+def step_summary(step_times: list[float], warmup: int) -> dict[str, Any]:
+    """Median step time after the warm-up steps (all times kept for the record)."""
+    timed = step_times[warmup:]
+    return {
+        "step_s": statistics.median(timed) if timed else None,
+        "step_times_s": [round(t, 4) for t in step_times],
+        "steps_done": len(step_times),
+    }
+
+
+def with_throughput(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with tokens_per_s = response tokens per step / median step time (None if unknown)."""
+    tokens, step = result.get("response_tokens_per_step"), result.get("step_s")
+    result["tokens_per_s"] = round(tokens / step, 2) if tokens and step else None
+    return result
+
+
+def versions(*names: str) -> dict[str, str | None]:
+    """Installed versions of ``names`` (distribution names), None where absent."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def flash_attn_installed() -> bool:
+    """Whether the flash-attn package (with its CUDA kernels) is installed. No binary wheel exists for the
+    lent GPU's torch 2.11 / CUDA 13, so without a source build it is not; verl and OpenRLHF then run
+    transformers' sdpa attention."""
+    import importlib.util
+
+    return importlib.util.find_spec("flash_attn") is not None and bool(versions("flash-attn")["flash-attn"])
+
+
+def is_oom(text: str) -> bool:
+    """Whether a run's error text is a GPU out-of-memory (torch, CUDA or vLLM's wording)."""
+    marks = (
+        "CUDA out of memory",
+        "OutOfMemoryError",
+        "CUBLAS_STATUS_ALLOC_FAILED",
+        "No available memory for",
+    )
+    return any(m in text for m in marks)
+
+
+def emit(result: dict[str, Any]) -> None:
+    """Print the run's one result line (run_all.py reads the last line that starts with ``JSON ``)."""
+    print(RESULT_PREFIX + json.dumps(with_throughput(result), sort_keys=True), flush=True)
+
+
+def read_result(output: str) -> dict[str, Any] | None:
+    """The last result line of a runner's output, None if it printed none."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX) :])
+    return None
+
+
+def main() -> None:
+    job = load_job(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_JOB)
+    print(json.dumps(dataclasses.asdict(job), indent=1))
+    for n in job.agents:
+        print(
+            f"N={n}: {job.prompts_per_step(n)} prompts x {job.episodes.group_size} samples = "
+            f"{job.rows_per_step(n)} rows per agent per step"
+        )
+
+
+if __name__ == "__main__":
+    main()

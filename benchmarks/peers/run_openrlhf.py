@@ -1,0 +1,237 @@
+"""OpenRLHF 0.11.2 on the side-by-side job: ``python -m openrlhf.cli.train_ppo_ray`` with GRPO-style group
+advantages (``--algo.advantage.estimator group_norm``), a LoRA actor (``--ds.lora.*``), the KL as a k3 loss
+and vLLM colocated with DeepSpeed on ONE GPU (``--train.colocate_all``, engine and DeepSpeed sleep), as
+OpenRLHF's examples/scripts/train_dapo_ray_hybrid_engine.sh sets it up. OpenRLHF trains one policy per
+run: run_all.py runs it once per agent, on that agent's prompts (job.agent_prompts).
+
+One step = rollout.batch_size prompts x n_samples_per_prompt = train.batch_size rows = one optimizer step.
+Prompts are a JSONL file of chat messages (``--data.apply_chat_template``), the reward rewards.py's
+``reward_func`` (``--reward.remote_url <file.py>``), the metrics OpenRLHF's own per-step log line
+(``Global step N: {... 'timing/step_total': ...}``).
+
+flash-attn: OpenRLHF imports ``flash_attn.bert_padding`` whenever it loads its models (ring_attn_utils,
+on every path, LoRA or not), and flash-attn==2.8.3 has no binary wheel for the lent GPU. Without it
+this runner puts an import-only stand-in first on the path (``--flash-attn-shim``; every function raises)
+and runs sdpa attention without sample packing, the only paths that never call flash-attn.
+
+    python benchmarks/peers/run_openrlhf.py --agents 3 --agent 0 --model /path/to/random-qwen2.5-7b
+    python benchmarks/peers/run_openrlhf.py --agents 3 --agent 0 --model M --print-command   # no run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from job import (  # noqa: E402
+    Job,
+    agent_prompts,
+    emit,
+    flash_attn_installed,
+    is_oom,
+    load_job,
+    step_summary,
+    versions,
+)
+
+LOSS_AGG = {"token_mean": "token-mean", "seq_mean": "seq-mean-token-mean"}  # roll_ma -> --actor.loss_agg_mode
+STEP_LINE = re.compile(r"Global step (\d+): (\{.*\})")
+
+
+def openrlhf_args(
+    job: Job, n_agents: int, model: str, data_file: str, out_dir: str, flash_attn: bool
+) -> list[str]:
+    """The train_ppo_ray arguments of one agent's run."""
+    prompts, rows, g, gpu = job.prompts_per_step(n_agents), job.rows_per_step(n_agents), job.grpo, job.gpu
+    micro = min(rows, job.train.micro_batch_rows)
+    args = [
+        "--actor.num_nodes", "1",
+        "--actor.num_gpus_per_node", "1",
+        "--ref.num_nodes", "1",
+        "--ref.num_gpus_per_node", "1",
+        "--vllm.num_engines", "1",
+        "--vllm.tensor_parallel_size", "1",
+        "--train.colocate_all",
+        "--vllm.gpu_memory_utilization", str(gpu.rollout_memory_fraction),
+        "--algo.advantage.estimator", "group_norm",
+        "--algo.advantage.gamma", "1.0",
+        "--actor.eps_clip_low_high", str(g.clip_low), str(g.clip_high),
+        "--actor.loss_agg_mode", LOSS_AGG[g.loss_agg],
+        "--actor.model_name_or_path", model,
+        "--reward.remote_url", str(HERE / "rewards.py"),
+        "--ckpt.output_dir", f"{out_dir}/final",
+        "--ckpt.path", f"{out_dir}/ckpt",
+        "--train.micro_batch_size", str(micro),
+        "--train.batch_size", str(rows),  # one optimizer step per rollout
+        "--rollout.micro_batch_size", str(micro),
+        "--rollout.batch_size", str(prompts),
+        "--rollout.n_samples_per_prompt", str(job.episodes.group_size),
+        "--rollout.max_new_tokens", str(job.generation.max_new_tokens),
+        "--rollout.temperature", str(job.generation.temperature),
+        "--train.max_epochs", "1",
+        "--train.num_episodes", "1",
+        "--train.seed", str(job.seed),
+        "--data.max_len", str(job.prompt.max_prompt_tokens + job.generation.max_new_tokens),
+        "--data.max_samples", str(prompts * job.steps),
+        "--data.prompt_dataset", data_file,
+        "--data.input_key", "prompt",
+        "--data.apply_chat_template",
+        "--ds.param_dtype", "bf16",
+        "--ds.lora.rank", str(job.lora.rank),
+        "--ds.lora.alpha", str(int(job.lora.alpha)),
+        "--ds.lora.dropout", str(job.lora.dropout),
+        "--ds.lora.target_modules", *job.lora.target_modules,
+        "--ds.attn_implementation", "flash_attention_2" if flash_attn else "sdpa",
+        "--actor.adam.lr", str(job.train.lr),
+        "--actor.lr_scheduler", "constant",
+        "--actor.lr_warmup_ratio", "0",
+    ]  # fmt: skip
+    if not job.grpo.norm_std:
+        args.append("--algo.advantage.no_std_norm")
+    if g.kl_coef > 0:
+        args += [
+            "--algo.kl.use_loss",
+            "--algo.kl.init_coef",
+            str(g.kl_coef),
+            "--algo.kl.estimator",
+            g.kl_estimator,
+        ]
+    else:
+        args += ["--algo.kl.init_coef", "0"]  # no reference model at all
+    if job.train.gradient_checkpointing:
+        args.append("--actor.gradient_checkpointing_enable")
+    if gpu.sleep_rollout:
+        args += ["--vllm.enable_sleep", "--ds.enable_sleep"]
+    return args
+
+
+SHIM_NOTE = (
+    "roll_ma benchmarks/peers: import-only stand-in for flash-attn (no binary wheel for this GPU); "
+    "OpenRLHF runs sdpa without sample packing here, which never calls it"
+)
+
+
+def write_flash_attn_shim(root: Path) -> Path:
+    """A ``flash_attn`` package with the names OpenRLHF imports at load time, each raising if called."""
+    pkg = root / "flash_attn"
+    (pkg / "utils").mkdir(parents=True, exist_ok=True)
+    stub = f"def _missing(*args, **kwargs):\n    raise NotImplementedError({SHIM_NOTE!r})\n\n\n"
+    (pkg / "__init__.py").write_text(f'"""{SHIM_NOTE}"""\n')
+    names = ("index_first_axis", "pad_input", "rearrange", "unpad_input")
+    (pkg / "bert_padding.py").write_text(stub + "".join(f"{n} = _missing\n" for n in names))
+    (pkg / "utils" / "__init__.py").write_text("")
+    (pkg / "utils" / "distributed.py").write_text(stub + "all_gather = _missing\n")
+    return root
+
+
+def write_prompts(job: Job, n_agents: int, agent: int, path: Path) -> Path:
+    """The agent's prompts of every step, in step order, one JSON object per line ({"prompt": messages})."""
+    with path.open("w") as f:
+        for step in agent_prompts(job, n_agents, agent):
+            for messages in step:
+                f.write(json.dumps({"prompt": messages}) + "\n")
+    return path
+
+
+def parse_steps(output: str) -> list[dict[str, float]]:
+    """The numbers of OpenRLHF's per-step log lines (``Global step N: {...}``), in step order."""
+    steps = {}
+    for line in output.splitlines():
+        m = STEP_LINE.search(line)
+        if not m:
+            continue
+        nums = re.findall(r"'([\w/]+)': (?:np\.float64\()?([-+0-9.eE]+|nan|inf)", m.group(2))
+        steps[int(m.group(1))] = {k: float(v) for k, v in nums}
+    return [steps[k] for k in sorted(steps)]
+
+
+def run(job: Job, n_agents: int, agent: int, model: str, shim: bool, work: Path) -> dict[str, Any]:
+    data = write_prompts(job, n_agents, agent, work / "prompts.jsonl")
+    flash = flash_attn_installed()
+    env = dict(os.environ)
+    if shim and not flash:  # Ray's workers inherit the driver's PYTHONPATH
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(write_flash_attn_shim(work / "shim")), env.get("PYTHONPATH", "")]
+        )
+    cmd = [
+        sys.executable,
+        "-m",
+        "openrlhf.cli.train_ppo_ray",
+        *openrlhf_args(job, n_agents, model, str(data), str(work), flash),
+    ]
+    print("[run_openrlhf] " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sys.stdout.write(proc.stdout[-20000:])
+    steps = parse_steps(proc.stdout)
+    times = [s["timing/step_total"] for s in steps if "timing/step_total" in s]
+    lengths = sorted(s["response_length"] for s in steps[job.warmup_steps :] if "response_length" in s)
+    rows = job.rows_per_step(n_agents)
+    out: dict[str, Any] = {
+        **step_summary(times, job.warmup_steps),
+        "rows_per_step": rows,
+        "response_tokens_per_step": lengths[len(lengths) // 2] * rows if lengths else None,
+        "returncode": proc.returncode,
+        "oom": is_oom(proc.stdout),
+        "error": None,
+        "attention": "flash_attention_2" if flash else "sdpa",
+        "flash_attn": "installed" if flash else ("import-only stand-in" if shim else "missing"),
+    }
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stdout.splitlines() if "Error" in ln or "error" in ln]
+        out["error"] = (lines[-1] if lines else f"exit code {proc.returncode}")[:500]
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--agents", type=int, required=True, help="N agents of the job")
+    p.add_argument("--agent", type=int, required=True, help="the agent this run trains (0..N-1)")
+    p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
+    p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
+    p.add_argument(
+        "--flash-attn-shim",
+        action="store_true",
+        help="if flash-attn is not installed, put an import-only stand-in on the path (see above)",
+    )
+    p.add_argument("--print-command", action="store_true", help="print the arguments and exit")
+    args = p.parse_args(argv)
+    if not 0 <= args.agent < args.agents:
+        p.error(f"--agent {args.agent} is not one of the {args.agents} agents (0..{args.agents - 1})")
+    job = load_job(args.job) if args.job else load_job()
+    if args.print_command:
+        print(
+            " ".join(
+                openrlhf_args(job, args.agents, args.model, "PROMPTS.jsonl", "OUT", flash_attn_installed())
+            )
+        )
+        return {}
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    result: dict[str, Any] = {
+        "framework": "openrlhf",
+        "agents": args.agents,
+        "agent": args.agent,
+        "versions": versions(
+            "openrlhf", "torch", "transformers", "peft", "vllm", "ray", "deepspeed", "flash-attn"
+        ),
+    }
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="peers_openrlhf_") as work:
+        result.update(run(job, args.agents, args.agent, args.model, args.flash_attn_shim, Path(work)))
+    result["run_wall_s"] = round(time.perf_counter() - start, 2)
+    emit(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

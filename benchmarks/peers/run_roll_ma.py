@@ -1,0 +1,192 @@
+"""roll_ma on the side-by-side job: ONE run trains all N agents (one LoRA adapter each on one base).
+
+The run is roll_ma's own pipeline (``roll_ma.pipelines.run_pipeline``) on benchmarks/seat_game.py's
+SeatGame, configured as the shipped 7B configs are (examples/math/math_selfplay_7b.yaml: vLLM with CUDA
+graphs colocated with DeepSpeed, sleep level 1, token-budget micro-batches, the reference = the base
+with adapters off). Prints one ``JSON {...}`` result line (job.emit).
+
+    python benchmarks/peers/run_roll_ma.py --agents 3 --model /path/to/random-qwen2.5-7b --device cuda
+    python benchmarks/peers/run_roll_ma.py --agents 3 --model /path/to/tiny --device cpu --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # job.py; seat_game.py and pipeline_scaling.py
+
+from job import Job, emit, is_oom, load_job, shrink_for_smoke, step_summary, versions  # noqa: E402
+
+GRAPH_SIZES = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256]  # as math_selfplay_7b.yaml
+
+
+def run_config(job: Job, n_agents: int, model: str, device: str, out_dir: str) -> Any:
+    """The validated RunConfig of the job with N agents."""
+    from roll_ma.config import ConfigError, RunConfig, to_dataclass
+    from roll_ma.config.validate import validate
+
+    cuda = device == "cuda"
+    e = job.episodes
+    rollout: dict[str, Any] = {
+        "backend": "vllm" if cuda else "hf",
+        "max_new_tokens": job.generation.max_new_tokens,
+        "temperature": job.generation.temperature,
+        "micro_batch_size": 64,
+        "enforce_eager": not cuda,
+    }
+    if cuda:
+        rollout.update(
+            per_row_seeds=False,
+            gpu_memory_utilization=job.gpu.rollout_memory_fraction,
+            sleep_level=1 if job.gpu.sleep_rollout else 0,
+            engine_kwargs={"compilation_config": {"cudagraph_capture_sizes": GRAPH_SIZES}},
+        )
+    train: dict[str, Any] = {
+        "lr": job.train.lr,
+        "zero_stage": 0,
+        "micro_batch_size": job.train.micro_batch_rows,
+    }
+    if cuda:  # the token budget is the GPU configs' way; the CPU smoke keeps rows
+        train.update(
+            max_tokens_per_micro_batch=job.train.micro_batch_tokens,
+            score_max_tokens_per_micro_batch=2 * job.train.micro_batch_tokens,
+        )
+    g = job.grpo
+    raw = {
+        "name": f"peers_roll_ma_{n_agents}agents",
+        "seed": job.seed,
+        "model": {
+            "path": model,
+            "dtype": job.dtype,
+            "max_prompt_tokens": job.prompt.max_prompt_tokens,
+            "gradient_checkpointing": cuda and job.train.gradient_checkpointing,
+        },
+        "lora": {
+            "rank": job.lora.rank,
+            "alpha": job.lora.alpha,
+            "dropout": job.lora.dropout,
+            "target_modules": list(job.lora.target_modules),
+        },
+        "agents": [{"name": f"agent{i}"} for i in range(n_agents)],
+        "env": {
+            "name": "seat_game:SeatGame",
+            "kwargs": {"players": n_agents, "turns": e.turns, "prompt_words": job.prompt.filler_words},
+            "groups_per_step": e.groups_per_step,
+            "group_size": e.group_size,
+            "max_turns": e.turns,
+            "num_workers": 1,
+        },
+        "rollout": rollout,
+        "train": train,
+        "reference": {"mode": "train_worker" if g.kl_coef > 0 else "none"},
+        "algorithm": {
+            "advantage": "grpo",
+            "gamma": 0.0,  # a turn's advantage from its own reply only, as the single-turn peers score it
+            "norm_std": g.norm_std,
+            "clip_ratio_low": g.clip_low,
+            "clip_ratio_high": g.clip_high,
+            "kl_coef": g.kl_coef,
+            "kl_estimator": g.kl_estimator,
+            "kl_mode": "loss",
+            "loss_agg": g.loss_agg,
+        },
+        "trainer": {
+            "max_steps": job.steps,
+            "output_dir": out_dir,
+            "resume": "never",
+            "progress_bars": False,
+            "eval_every": 0,
+            "save_every": 0,
+        },
+        "resources": {"num_gpus": 1 if cuda else 0},
+    }
+    cfg, problems = to_dataclass(RunConfig, raw)
+    problems += validate(cfg, check_env=True)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def measure(job: Job, n_agents: int, model: str, device: str) -> dict[str, Any]:
+    """Run the pipeline and read its metrics: step times, tokens, the GPU memory it saw."""
+    from pipeline_scaling import summarize_run
+
+    from roll_ma.distributed.ray_env import init_ray, shutdown_ray
+    from roll_ma.pipelines import run_pipeline
+    from roll_ma.tracking import read_metrics
+
+    # SeatGame is imported by path in every Ray actor: they must find benchmarks/
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    init_ray(env_vars={"PYTHONPATH": os.environ["PYTHONPATH"]})
+    try:
+        with tempfile.TemporaryDirectory(prefix="peers_roll_ma_") as out_dir:
+            run_pipeline(run_config(job, n_agents, model, device, out_dir))
+            metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
+    finally:
+        shutdown_ray()
+    steps = step_summary([m["timing/step"] for m in metrics if "timing/step" in m], job.warmup_steps)
+    timed = metrics[job.warmup_steps :]
+    tokens = sorted(m.get("rollout/response_tokens", 0.0) for m in timed)
+    rows = sorted(m.get("rollout/turns", 0.0) for m in timed)
+    parts = summarize_run(metrics, n_agents)
+    return {
+        **steps,
+        "rows_per_step": rows[len(rows) // 2] if rows else None,
+        "response_tokens_per_step": tokens[len(tokens) // 2] if tokens else None,
+        "framework_peak_gb": parts.get("gpu_peak_gb"),
+        "parts_s": {
+            k: parts.get(k) for k in ("rollout_s", "reference_s", "old_log_probs_s", "update_s", "sync_s")
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--agents", type=int, required=True, help="N agents, all trained in this one run")
+    p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
+    p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
+    p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
+    p.add_argument(
+        "--smoke", action="store_true", help="the job shrunk to a CPU-sized check (job.shrink_for_smoke)"
+    )
+    args = p.parse_args(argv)
+    if args.device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    job = load_job(args.job) if args.job else load_job()
+    job = shrink_for_smoke(job) if args.smoke else job
+    result: dict[str, Any] = {
+        "framework": "roll_ma",
+        "agents": args.agents,
+        "agent": None,  # all agents in this run
+        "rows_per_step_planned": job.rows_per_step(1),
+        "versions": versions("torch", "transformers", "peft", "vllm", "deepspeed", "ray"),
+        "oom": False,
+        "error": None,
+    }
+    start = time.perf_counter()
+    try:
+        result.update(measure(job, args.agents, args.model, args.device))
+    except Exception as exc:  # the result line is still printed: run_all records what failed
+        text = traceback.format_exc()
+        print(text, file=sys.stderr, flush=True)
+        result.update(oom=is_oom(text), error=f"{type(exc).__name__}: {exc}"[:500])
+    result["run_wall_s"] = round(time.perf_counter() - start, 2)
+    emit(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

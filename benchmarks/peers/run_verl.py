@@ -1,0 +1,221 @@
+"""verl 0.9.1 on the side-by-side job: ``python -m verl.trainer.main_ppo`` with Hydra overrides, as verl's
+examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh and its LoRA page (docs/advance/ppo_lora.rst) set
+it up: GRPO advantages, a LoRA actor (FSDP) whose reference is the same model with the adapter off, vLLM
+rollout with load_format=safetensors, everything on ONE GPU (n_gpus_per_node=1, rollout TP 1). verl
+trains one policy per run: run_all.py runs it once per agent, on that agent's prompts (job.agent_prompts).
+
+One verl step = train_batch_size prompts x rollout.n samples = one mini-batch = one optimizer step. The
+data is a parquet file in verl's RL format (data_source, prompt = chat messages, reward_model), the reward
+rewards.py's ``verl_compute_score`` (custom_reward_function), the metrics verl's own file logger
+(``timing_s/step``, ``response_length/mean``, ``perf/max_memory_allocated_gb``).
+
+    python benchmarks/peers/run_verl.py --agents 3 --agent 0 --model /path/to/random-qwen2.5-7b
+    python benchmarks/peers/run_verl.py --agents 3 --agent 0 --model M --print-command   # no run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from job import (  # noqa: E402
+    Job,
+    agent_prompts,
+    emit,
+    flash_attn_installed,
+    is_oom,
+    load_job,
+    step_summary,
+    versions,
+)
+
+LOSS_AGG = {"token_mean": "token-mean", "seq_mean": "seq-mean-token-mean"}  # roll_ma -> verl loss_agg_mode
+KL_LOSS = {"k3": "low_var_kl", "k1": "kl"}  # verl's low_var_kl is k3 clamped to [-10, 10]
+
+
+def hydra_list(values: Any) -> str:
+    return "[" + ",".join(str(v) for v in values) + "]"
+
+
+def verl_overrides(
+    job: Job,
+    n_agents: int,
+    model: str,
+    train_file: str,
+    out_dir: str,
+    legacy_trainer: bool = False,
+    flash_attn: bool = True,
+) -> list[str]:
+    """The Hydra overrides of one agent's run (verl/trainer/config/ppo_trainer.yaml keys).
+
+    ``flash_attn=False``: transformers' sdpa attention (verl defaults to flash_attention_2) and no
+    padding removal (verl packs rows for flash-attn's varlen kernel only)."""
+    prompts, g, gpu = job.prompts_per_step(n_agents), job.grpo, job.gpu
+    arr = "actor_rollout_ref"
+    out = [
+        "algorithm.adv_estimator=grpo",
+        f"algorithm.norm_adv_by_std_in_grpo={g.norm_std}",
+        "algorithm.use_kl_in_reward=False",
+        f"data.train_files={train_file}",
+        f"data.val_files={train_file}",
+        "data.prompt_key=prompt",
+        f"data.train_batch_size={prompts}",
+        f"data.max_prompt_length={job.prompt.max_prompt_tokens}",
+        f"data.max_response_length={job.generation.max_new_tokens}",
+        "data.filter_overlong_prompts=True",
+        "data.truncation=error",
+        "data.shuffle=False",
+        f"{arr}.model.path={model}",
+        f"{arr}.model.lora_rank={job.lora.rank}",
+        f"{arr}.model.lora_alpha={job.lora.alpha:g}",
+        f"{arr}.model.target_modules={hydra_list(job.lora.target_modules)}",
+        f"{arr}.model.use_remove_padding={flash_attn}",
+        f"{arr}.model.enable_gradient_checkpointing={job.train.gradient_checkpointing}",
+        f"{arr}.actor.optim.lr={job.train.lr}",
+        f"{arr}.actor.ppo_mini_batch_size={prompts}",  # in prompts: x rollout.n rows, one optimizer step
+        f"{arr}.actor.use_dynamic_bsz=True",  # token-budget micro-batches, as roll_ma's
+        f"{arr}.actor.ppo_max_token_len_per_gpu={job.train.micro_batch_tokens}",
+        f"{arr}.actor.clip_ratio_low={g.clip_low}",
+        f"{arr}.actor.clip_ratio_high={g.clip_high}",
+        f"{arr}.actor.loss_agg_mode={LOSS_AGG[g.loss_agg]}",
+        f"{arr}.actor.use_kl_loss={g.kl_coef > 0}",
+        f"{arr}.actor.kl_loss_coef={g.kl_coef}",
+        f"{arr}.actor.kl_loss_type={KL_LOSS[g.kl_estimator]}",
+        f"{arr}.actor.entropy_coeff=0",
+        f"{arr}.actor.fsdp_config.param_offload=False",
+        f"{arr}.actor.fsdp_config.optimizer_offload=False",
+        f"{arr}.rollout.name=vllm",
+        f"{arr}.rollout.tensor_model_parallel_size=1",
+        f"{arr}.rollout.gpu_memory_utilization={gpu.rollout_memory_fraction}",
+        f"{arr}.rollout.free_cache_engine={gpu.sleep_rollout}",
+        f"{arr}.rollout.n={job.episodes.group_size}",
+        f"{arr}.rollout.temperature={job.generation.temperature}",
+        f"{arr}.rollout.load_format=safetensors",  # required with LoRA (ppo_lora.rst)
+        f"{arr}.rollout.log_prob_max_token_len_per_gpu={2 * job.train.micro_batch_tokens}",
+        f"{arr}.ref.log_prob_max_token_len_per_gpu={2 * job.train.micro_batch_tokens}",
+        "reward.custom_reward_function.path=" + str(HERE / "rewards.py"),
+        "reward.custom_reward_function.name=verl_compute_score",
+        "trainer.critic_warmup=0",
+        "trainer.logger=[console,file]",
+        "trainer.project_name=roll_ma_peers",
+        f"trainer.experiment_name=verl_{n_agents}agents",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        f"trainer.total_training_steps={job.steps}",
+        "trainer.total_epochs=1",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.resume_mode=disable",
+        f"trainer.default_local_dir={out_dir}/checkpoints",
+    ]
+    if not flash_attn:
+        out.append(f"+{arr}.model.override_config.attn_implementation=sdpa")
+    if legacy_trainer:  # the deprecated trainer, if the v1 one (TransferQueue) cannot start
+        out.append("trainer.use_v1=False")
+    return out
+
+
+def write_train_file(job: Job, n_agents: int, agent: int, path: Path) -> Path:
+    """The agent's prompts of every step, in step order, as verl's RL parquet rows."""
+    import pandas as pd
+
+    prompts = [m for step in agent_prompts(job, n_agents, agent) for m in step]
+    rows = [
+        {
+            "data_source": "seat_game",
+            "prompt": messages,
+            "ability": "game",
+            "reward_model": {"style": "rule", "ground_truth": ""},
+            "extra_info": {"index": i},
+        }
+        for i, messages in enumerate(prompts)
+    ]
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def read_metrics(path: Path, warmup: int) -> dict[str, Any]:
+    """Step times, the mean response length and verl's own peak memory from its file logger's JSONL."""
+    steps = [json.loads(line)["data"] for line in path.read_text().splitlines() if line.strip()]
+    steps = [s for s in steps if "timing_s/step" in s]
+    times = [float(s["timing_s/step"]) for s in steps]
+    mean_len = sorted(float(s["response_length/mean"]) for s in steps[warmup:] if "response_length/mean" in s)
+    peaks = [float(s[k]) for s in steps for k in ("perf/max_memory_allocated_gb",) if k in s]
+    return {
+        **step_summary(times, warmup),
+        "response_length_mean": mean_len[len(mean_len) // 2] if mean_len else None,
+        "framework_peak_gb": max(peaks) if peaks else None,
+    }
+
+
+def run(job: Job, n_agents: int, agent: int, model: str, legacy: bool, work: Path) -> dict[str, Any]:
+    train_file = write_train_file(job, n_agents, agent, work / "train.parquet")
+    metrics_file = work / "verl_metrics.jsonl"
+    overrides = verl_overrides(
+        job, n_agents, model, str(train_file), str(work), legacy, flash_attn_installed()
+    )
+    cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics_file), "HYDRA_FULL_ERROR": "1"}
+    print("[run_verl] " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sys.stdout.write(proc.stdout[-20000:])  # the tail of verl's own log, for the record
+    out: dict[str, Any] = {"returncode": proc.returncode, "oom": is_oom(proc.stdout), "error": None}
+    if metrics_file.exists():
+        out.update(read_metrics(metrics_file, job.warmup_steps))
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stdout.splitlines() if "Error" in ln or "error" in ln]
+        out["error"] = (lines[-1] if lines else f"exit code {proc.returncode}")[:500]
+    out["rows_per_step"] = job.rows_per_step(n_agents)
+    if out.get("response_length_mean"):
+        out["response_tokens_per_step"] = out["response_length_mean"] * out["rows_per_step"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--agents", type=int, required=True, help="N agents of the job")
+    p.add_argument("--agent", type=int, required=True, help="the agent this run trains (0..N-1)")
+    p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
+    p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
+    p.add_argument("--legacy-trainer", action="store_true", help="trainer.use_v1=False (no TransferQueue)")
+    p.add_argument("--print-command", action="store_true", help="print the overrides and exit")
+    args = p.parse_args(argv)
+    if not 0 <= args.agent < args.agents:
+        p.error(f"--agent {args.agent} is not one of the {args.agents} agents (0..{args.agents - 1})")
+    job = load_job(args.job) if args.job else load_job()
+    if args.print_command:
+        overrides = verl_overrides(
+            job, args.agents, args.model, "TRAIN.parquet", "OUT", args.legacy_trainer, flash_attn_installed()
+        )
+        print("\n".join(overrides))
+        return {}
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    result: dict[str, Any] = {
+        "framework": "verl",
+        "agents": args.agents,
+        "agent": args.agent,
+        "trainer": "legacy (main_ppo_v0)" if args.legacy_trainer else "v1",
+        "attention": "flash_attention_2" if flash_attn_installed() else "sdpa (flash-attn not installed)",
+        "versions": versions("verl", "torch", "transformers", "peft", "vllm", "ray", "tensordict"),
+    }
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="peers_verl_") as work:
+        result.update(run(job, args.agents, args.agent, args.model, args.legacy_trainer, Path(work)))
+    result["run_wall_s"] = round(time.perf_counter() - start, 2)
+    emit(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

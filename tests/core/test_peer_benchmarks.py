@@ -1,0 +1,291 @@
+"""benchmarks/peers (issue 32): the job file, the prompts each peer run gets, the rewards, each peer's
+arguments against that peer's own config or parser, the result plumbing, and (slow) the driver on CPU
+with roll_ma and TRL. verl and OpenRLHF cannot run on CPU; their argument checks run when the package
+is importable (installed without its dependencies is enough) and skip otherwise."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PEERS = Path(__file__).resolve().parents[2] / "benchmarks" / "peers"
+sys.path[:0] = [str(PEERS), str(PEERS.parent)]
+
+import job as peer_job  # noqa: E402
+import rewards  # noqa: E402
+import run_all  # noqa: E402
+import run_openrlhf  # noqa: E402
+import run_verl  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def job():
+    return peer_job.load_job()
+
+
+# ---------------------------------------------------------------------------- the job
+def test_the_job_splits_every_step_evenly_over_the_agents(job):
+    e = job.episodes
+    assert (job.prompts_per_step(1), job.rows_per_step(1)) == (24, 192)  # 8 games x 3 turns, 8 samples each
+    assert (job.prompts_per_step(3), job.rows_per_step(3)) == (8, 64)
+    for n in job.agents:  # the peers' N runs together train exactly roll_ma's rows of a step
+        assert n * job.rows_per_step(n) == e.groups_per_step * e.group_size * e.turns
+
+
+def _write(tmp_path: Path, job, **changes) -> Path:
+    raw = json.loads(json.dumps(dataclasses.asdict(job)))  # tuples -> lists, as YAML has them
+    raw.pop("source")
+    for dotted, value in changes.items():
+        section, _, key = dotted.rpartition("__")
+        (raw[section] if section else raw)[key] = value
+    path = tmp_path / "job.yaml"
+    path.write_text(json.dumps(raw))  # JSON is YAML
+    return path
+
+
+def test_job_errors_name_the_file_and_the_key(tmp_path, job):
+    path = _write(tmp_path, job, episodes__turnz=3)
+    with pytest.raises(ValueError, match=rf"{path}: unknown key\(s\) episodes.turnz") as err:
+        peer_job.load_job(path)
+    assert "job.yaml documents every key" in str(err.value)
+    with pytest.raises(ValueError, match=r"lora.rank must be int, got '16'"):
+        peer_job.load_job(_write(tmp_path, job, lora__rank="16"))
+    with pytest.raises(ValueError, match=r"episodes.turns=2 is not a multiple of agents \[3\]"):
+        peer_job.load_job(_write(tmp_path, job, episodes__turns=2))
+    with pytest.raises(ValueError, match=r"steps=1 must exceed warmup_steps=1"):
+        peer_job.load_job(_write(tmp_path, job, steps=1))
+
+
+def test_game_seeds_are_those_roll_mas_planner_plays(job):
+    from roll_ma.config.schema import EnvConfig
+    from roll_ma.pipelines.episodes import EpisodePlanner
+
+    env = EnvConfig(name="seat_game:SeatGame", groups_per_step=3, group_size=2)
+    planner = EpisodePlanner(env, seed=7)
+    for step in (1, 2):
+        specs = planner.train_assignments(step, 1)[0]
+        assert [s.seed for s in specs] == [peer_job.game_seed(7, step, g) for g in range(3) for _ in range(2)]
+
+
+def test_each_agent_gets_its_seats_turns_and_together_every_turn(job):
+    small = dataclasses.replace(job, steps=2, episodes=dataclasses.replace(job.episodes, groups_per_step=2))
+    per_agent = [peer_job.agent_prompts(small, 3, a) for a in range(3)]
+    for a, steps in enumerate(per_agent):
+        assert len(steps) == 2 and all(len(p) == small.prompts_per_step(3) for p in steps)
+        assert all(m[0]["content"] == f"You are seat {a} of 3. Say digits." for p in steps for m in p)
+    env = peer_job.seat_game(small, 3)
+    turns = []
+    for g in range(2):
+        turn = env.reset(peer_job.game_seed(small.seed, 1, g))
+        while turn is not None:
+            turns.append(turn.messages[1]["content"])
+            turn = env.step("0").next_turn
+    assert sorted(m[1]["content"] for steps in per_agent for m in steps[0]) == sorted(turns)
+
+
+def test_rewards_score_the_reply_the_same_in_every_framework_shape():
+    assert rewards.digit_share("a1b2") == 0.5 and rewards.digit_share("") == 0.0
+    assert rewards.trl_reward(["12", [{"role": "assistant", "content": "1x"}]]) == [1.0, 0.5]
+    assert rewards.verl_compute_score("seat_game", "9a", "") == 0.5
+    out = rewards.reward_func(["PROMPT 12ab", "other"], ["PROMPT ", "x"], ["", ""])
+    assert out["rewards"].tolist() == [0.5, 0.0] and out["scores"] is out["rewards"]
+
+
+# ---------------------------------------------------------------------------- the peers' arguments
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)  # a top-level package: located, not imported
+    return Path(spec.origin).parent if spec and spec.origin else None
+
+
+def test_verl_overrides_compose_with_verls_own_config(job):
+    root = _package_dir("verl")
+    if root is None:
+        pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1 is enough for this check)")
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    overrides = run_verl.verl_overrides(job, 3, "/m", "/t.parquet", "/o", flash_attn=False)
+    with initialize_config_dir(config_dir=str(root / "trainer" / "config"), version_base=None):
+        cfg = OmegaConf.to_container(compose(config_name="ppo_trainer", overrides=overrides), resolve=True)
+    arr = cfg["actor_rollout_ref"]
+    assert arr["model"]["lora_rank"] == 16 and arr["model"]["target_modules"] == list(job.lora.target_modules)
+    assert arr["model"]["override_config"] == {"attn_implementation": "sdpa"}
+    assert arr["model"]["use_remove_padding"] is False
+    assert cfg["data"]["train_batch_size"] == arr["actor"]["ppo_mini_batch_size"] == 8  # one optimizer step
+    assert arr["rollout"]["n"] == 8 and arr["rollout"]["load_format"] == "safetensors"
+    assert arr["rollout"]["response_length"] == job.generation.max_new_tokens
+    assert (arr["actor"]["kl_loss_type"], arr["actor"]["loss_agg_mode"]) == ("low_var_kl", "token-mean")
+    assert cfg["trainer"]["n_gpus_per_node"] == 1 and cfg["trainer"]["total_training_steps"] == job.steps
+    assert cfg["reward"]["custom_reward_function"]["name"] == "verl_compute_score"
+
+
+def _parser_options(path: Path) -> dict[str, list | None]:
+    """{--flag: its literal choices or None} of every add_argument call in ``path``; a flag built by an
+    f-string (OpenRLHF's per-model optimizer flags, f"--{prefix}.adam.lr") is kept as a regex."""
+    options: dict[str, list | None] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"):
+            continue
+        choices = next((k.value for k in node.keywords if k.arg == "choices"), None)
+        for a in node.args:
+            if isinstance(a, ast.Constant) and str(a.value).startswith("--"):
+                name = re.escape(a.value)
+            elif isinstance(a, ast.JoinedStr):
+                name = "".join(
+                    re.escape(v.value) if isinstance(v, ast.Constant) else r"\w+" for v in a.values
+                )
+            else:
+                continue
+            options[name] = ast.literal_eval(choices) if isinstance(choices, ast.List) else None
+    return options
+
+
+def _option(options: dict[str, list | None], flag: str) -> str | None:
+    return next((pattern for pattern in options if re.fullmatch(pattern, flag)), None)
+
+
+def test_openrlhf_arguments_are_flags_of_its_train_ppo_ray(job):
+    root = _package_dir("openrlhf")
+    if root is None:
+        pytest.skip(
+            "openrlhf is not installed (pip install --no-deps openrlhf==0.11.2 is enough for this check)"
+        )
+    options = _parser_options(root / "cli" / "train_ppo_ray.py")
+    argv = run_openrlhf.openrlhf_args(job, 3, "/m", "/p.jsonl", "/o", flash_attn=False)
+    flags = [a for a in argv if a.startswith("--")]
+    assert [f for f in flags if _option(options, f) is None] == []
+    assert _option(options, "--actor.adam.lr") and not _option(options, "--actor.adam.lrr")
+    for flag, value in [("--algo.advantage.estimator", "group_norm"), ("--actor.loss_agg_mode", "token-mean"),
+                        ("--algo.kl.estimator", "k3")]:  # fmt: skip
+        assert argv[argv.index(flag) + 1] == value and value in options[_option(options, flag)]
+    assert (
+        argv[argv.index("--rollout.batch_size") + 1] == "8"
+        and argv[argv.index("--train.batch_size") + 1] == "64"
+    )
+
+
+def test_verl_reads_the_agents_parquet_and_the_reward(job, tiny_model_dir, tmp_path):
+    rl_dataset = pytest.importorskip("verl.utils.dataset.rl_dataset", reason="verl with its dependencies")
+    from hydra import compose, initialize_config_dir
+    from transformers import AutoTokenizer
+    from verl.utils.import_utils import load_extern_object
+
+    path = run_verl.write_train_file(job, 3, 1, tmp_path / "train.parquet")
+    overrides = run_verl.verl_overrides(job, 3, tiny_model_dir, str(path), str(tmp_path), flash_attn=False)
+    config_dir = _package_dir("verl") / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    data = rl_dataset.RLHFDataset(data_files=[str(path)], tokenizer=tokenizer, config=cfg.data)
+    assert len(data) == job.steps * job.prompts_per_step(3)  # none filtered as too long
+    assert data[0]["raw_prompt"][0]["content"] == "You are seat 1 of 3. Say digits."
+    reward = cfg.reward.custom_reward_function
+    assert load_extern_object(module_path=reward.path, object_name=reward.name)("seat_game", "1a", "") == 0.5
+
+
+def test_openrlhf_reads_the_agents_prompts(job, tiny_model_dir, tmp_path):
+    prompts_dataset = pytest.importorskip(
+        "openrlhf.datasets.prompts_dataset", reason="openrlhf + dependencies"
+    )
+    from types import SimpleNamespace
+
+    from datasets import load_dataset
+    from transformers import AutoTokenizer
+
+    path = run_openrlhf.write_prompts(job, 3, 2, tmp_path / "prompts.jsonl")
+    data_args = SimpleNamespace(
+        input_key="prompt", label_key=None, apply_chat_template=True
+    )  # as the runner's
+    strategy = SimpleNamespace(args=SimpleNamespace(data=data_args), is_rank_0=lambda: True)
+    rows = load_dataset("json", data_files=str(path))["train"]
+    data = prompts_dataset.PromptDataset(rows, AutoTokenizer.from_pretrained(tiny_model_dir), strategy)
+    _, prompt, label, _ = data[0]
+    assert len(data) == job.steps * job.prompts_per_step(3)
+    assert prompt.startswith("<|im_start|>system\nYou are seat 2 of 3.") and label == ""
+    assert rewards.reward_func([prompt + "12ab"], [prompt], [label])["rewards"].tolist() == [0.5]
+
+
+def test_openrlhf_step_lines_are_read_through_rays_prefix():
+    out = "\n".join(
+        [
+            "(PPOTrainer pid=12) INFO ✨ Global step 2: {'policy_loss': -0.01, 'response_length': 256.0, "
+            "'timing/step_total': np.float64(41.5)}",
+            "(PPOTrainer pid=12) ✨ Global step 1: {'response_length': 250.0, 'timing/step_total': 80.25}",
+            "unrelated line",
+        ]
+    )
+    steps = run_openrlhf.parse_steps(out)
+    assert [s["timing/step_total"] for s in steps] == [80.25, 41.5] and steps[1]["response_length"] == 256.0
+
+
+def test_flash_attn_stand_in_imports_and_refuses_to_compute(tmp_path):
+    root = run_openrlhf.write_flash_attn_shim(tmp_path)
+    code = (
+        "from flash_attn.bert_padding import index_first_axis, pad_input, rearrange, unpad_input\n"
+        "from flash_attn.utils.distributed import all_gather\n"
+        "try:\n    unpad_input(None, None)\nexcept NotImplementedError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert "import-only stand-in for flash-attn" in out.stdout
+
+
+# ---------------------------------------------------------------------------- results
+def test_result_lines_and_the_combined_row():
+    lines = "noise\nJSON " + json.dumps({"step_s": 2.0}) + "\nJSON " + json.dumps({"step_s": 3.0}) + "\ntail"
+    assert peer_job.read_result(lines) == {"step_s": 3.0} and peer_job.read_result("none") is None
+    assert peer_job.step_summary([9.0, 2.0, 4.0, 3.0], warmup=1)["step_s"] == 3.0
+    assert peer_job.is_oom("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
+    runs = [
+        {"framework": "trl", "agents": 2, "agent": 0, "step_s": 2.0, "response_tokens_per_step": 100.0,
+         "gpu_peak_gb": 50.0},
+        {"framework": "trl", "agents": 2, "agent": 1, "step_s": 3.0, "response_tokens_per_step": 150.0,
+         "gpu_peak_gb": 60.0, "oom": False},
+        {"framework": "roll_ma", "agents": 2, "step_s": 2.5, "response_tokens_per_step": 250.0},
+        {"framework": "verl", "agents": 2, "agent": 0, "step_s": None, "error": "ValueError: x", "oom": True},
+        {"framework": "openrlhf", "agents": 2, "agent": 0, "step_s": 4.0, "response_tokens_per_step": 100.0},
+    ]  # fmt: skip
+    ours, trl, verl, openrlhf = run_all.table_rows(runs)  # in the order roll_ma, trl, verl, openrlhf
+    assert (trl["step_s"], trl["tokens_per_s"], trl["gpu_peak_gb"], trl["vs_roll_ma"]) == (
+        5.0,
+        50.0,
+        60.0,
+        2.0,
+    )
+    assert (trl["runs"], trl["status"], ours["runs"], ours["vs_roll_ma"]) == ("2/2", "ok", "1/1", 1.0)
+    assert (verl["step_s"], verl["vs_roll_ma"], verl["oom"], verl["status"]) == (
+        None,
+        None,
+        True,
+        "ValueError: x",
+    )
+    # one of the two runs measured: the row is twice that run, and says so
+    assert (openrlhf["step_s"], openrlhf["tokens_per_s"], openrlhf["vs_roll_ma"]) == (8.0, 25.0, 3.2)
+    assert openrlhf["status"] == "ok, estimated from 1 of 2 runs"
+    # a later call's run replaces the same (framework, N, agent), keeps the others
+    merged = run_all.merge_runs(runs, [{"framework": "verl", "agents": 2, "agent": 0, "step_s": 6.0}])
+    assert len(merged) == len(runs) and merged[-1]["step_s"] == 6.0
+
+
+@pytest.mark.slow
+def test_driver_runs_roll_ma_and_trl_on_cpu(tmp_path):
+    frameworks = ["roll_ma"] + (["trl"] if importlib.util.find_spec("trl") else [])
+    summary = run_all.main(
+        ["--device", "cpu", "--smoke", "--frameworks", ",".join(frameworks), "--agents", "3",
+         "--out-dir", str(tmp_path)]
+    )  # fmt: skip
+    rows = {r["framework"]: r for r in summary["rows"]}
+    assert sorted(rows) == sorted(frameworks)
+    for name, row in rows.items():
+        assert row["status"] == "ok" and row["step_s"] > 0 and row["tokens_per_s"] > 0, (name, row)
+    assert rows["roll_ma"]["runs"] == "1/1" and rows.get("trl", {"runs": "3/3"})["runs"] == "3/3"
+    assert (tmp_path / "peers.md").read_text().startswith("| framework | agents |")
+    runs = [r for r in summary["runs"] if r["framework"] == "trl"]
+    assert all(r["rows_per_step"] == 2 and r["rollout"] == "transformers generate" for r in runs)
