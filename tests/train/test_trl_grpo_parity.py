@@ -62,7 +62,7 @@ def adapter_grads(model: Any, adapter: str) -> dict[str, torch.Tensor]:
 def roll_ma_loss(strategy: Any, rows: Any, algo: AlgorithmConfig) -> tuple[float, dict[str, torch.Tensor]]:
     """The loss of the whole batch as ONE micro-batch of one mini-batch, and its adapter gradient."""
     updater = strategy.updaters["a0"]
-    cols = {k: rows.batch[k] for k in (*TRAIN_KEYS, "ref_log_probs")}
+    cols = {k: rows.batch[k] for k in (*TRAIN_KEYS, "old_log_probs", "ref_log_probs")}
     n = len(rows)
     tokens = float(rows.batch["response_mask"].sum())
     denom = tokens if algo.loss_agg == "token_mean" else float(n)  # as PolicyUpdater.update, 1 rank
@@ -70,7 +70,8 @@ def roll_ma_loss(strategy: Any, rows: Any, algo: AlgorithmConfig) -> tuple[float
     updater.engine.train()
     strategy.model.zero_grad(set_to_none=True)
     loss, _ = updater._micro_loss(
-        cols, torch.arange(n), torch.ones(n), torch.zeros(n, dtype=torch.long), denom, 1.0, 1, 0.0, None, 0.0
+        cols, torch.arange(n), torch.ones(n), torch.zeros(n, dtype=torch.long), denom, 1.0, 1, 0.0, None, 0.0,
+        decoupled=False,
     )
     loss.backward()
     return float(loss), adapter_grads(strategy.model, "a0")
