@@ -38,6 +38,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.validate import resolve_seats
 
@@ -97,7 +99,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         rollout_metrics,
         system_metrics,
     )
-    from roll_ma.pipelines.on_policy import old_log_probs_pass_reason
+    from roll_ma.pipelines.on_policy import agents_taking_no_step, old_log_probs_pass_reason
     from roll_ma.pipelines.rollout_queue import RolloutQueue
     from roll_ma.pipelines.staleness import drop_stale_rows
     from roll_ma.pipelines.workers import build_workers, process_env
@@ -204,6 +206,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                     workers.rollout.sleep()  # frees the engine's GPU memory for the update
                 batch.meta_info.update(step=step, temperature=cfg.rollout.temperature)
                 scored_flops = forward_flops_of(batch, shape)  # a scoring pass: one forward over every row
+                pass_flops = {"reference": scored_flops, "values": scored_flops}
 
                 # 2. reference and old log-probs (one row = one agent's turn, scored with its adapter)
                 if cfg.algorithm.kl_coef > 0:
@@ -212,11 +215,21 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                 if old_log_probs_pass_reason(cfg, len(batch)) is not None:  # else the update's own forward
                     with timer("old_log_probs"):
                         batch = batch.union(workers.train.compute_log_probs(batch))
+                    pass_flops["old_log_probs"] = scored_flops
+                    if cfg.rollout.log_probs:
+                        metrics.update(logprob_gap_metrics(batch, agent_names))
+                elif cfg.rollout.log_probs:  # the update reports its agents' gap; score the others' rows
+                    idle = np.nonzero(np.isin(batch.non_tensor["agent_id"].astype(int),
+                                              agents_taking_no_step(cfg, step)))[0]
+                    if len(idle):
+                        with timer("old_log_probs"):
+                            rows = batch.select_idxs(idle)
+                            rows = rows.union(workers.train.compute_log_probs(rows))
+                        metrics.update(logprob_gap_metrics(rows, agent_names))
+                        pass_flops["old_log_probs"] = forward_flops_of(rows, shape)
                 if gae:  # the critic's values V(prefix) at every response token, forward only
                     with timer("values"):
                         batch = batch.union(workers.train.compute_values(batch))
-                if cfg.rollout.log_probs and "old_log_probs" in batch.batch.keys():
-                    metrics.update(logprob_gap_metrics(batch, agent_names))  # else the update reports it
 
                 # 3. advantages, normalised per agent
                 with timer("advantages"):
@@ -264,9 +277,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                         metrics.update(evaluate(workers, planner, seats, cfg.env.eval_opponent, step))
             metrics.update(timer.times)
             metrics.update(timer.timeline)
-            metrics.update(mfu_metrics({p: scored_flops for p in ("reference", "old_log_probs", "values")},
-                                       {p: timer.times.get(f"timing/{p}", 0.0) for p in gpus}, gpus,
-                                       profile["peak_flops"]))
+            metrics.update(mfu_metrics(pass_flops, {p: timer.times.get(f"timing/{p}", 0.0) for p in gpus},
+                                       gpus, profile["peak_flops"]))
             metrics.update(system_metrics())
             if cfg.model.random_weights:
                 metrics["system/random_weights"] = 1.0
@@ -308,8 +320,6 @@ def update_mfu(cfg: RunConfig, batch: Any, metrics: dict[str, Any], times: dict[
     """MFU of the agents' update: a LoRA update is two forwards' work (forward + backward to the
     activations, ``models/flops.py``; full fine-tuning three) over the rows of the agents that took a
     step; the critic's own update (``timing/value_critic_update``) is not in the seconds."""
-    import numpy as np
-
     from roll_ma.pipelines.metrics import forward_flops_of, mfu_metrics
 
     stepped = [i for i, a in enumerate(cfg.agents) if metrics.get(f"agent/{a.name}/updated", 0.0) > 0]

@@ -104,3 +104,19 @@ def test_gap_metric_needs_rollout_log_probs_only(make_strategy):
     metrics = s.train_step(rows)
     assert not any(k.endswith("logprob_gap") for k in metrics)
     assert np.isfinite(metrics["agent/a0/policy_loss"]) and metrics["agent/a0/updated"] == 1.0
+
+
+def test_agents_the_update_leaves_alone_are_scored_for_their_gap():
+    """Their trainer-vs-rollout gap cannot come from the update: frozen agents, agents not due this step
+    (their own update_every, or train.train_cycle), and every agent while the critic warms up."""
+    from roll_ma.pipelines.on_policy import agents_taking_no_step
+
+    cfg = _cfg()
+    cfg.agents = [AgentConfig(name="a"), AgentConfig(name="b", frozen=True),
+                  AgentConfig(name="c", update_every=2)]
+    assert agents_taking_no_step(cfg, step=1) == [1, 2]
+    assert agents_taking_no_step(cfg, step=2) == [1]
+    cycle = _cfg(train={"train_cycle": 3})
+    assert agents_taking_no_step(cycle, step=3) == [] and agents_taking_no_step(cycle, step=4) == [0, 1]
+    warm = _cfg(algorithm={"advantage": "gae"}, critic={"warmup_steps": 2})
+    assert agents_taking_no_step(warm, step=2) == [0, 1] and agents_taking_no_step(warm, step=3) == []
