@@ -321,7 +321,8 @@ class TrainConfig:
         True,
         "on-policy steps (one epoch, one mini-batch per policy, max_staleness 0, kl_mode=loss, no LoRA "
         "dropout) take log pi_old from the update's own forward, detached, instead of a scoring pass "
-        "over every token (the same loss and gradient: the ratio is exactly 1); other steps score pi_old",
+        "over every token (the same loss and gradient: the ratio is exactly 1; the rows of agents the "
+        "step does not train are still scored, for their trainer-vs-rollout gap); other steps score pi_old",
     )
     grad_clip: float = _f(1.0, "max gradient norm (0 disables)", min=0.0)
     full_finetune: bool = _f(False, "deepspeed_train only: train all base weights instead of one adapter")
