@@ -107,10 +107,16 @@ def runner_command(
     return cmd
 
 
+DISTRIBUTED_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                    "CROSS_RANK", "CROSS_SIZE")
+
+
 def runner_env(framework: str, sites: Path | None) -> dict[str, str]:
     """The environment of one run: the peer's own site folder first, then the repo (job.py imports
     roll_ma's SeatGame), then what the caller had (the staged roll_ma stack)."""
-    env = dict(os.environ)
+    # no rendezvous of the caller's: a process that already ran torch.distributed (a test session that
+    # built DeepSpeed engines) left RANK / WORLD_SIZE behind, and each peer's launcher sets its own
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARS}
     paths = [str(REPO)]
     if sites is not None and (sites / framework).is_dir():  # its own pins, then those all peers share
         paths[:0] = [str(sites / framework)] + (
