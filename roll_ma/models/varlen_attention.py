@@ -87,11 +87,15 @@ def _varlen_kernel() -> Any:
     return varlen_attn
 
 
+@lru_cache(maxsize=1)
+def _kernel_params() -> frozenset[str]:
+    return frozenset(inspect.signature(_varlen_kernel()).parameters)
+
+
 def _flash_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_len: int,
                   scaling: float | None) -> torch.Tensor:
     """(L, H, D) causal attention within the rows ``cu`` delimits, through torch's varlen flash kernel."""
-    kernel = _varlen_kernel()
-    params = inspect.signature(kernel).parameters
+    kernel, params = _varlen_kernel(), _kernel_params()
     causal = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}  # torch 2.9 vs 2.10+
     extra = {"scale": scaling} if "scale" in params else {}
     if k.shape[1] != q.shape[1] and "enable_gqa" in params:
