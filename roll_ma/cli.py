@@ -94,15 +94,15 @@ def main(argv: list[str] | None = None) -> int:
         import dataclasses
         import json
 
-        from roll_ma.config.validate import local_gpu_count
+        from roll_ma.config.validate import check_without_machine, local_gpu_count
         from roll_ma.config.validate_resources import too_few_gpus_message
 
         print(json.dumps(dataclasses.asdict(cfg), indent=2))
         have = local_gpu_count()
         if cfg.resources.num_gpus > have and not (cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")):
             # the same advice a run would give, so --cfg and a run never disagree on the fix
-            print(f"note: config {cfg.name!r} is valid and {too_few_gpus_message(cfg, have)}",
-                  file=sys.stderr)
+            advice = too_few_gpus_message(cfg, have, check_without_machine)
+            print(f"note: config {cfg.name!r} is valid and {advice}", file=sys.stderr)
         return 0
     with plain_output():
         return run(cfg)

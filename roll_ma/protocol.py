@@ -201,7 +201,7 @@ class DataProto:
 
     def to_tensordict(self) -> TensorDict:
         """TensorDict [B] of tensors, non-tensor columns (NonTensorStack) and meta_info (NonTensorData)."""
-        return protocol_io.to_tensordict(self)
+        return protocol_io.to_tensordict(self.batch, self.non_tensor, self.meta_info)
 
     @classmethod
     def from_tensordict(cls: type[Self], td: TensorDict) -> Self:

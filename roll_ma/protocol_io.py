@@ -16,25 +16,23 @@ from __future__ import annotations
 import copy
 import pickle
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
-if TYPE_CHECKING:
-    from roll_ma.protocol import DataProto
-
-D = TypeVar("D", bound="DataProto")
+D = TypeVar("D")  # a DataProto (this module is below protocol.py: it never imports it)
 
 
-def to_tensordict(data: DataProto) -> TensorDict:
-    """TensorDict [B]: tensors, then NonTensorStack per non-tensor column, NonTensorData per meta key."""
-    td = data.batch.clone(recurse=False)
-    for key, column in data.non_tensor.items():
+def to_tensordict(batch: TensorDict, non_tensor: dict[str, Any], meta_info: dict[str, Any]) -> TensorDict:
+    """A DataProto's parts as one TensorDict [B]: tensors, then a NonTensorStack per non-tensor column and
+    a NonTensorData per meta_info key."""
+    td = batch.clone(recurse=False)
+    for key, column in non_tensor.items():
         # one NonTensorData per row: from_list would turn a row's list into a nested stack
         td[key] = NonTensorStack(*[NonTensorData(v, batch_size=[]) for v in column], stack_dim=0)
-    for key, value in data.meta_info.items():
+    for key, value in meta_info.items():
         if key in td.keys():
             raise ValueError(f"to_tensordict: meta_info {key!r} has the name of a column")
         td.set_non_tensor(key, copy.deepcopy(value))
@@ -57,8 +55,8 @@ def tensordict_parts(td: TensorDict) -> tuple[TensorDict, dict[str, list[Any]], 
     return TensorDict(tensors, batch_size=td.batch_size), non_tensor, meta
 
 
-def save(data: DataProto, path: str | Path) -> None:
-    """Pickle ``data`` to ``path`` with its tensors on the CPU, so that any machine can load it."""
+def save(data: Any, path: str | Path) -> None:
+    """Pickle ``data`` (a DataProto) to ``path`` with its tensors on the CPU, so any machine can load it."""
     with open(path, "wb") as f:
         pickle.dump(data.to("cpu"), f, protocol=pickle.HIGHEST_PROTOCOL)
 

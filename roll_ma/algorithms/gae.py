@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_ma.algorithms.advantages import (
+from roll_ma.algorithms.turn_rewards import (
     kl_reward_tokens,
     place_on_last_token,
     team_turn_rewards,

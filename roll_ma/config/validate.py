@@ -37,6 +37,11 @@ def resolve_seats(cfg: RunConfig, num_players: int | None) -> list[str]:
     return names
 
 
+def check_without_machine(cfg: RunConfig) -> list[ConfigProblem]:
+    """``validate`` without the checks of this machine (installed backends, its GPUs)."""
+    return validate(cfg, check_env=False, check_local_gpus=False)
+
+
 def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = True) -> list[ConfigProblem]:
     """Every problem of ``cfg`` at once. ``check_local_gpus=False`` skips only "this machine has too few
     GPUs" (``--cfg`` checks a GPU config on a laptop)."""
@@ -391,7 +396,7 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
         if have < res.num_gpus:
             from roll_ma.config.validate_resources import too_few_gpus_message
 
-            add("resources.num_gpus", too_few_gpus_message(cfg, have))
+            add("resources.num_gpus", too_few_gpus_message(cfg, have, check_without_machine))
 
 
 def local_gpu_count() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from roll_ma.config.schema import RunConfig
@@ -116,11 +117,16 @@ def attention_heads(path: str, random_weights: bool = False) -> int | None:
     return None
 
 
-def too_few_gpus_message(cfg: RunConfig, have: int) -> str:
+# validate(cfg) without the environment and local-GPU checks; passed in by config/validate.py, which
+# calls this module's checks (so this module never imports it back)
+Check = Callable[[RunConfig], list[ConfigProblem]]
+
+
+def too_few_gpus_message(cfg: RunConfig, have: int, check: Check) -> str:
     """A config asks for more GPUs than this machine has: the fix as one list of overrides that works here
-    (found by validating the config with them), or joining a cluster."""
+    (found by ``check``ing the config with them), or joining a cluster."""
     n = cfg.resources.num_gpus
-    overrides, left = fit_to_gpus(cfg, have)
+    overrides, left = fit_to_gpus(cfg, have, check)
     here = "this machine's CPU" if have == 0 else f"this machine's {have} GPU{'s' * (have != 1)}"
     text = (f"asks for {n} GPU{'s' * (n != 1)} but this machine has {have or 'none'}. Run it on a cluster "
             f"(RAY_ADDRESS=<head>:6379), or on {here} with the overrides: {' '.join(overrides)}")
@@ -131,19 +137,17 @@ def too_few_gpus_message(cfg: RunConfig, have: int) -> str:
     return text
 
 
-def fit_to_gpus(cfg: RunConfig, gpus: int) -> tuple[list[str], list[ConfigProblem]]:
+def fit_to_gpus(cfg: RunConfig, gpus: int, check: Check) -> tuple[list[str], list[ConfigProblem]]:
     """The overrides that fit ``cfg`` onto ``gpus`` local GPUs (0: CPU), and the problems left with them."""
-    from roll_ma.config.validate import validate
-
     trial = copy.deepcopy(cfg)
     overrides = [f"resources.num_gpus={gpus}"]
     trial.resources.num_gpus = gpus
     if trial.resources.device_mapping:  # the default placement of every role onto the GPUs there are
         overrides.append("'~resources.device_mapping'")
         trial.resources.device_mapping = {}
-    left = validate(trial, check_env=False, check_local_gpus=False)
+    left = check(trial)
     if gpus == 0 and any(p.key == "model.dtype" for p in left):
         overrides.append("model.dtype=float32")
         trial.model.dtype = "float32"
-        left = validate(trial, check_env=False, check_local_gpus=False)
+        left = check(trial)
     return overrides, left

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from roll_ma.pipelines.phases import Phase, PhaseContext, agent_schedule
+from roll_ma.pipelines.phase_context import Phase, PhaseContext, agent_schedule
 from roll_ma.protocol import DataProto
 
 SHOWN = ("dpo_loss", "rewards/margins", "rewards/accuracies")

@@ -14,7 +14,7 @@ Where the rows come from (``sft.source``):
 
 The rows are saved under ``<output_dir>/phases/<phase>/`` before the first step, so a resumed phase
 trains on the very same rows. Each train step gives every agent one optimizer step on up to
-``sft.batch_size`` of its own rows (``phases.agent_schedule``), for ``sft.epochs`` passes.
+``sft.batch_size`` of its own rows (``phase_context.agent_schedule``), for ``sft.epochs`` passes.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from roll_ma.pipelines.phases import Phase, PhaseContext, agent_schedule
+from roll_ma.pipelines.phase_context import Phase, PhaseContext, agent_schedule
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.objective_sft import SFT_KEYS
 

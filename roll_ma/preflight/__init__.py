@@ -56,7 +56,7 @@ def teacher_used(cfg: RunConfig) -> bool:
 
 def chat_template_need(cfg: RunConfig, files: list) -> str | None:  # noqa: ANN001 - data_files.ChatFile
     """What in this run renders prompts with the chat template (None: nothing does)."""
-    from roll_ma.pipelines.phases import plan_phases
+    from roll_ma.pipelines.phase_context import plan_phases
 
     message_files = [f.path for f in files if f.uses_messages]
     if message_files:
@@ -71,7 +71,7 @@ def chat_template_need(cfg: RunConfig, files: list) -> str | None:  # noqa: ANN0
     return f"the env's prompts (env.name={cfg.env.name})"
 
 
-def _reads_file_only(phase) -> bool:  # noqa: ANN001 - pipelines.phases.Phase
+def _reads_file_only(phase) -> bool:  # noqa: ANN001 - pipelines.phase_context.Phase
     return (phase.objective == "sft" and phase.sft.source == "file") or (
         phase.objective == "dpo" and phase.dpo.source == "file")
 

@@ -53,7 +53,7 @@ class ChatFile:
 
 def chat_files(cfg: RunConfig) -> list[ChatFile]:
     """The SFT / DPO files of ``cfg``'s phases, each read and parsed (no tokenizer needed yet)."""
-    from roll_ma.pipelines.phases import plan_phases
+    from roll_ma.pipelines.phase_context import plan_phases
 
     if not cfg.phases and cfg.train.objective == "ppo":
         return []

@@ -10,12 +10,11 @@ from roll_ma.algorithms.advantages import (
     broadcast_to_tokens,
     discounted_turn_returns,
     grpo_advantages,
-    kl_reward_penalty,
-    place_on_last_token,
     reinforce_pp_advantages,
     reverse_cumsum,
 )
 from roll_ma.algorithms.losses import aggregate, choice_entropy, entropy_coef_at, kl_estimate, ppo_clip_loss
+from roll_ma.algorithms.turn_rewards import kl_reward_penalty, place_on_last_token
 
 
 def test_turn_returns_discount_only_through_the_same_players_turns():

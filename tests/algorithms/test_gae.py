@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from roll_ma.algorithms.advantages import add_advantages, team_turn_rewards
+from roll_ma.algorithms.advantages import add_advantages
 from roll_ma.algorithms.gae import explained_variance, gae_advantages
 from roll_ma.algorithms.losses import clipped_value_loss
+from roll_ma.algorithms.turn_rewards import team_turn_rewards
 from roll_ma.config.schema import AlgorithmConfig
 from roll_ma.protocol import DataProto
 
@@ -35,7 +36,7 @@ def test_team_reward_reaches_earlier_agents_only_when_shared():
 
 
 def _token_rewards(turn_rewards):
-    from roll_ma.algorithms.advantages import place_on_last_token
+    from roll_ma.algorithms.turn_rewards import place_on_last_token
 
     return place_on_last_token(torch.tensor(turn_rewards), MASK)
 

@@ -14,7 +14,7 @@ from roll_ma.config import ConfigError, load_config
 from roll_ma.config import validate as validate_module
 from roll_ma.data.chat_files import prompt_ids, read_dpo_file, read_sft_file, reply_ids
 from roll_ma.data.rows import pair_rows, sft_rows
-from roll_ma.pipelines.phases import agent_schedule, plan_phases
+from roll_ma.pipelines.phase_context import agent_schedule, plan_phases
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,191 @@
+"""What every supervised phase works with (``phases.py`` runs them; ``phase_sft.py`` and ``phase_dpo.py``
+are two of them): the phase plan from the config, the ``PhaseContext`` of workers, data cursor, step and
+checkpoints, and how an agent's rows are cut into train steps."""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from roll_ma.config.schema import DPOConfig, PhaseConfig, RunConfig, SFTConfig
+from roll_ma.protocol import DataProto
+
+
+@dataclass
+class Phase:
+    """One phase as it runs: position, name, objective, the agents it trains, its sft / dpo settings."""
+
+    index: int
+    name: str
+    objective: str
+    agents: list[str]
+    sft: SFTConfig
+    dpo: DPOConfig
+    lr: float | None = None
+
+
+def plan_phases(cfg: RunConfig) -> list[Phase]:
+    """``cfg.phases``, or the one phase of ``train.objective``; overrides applied (validated before)."""
+    listed = cfg.phases or [PhaseConfig(objective=cfg.train.objective)]
+    trainable = [a.name for a in cfg.agents if not a.frozen]
+    return [
+        Phase(
+            i,
+            p.name or f"{i}_{p.objective}",
+            p.objective,
+            list(p.agents or trainable),
+            dataclasses.replace(cfg.sft, **p.sft),
+            dataclasses.replace(cfg.dpo, **p.dpo),
+            p.lr,
+        )
+        for i, p in enumerate(listed)
+    ]
+
+
+def needs_reference_copies(phases: list[Phase]) -> bool:
+    return any(p.objective == "dpo" and p.dpo.reference != "base" for p in phases)
+
+
+def needs_teacher(phases: list[Phase]) -> bool:
+    return any(p.objective == "sft" and p.sft.source == "teacher" for p in phases)
+
+
+@dataclass
+class PhaseContext:
+    """What every phase works with: the config, the workers, the data cursor, the step, checkpoints."""
+
+    cfg: RunConfig
+    workers: Any
+    planner: Any
+    tracker: Any
+    seats: list[str]
+    out_dir: Path
+    step: int = 0
+    results: dict[str, dict[str, float]] = field(default_factory=dict)  # eval metrics by phase name
+    signature: dict[str, Any] | None = None  # what each checkpoint records of the config (resume compares it)
+
+    @property
+    def agent_ids(self) -> dict[str, int]:
+        return {a.name: i for i, a in enumerate(self.cfg.agents)}
+
+    def phase_dir(self, phase: Phase) -> Path:
+        path = self.out_dir / "phases" / phase.name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # ------------------------------------------------------------------ episodes
+    def play(
+        self, specs: list, greedy: bool = False, rollout: Any = None, env: Any = None
+    ) -> tuple[DataProto, list[dict]]:
+        """Play ``specs`` on the env workers against ``rollout`` (default: the run's, current adapters)."""
+        from roll_ma.packing import concat_padded
+
+        env = env or self.workers.env
+        n = env.world_size
+        parts = env.run_episodes(
+            rollout or self.workers.rollout, [specs[w::n] for w in range(n)], self.step, greedy
+        )
+        batch = concat_padded(parts)
+        episodes = [e for p in parts for e in p.meta_info["episodes"]]
+        batch.pop(meta_info_keys=["episodes"])
+        return batch, episodes
+
+    # ------------------------------------------------------------------ training
+    @contextmanager
+    def training(self):
+        """Colocated on a GPU: the rollout engines sleep while the train workers update."""
+        if self.workers.colocated():
+            self.workers.rollout.sleep()
+        try:
+            yield
+        finally:
+            if self.workers.colocated():
+                self.workers.rollout.wake_up()
+
+    def train(self, rows: DataProto, objective: str, **meta: Any) -> dict[str, float]:
+        """One train step of ``objective`` on ``rows`` (each agent: one optimizer step on its rows)."""
+        rows.meta_info.update(objective=objective, step=self.step + 1, temperature=1.0, **meta)
+        metrics = self.workers.train.train_step(rows)[0]
+        self.step += 1
+        return metrics
+
+    def sync(self) -> None:
+        """Serve the trained adapters in the rollout engines (version = the step that produced them)."""
+        trainable = sorted({a.adapter_name for a in self.cfg.agents if not a.frozen})
+        if trainable:
+            tensors = self.workers.train.export_adapters(trainable, self._sync_dtype())[0]
+            self.workers.rollout.update_adapters(tensors, self.step)
+
+    def _sync_dtype(self) -> str | None:
+        from roll_ma.strategies.rollout_common import adapter_sync_dtype
+
+        return adapter_sync_dtype(self.cfg.rollout, self.cfg.model)
+
+    # ------------------------------------------------------------------ bookkeeping
+    def log(self, metrics: dict[str, Any]) -> None:
+        self.tracker.log(metrics, self.step)
+
+    def save(self, phase: int, progress: dict[str, Any]) -> None:
+        """An atomic checkpoint: trainer state, data cursor, the phase to run and its progress."""
+        from roll_ma import checkpoint as ckpt
+
+        tmp = ckpt.begin_checkpoint(self.out_dir, self.step)
+        self.workers.train.save_checkpoint(str(tmp / "trainer"))
+        state = {
+            "phase": phase,
+            "progress": progress,
+            "planner": self.planner.state_dict(),
+            "results": self.results,
+            "config": self.cfg.name,
+        }
+        ckpt.finish_checkpoint(tmp, self.step, state, self.cfg.trainer.keep_last, self.signature)
+
+    def evaluate(self, label: str) -> dict[str, float]:
+        from roll_ma.pipelines.evaluation import evaluate
+
+        metrics = evaluate(self.workers, self.planner, self.seats, self.cfg.env.eval_opponent, self.step)
+        print(
+            f"[roll_ma] eval {label} (step {self.step}): {headline(metrics, self.cfg.env.max_rounds)}",
+            flush=True,
+        )
+        return metrics
+
+
+def headline(metrics: dict[str, float], k: int, prefix: str = "eval/") -> str:
+    """p1@t1, m1@tK, p1@tK (and the last answer's accuracy) of a metrics dict, as one line."""
+    keys = ["p1@t1", f"m1@t{k}", f"p1@t{k}", f"acc@t{k}"]
+    shown = [f"{key}={metrics[prefix + key]:.3f}" for key in keys if prefix + key in metrics]
+    return " ".join(shown) if shown else ", ".join(f"{k}={v:.3f}" for k, v in sorted(metrics.items())[:6])
+
+
+def agent_schedule(
+    agent_ids: np.ndarray, batch_size: int, epochs: int, seed: Any, steps: int | None = None
+) -> list[np.ndarray]:
+    """Row positions of each train step: every agent's rows shuffled per epoch and cut in ``batch_size``
+    pieces, the agents' i-th pieces together in step i (an agent with fewer rows is done earlier).
+    ``steps``: exactly that many steps, every agent cycling through its rows (epochs ignored)."""
+    per_agent = {}
+    for a in sorted(set(agent_ids.tolist())):
+        rows = np.nonzero(agent_ids == a)[0]
+        rng = np.random.default_rng([zlib.crc32(str(seed).encode()), int(a)])
+        need = epochs if steps is None else -(-steps * batch_size // len(rows))
+        order = np.concatenate([rows[rng.permutation(len(rows))] for _ in range(max(need, 1))])
+        if steps is None:  # whole epochs, each cut on its own
+            chunks = [
+                c
+                for e in range(epochs)
+                for c in np.array_split(
+                    order[e * len(rows) : (e + 1) * len(rows)], -(-len(rows) // batch_size)
+                )
+            ]
+        else:
+            chunks = [order[i * batch_size : (i + 1) * batch_size] for i in range(steps)]
+        per_agent[a] = chunks
+    total = max((len(c) for c in per_agent.values()), default=0)
+    return [np.sort(np.concatenate([c[i] for c in per_agent.values() if i < len(c)])) for i in range(total)]
