@@ -9,11 +9,17 @@ Python). Each runner prints one result line, ``JSON {...}`` (``emit``), that run
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import os
 import statistics
+import subprocess
 import sys
+import time
+import traceback
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -289,6 +295,64 @@ def is_oom(text: str) -> bool:
         "No available memory for",
     )
     return any(m in text for m in marks)
+
+
+# roll_ma's loss_agg -> verl's and OpenRLHF's loss_agg_mode (the two share verl's names)
+LOSS_AGG_MODE = {"token_mean": "token-mean", "seq_mean": "seq-mean-token-mean"}
+
+
+# ---------------------------------------------------------------------------- what every runner does
+def runner_parser(doc: str | None, one_agent: bool = True) -> argparse.ArgumentParser:
+    """The arguments every runner takes: N agents, the agent this run trains (peers: one policy a run),
+    the model directory and the job file."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--agents", type=int, required=True,
+                   help="N agents of the job" + ("" if one_agent else ", all trained in this one run"))
+    if one_agent:
+        p.add_argument("--agent", type=int, required=True, help="the agent this run trains (0..N-1)")
+    p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
+    p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
+    return p
+
+
+def parse_runner_args(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, Job]:
+    """The parsed arguments (an --agent outside 0..N-1 is refused) and the job they name."""
+    args = p.parse_args(argv)
+    agent = getattr(args, "agent", None)
+    if agent is not None and not 0 <= agent < args.agents:
+        p.error(f"--agent {agent} is not one of the {args.agents} agents (0..{args.agents - 1})")
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # flashinfer is not on the GPU image
+    return args, (load_job(args.job) if args.job else load_job())
+
+
+def measure_and_emit(result: dict[str, Any], measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``result`` with ``measure()``'s numbers, or with what failed (the exception, OOM or not), and the
+    run's wall time; printed as the run's one result line either way (run_all.py records failures)."""
+    result.setdefault("oom", False)
+    result.setdefault("error", None)
+    start = time.perf_counter()
+    try:
+        result.update(measure())
+    except Exception as exc:  # noqa: BLE001 - the result line is still printed
+        text = traceback.format_exc()
+        print(text, file=sys.stderr, flush=True)
+        result.update(oom=is_oom(text), error=f"{type(exc).__name__}: {exc}"[:500])
+    result["run_wall_s"] = round(time.perf_counter() - start, 2)
+    emit(result)
+    return result
+
+
+def run_logged(cmd: list[str], env: dict[str, str], tag: str) -> tuple[str, dict[str, Any]]:
+    """Run a peer's own launcher; (its output, {returncode, oom, error}) with the error its last line that
+    says one. The output's tail is echoed for the record."""
+    print(f"[{tag}] " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sys.stdout.write(proc.stdout[-20000:])
+    error = None
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stdout.splitlines() if "Error" in ln or "error" in ln]
+        error = (lines[-1] if lines else f"exit code {proc.returncode}")[:500]
+    return proc.stdout, {"returncode": proc.returncode, "oom": is_oom(proc.stdout), "error": error}
 
 
 def emit(result: dict[str, Any]) -> None:

@@ -20,14 +20,11 @@ and runs sdpa attention without sample packing, the only paths that never call f
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +32,18 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from job import (  # noqa: E402
+    LOSS_AGG_MODE,
     Job,
     agent_prompts,
-    emit,
     flash_attn_installed,
-    is_oom,
-    load_job,
+    measure_and_emit,
+    parse_runner_args,
+    run_logged,
+    runner_parser,
     step_summary,
     versions,
 )
 
-LOSS_AGG = {"token_mean": "token-mean", "seq_mean": "seq-mean-token-mean"}  # roll_ma -> --actor.loss_agg_mode
 STEP_LINE = re.compile(r"Global step (\d+): (\{.*\})")
 
 
@@ -67,7 +65,7 @@ def openrlhf_args(
         "--algo.advantage.estimator", "group_norm",
         "--algo.advantage.gamma", "1.0",
         "--actor.eps_clip_low_high", str(g.clip_low), str(g.clip_high),
-        "--actor.loss_agg_mode", LOSS_AGG[g.loss_agg],
+        "--actor.loss_agg_mode", LOSS_AGG_MODE[g.loss_agg],
         "--actor.model_name_or_path", model,
         "--reward.remote_url", str(HERE / "rewards.py"),
         "--ckpt.output_dir", f"{out_dir}/final",
@@ -170,10 +168,8 @@ def run(job: Job, n_agents: int, agent: int, model: str, shim: bool, work: Path)
         "openrlhf.cli.train_ppo_ray",
         *openrlhf_args(job, n_agents, model, str(data), str(work), flash),
     ]
-    print("[run_openrlhf] " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sys.stdout.write(proc.stdout[-20000:])
-    steps = parse_steps(proc.stdout)
+    output, outcome = run_logged(cmd, env, "run_openrlhf")
+    steps = parse_steps(output)
     times = [s["timing/step_total"] for s in steps if "timing/step_total" in s]
     lengths = sorted(s["response_length"] for s in steps[job.warmup_steps :] if "response_length" in s)
     rows = job.rows_per_step(n_agents)
@@ -181,34 +177,22 @@ def run(job: Job, n_agents: int, agent: int, model: str, shim: bool, work: Path)
         **step_summary(times, job.warmup_steps),
         "rows_per_step": rows,
         "response_tokens_per_step": lengths[len(lengths) // 2] * rows if lengths else None,
-        "returncode": proc.returncode,
-        "oom": is_oom(proc.stdout),
-        "error": None,
+        **outcome,
         "attention": "flash_attention_2" if flash else "sdpa",
         "flash_attn": "installed" if flash else ("import-only stand-in" if shim else "missing"),
     }
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stdout.splitlines() if "Error" in ln or "error" in ln]
-        out["error"] = (lines[-1] if lines else f"exit code {proc.returncode}")[:500]
     return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--agents", type=int, required=True, help="N agents of the job")
-    p.add_argument("--agent", type=int, required=True, help="the agent this run trains (0..N-1)")
-    p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
-    p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
+    p = runner_parser(__doc__)
     p.add_argument(
         "--flash-attn-shim",
         action="store_true",
         help="if flash-attn is not installed, put an import-only stand-in on the path (see above)",
     )
     p.add_argument("--print-command", action="store_true", help="print the arguments and exit")
-    args = p.parse_args(argv)
-    if not 0 <= args.agent < args.agents:
-        p.error(f"--agent {args.agent} is not one of the {args.agents} agents (0..{args.agents - 1})")
-    job = load_job(args.job) if args.job else load_job()
+    args, job = parse_runner_args(p, argv)
     if args.print_command:
         print(
             " ".join(
@@ -216,7 +200,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
         )
         return {}
-    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     result: dict[str, Any] = {
         "framework": "openrlhf",
         "agents": args.agents,
@@ -225,13 +208,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "openrlhf", "torch", "transformers", "peft", "vllm", "ray", "deepspeed", "flash-attn"
         ),
     }
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="peers_openrlhf_") as work:
-        result.update(run(job, args.agents, args.agent, args.model, args.flash_attn_shim, Path(work)))
-    result["run_wall_s"] = round(time.perf_counter() - start, 2)
-    emit(result)
-    return result
 
+    def measure() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="peers_openrlhf_") as work:
+            return run(job, args.agents, args.agent, args.model, args.flash_attn_shim, Path(work))
+
+    return measure_and_emit(result, measure)
 
 if __name__ == "__main__":
     main()

@@ -11,19 +11,24 @@ with adapters off). Prints one ``JSON {...}`` result line (job.emit).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # job.py; seat_game.py and pipeline_scaling.py
 
-from job import Job, emit, is_oom, load_job, shrink_for_smoke, step_summary, versions  # noqa: E402
+from job import (  # noqa: E402
+    Job,
+    measure_and_emit,
+    parse_runner_args,
+    runner_parser,
+    shrink_for_smoke,
+    step_summary,
+    versions,
+)
 
 GRAPH_SIZES = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256]  # as math_selfplay_7b.yaml
 
@@ -151,21 +156,16 @@ def measure(job: Job, n_agents: int, model: str, device: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--agents", type=int, required=True, help="N agents, all trained in this one run")
-    p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
+    p = runner_parser(__doc__, one_agent=False)
     p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
-    p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
     p.add_argument(
         "--smoke", action="store_true", help="the job shrunk to a CPU-sized check (job.shrink_for_smoke)"
     )
-    args = p.parse_args(argv)
+    args, job = parse_runner_args(p, argv)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
-    job = load_job(args.job) if args.job else load_job()
     job = shrink_for_smoke(job) if args.smoke else job
     result: dict[str, Any] = {
         "framework": "roll_ma",
@@ -173,20 +173,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "agent": None,  # all agents in this run
         "rows_per_step_planned": job.rows_per_step(1),
         "versions": versions("torch", "transformers", "peft", "vllm", "deepspeed", "ray"),
-        "oom": False,
-        "error": None,
     }
-    start = time.perf_counter()
-    try:
-        result.update(measure(job, args.agents, args.model, args.device))
-    except Exception as exc:  # the result line is still printed: run_all records what failed
-        text = traceback.format_exc()
-        print(text, file=sys.stderr, flush=True)
-        result.update(oom=is_oom(text), error=f"{type(exc).__name__}: {exc}"[:500])
-    result["run_wall_s"] = round(time.perf_counter() - start, 2)
-    emit(result)
-    return result
-
+    return measure_and_emit(result, lambda: measure(job, args.agents, args.model, args.device))
 
 if __name__ == "__main__":
     main()

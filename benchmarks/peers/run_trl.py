@@ -14,20 +14,27 @@ settings are the ones that make TRL's loss roll_ma's (tests/train/test_trl_grpo_
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from job import Job, agent_prompts, emit, is_oom, load_job, shrink_for_smoke, step_summary, versions  # noqa: E402
+from job import (  # noqa: E402
+    Job,
+    agent_prompts,
+    measure_and_emit,
+    parse_runner_args,
+    runner_parser,
+    shrink_for_smoke,
+    step_summary,
+    versions,
+)
 from rewards import trl_reward  # noqa: E402
 
 LOSS_TYPE = {"token_mean": "dapo", "seq_mean": "grpo"}  # roll_ma loss_agg -> TRL loss_type (same objective)
@@ -147,23 +154,15 @@ def measure(job: Job, n_agents: int, agent: int, model: str, device: str, use_vl
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--agents", type=int, required=True, help="N agents of the job")
-    p.add_argument("--agent", type=int, required=True, help="the agent this run trains (0..N-1)")
-    p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
+    p = runner_parser(__doc__)
     p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     p.add_argument(
         "--no-vllm", dest="vllm", action="store_false", help="generate with transformers (CPU smoke)"
     )
-    p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
     p.add_argument("--smoke", action="store_true", help="the job shrunk to a CPU-sized check")
-    args = p.parse_args(argv)
-    if not 0 <= args.agent < args.agents:
-        p.error(f"--agent {args.agent} is not one of the {args.agents} agents (0..{args.agents - 1})")
+    args, job = parse_runner_args(p, argv)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
-    job = load_job(args.job) if args.job else load_job()
     job = shrink_for_smoke(job) if args.smoke else job
     result: dict[str, Any] = {
         "framework": "trl",
@@ -171,20 +170,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "agent": args.agent,
         "rollout": "vllm colocate" if args.vllm else "transformers generate",
         "versions": versions("trl", "torch", "transformers", "peft", "accelerate", "vllm", "datasets"),
-        "oom": False,
-        "error": None,
     }
-    start = time.perf_counter()
-    try:
-        result.update(measure(job, args.agents, args.agent, args.model, args.device, args.vllm))
-    except Exception as exc:
-        text = traceback.format_exc()
-        print(text, file=sys.stderr, flush=True)
-        result.update(oom=is_oom(text), error=f"{type(exc).__name__}: {exc}"[:500])
-    result["run_wall_s"] = round(time.perf_counter() - start, 2)
-    emit(result)
-    return result
-
+    return measure_and_emit(
+        result, lambda: measure(job, args.agents, args.agent, args.model, args.device, args.vllm))
 
 if __name__ == "__main__":
     main()

@@ -15,13 +15,10 @@ rewards.py's ``verl_compute_score`` (custom_reward_function), the metrics verl's
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +26,18 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from job import (  # noqa: E402
+    LOSS_AGG_MODE,
     Job,
     agent_prompts,
-    emit,
     flash_attn_installed,
-    is_oom,
-    load_job,
+    measure_and_emit,
+    parse_runner_args,
+    run_logged,
+    runner_parser,
     step_summary,
     versions,
 )
 
-LOSS_AGG = {"token_mean": "token-mean", "seq_mean": "seq-mean-token-mean"}  # roll_ma -> verl loss_agg_mode
 KL_LOSS = {"k3": "low_var_kl", "k1": "kl"}  # verl's low_var_kl is k3 clamped to [-10, 10]
 
 
@@ -87,7 +85,7 @@ def verl_overrides(
         f"{arr}.actor.ppo_max_token_len_per_gpu={job.train.micro_batch_tokens}",
         f"{arr}.actor.clip_ratio_low={g.clip_low}",
         f"{arr}.actor.clip_ratio_high={g.clip_high}",
-        f"{arr}.actor.loss_agg_mode={LOSS_AGG[g.loss_agg]}",
+        f"{arr}.actor.loss_agg_mode={LOSS_AGG_MODE[g.loss_agg]}",
         f"{arr}.actor.use_kl_loss={g.kl_coef > 0}",
         f"{arr}.actor.kl_loss_coef={g.kl_coef}",
         f"{arr}.actor.kl_loss_type={KL_LOSS[g.kl_estimator]}",
@@ -167,15 +165,9 @@ def run(job: Job, n_agents: int, agent: int, model: str, legacy: bool, work: Pat
     )
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics_file), "HYDRA_FULL_ERROR": "1"}
-    print("[run_verl] " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sys.stdout.write(proc.stdout[-20000:])  # the tail of verl's own log, for the record
-    out: dict[str, Any] = {"returncode": proc.returncode, "oom": is_oom(proc.stdout), "error": None}
+    _, out = run_logged(cmd, env, "run_verl")
     if metrics_file.exists():
         out.update(read_metrics(metrics_file, job.warmup_steps))
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stdout.splitlines() if "Error" in ln or "error" in ln]
-        out["error"] = (lines[-1] if lines else f"exit code {proc.returncode}")[:500]
     out["rows_per_step"] = job.rows_per_step(n_agents)
     if out.get("response_length_mean"):
         out["response_tokens_per_step"] = out["response_length_mean"] * out["rows_per_step"]
@@ -183,24 +175,16 @@ def run(job: Job, n_agents: int, agent: int, model: str, legacy: bool, work: Pat
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--agents", type=int, required=True, help="N agents of the job")
-    p.add_argument("--agent", type=int, required=True, help="the agent this run trains (0..N-1)")
-    p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
-    p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
+    p = runner_parser(__doc__)
     p.add_argument("--legacy-trainer", action="store_true", help="trainer.use_v1=False (no TransferQueue)")
     p.add_argument("--print-command", action="store_true", help="print the overrides and exit")
-    args = p.parse_args(argv)
-    if not 0 <= args.agent < args.agents:
-        p.error(f"--agent {args.agent} is not one of the {args.agents} agents (0..{args.agents - 1})")
-    job = load_job(args.job) if args.job else load_job()
+    args, job = parse_runner_args(p, argv)
     if args.print_command:
         overrides = verl_overrides(
             job, args.agents, args.model, "TRAIN.parquet", "OUT", args.legacy_trainer, flash_attn_installed()
         )
         print("\n".join(overrides))
         return {}
-    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     result: dict[str, Any] = {
         "framework": "verl",
         "agents": args.agents,
@@ -209,13 +193,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "attention": "flash_attention_2" if flash_attn_installed() else "sdpa (flash-attn not installed)",
         "versions": versions("verl", "torch", "transformers", "peft", "vllm", "ray", "tensordict"),
     }
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="peers_verl_") as work:
-        result.update(run(job, args.agents, args.agent, args.model, args.legacy_trainer, Path(work)))
-    result["run_wall_s"] = round(time.perf_counter() - start, 2)
-    emit(result)
-    return result
 
+    def measure() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="peers_verl_") as work:
+            return run(job, args.agents, args.agent, args.model, args.legacy_trainer, Path(work))
+
+    return measure_and_emit(result, measure)
 
 if __name__ == "__main__":
     main()

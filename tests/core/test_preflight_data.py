@@ -38,24 +38,6 @@ def problems_of(cfg) -> list[str]:
     return err.value.problems
 
 
-@pytest.fixture
-def no_ray(monkeypatch):
-    """Starting Ray fails the test: every check must stop the run before."""
-    import ray
-
-    from roll_ma.distributed import ray_env
-
-    def started(*args, **kwargs):
-        raise AssertionError("Ray was started before the pre-flight check refused the run")
-
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(ray_env, "init_ray", started)
-    monkeypatch.setattr(ray, "init", started)
-    was = ray.is_initialized()
-    yield
-    assert ray.is_initialized() == was
-
-
 def test_a_dpo_pair_with_an_empty_side_is_refused_before_ray_starts(tmp_path, no_ray):
     from roll_ma.pipelines import run_pipeline
 

@@ -31,23 +31,6 @@ def save_checkpoint(cfg, step=4, signature=True) -> str:
     return path.name
 
 
-@pytest.fixture
-def no_ray(monkeypatch):
-    import ray
-
-    from roll_ma.distributed import ray_env
-
-    def started(*args, **kwargs):
-        raise AssertionError("Ray was started before the pre-flight check refused the run")
-
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(ray_env, "init_ray", started)
-    monkeypatch.setattr(ray, "init", started)
-    was = ray.is_initialized()
-    yield
-    assert ray.is_initialized() == was
-
-
 def test_the_signature_is_a_file_of_the_checkpoint_listed_in_its_manifest(tmp_path):
     cfg = config(tmp_path)
     step_dir = tmp_path / "out" / "checkpoints" / save_checkpoint(cfg)
