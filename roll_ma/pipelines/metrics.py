@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from roll_ma.config.schema import RunConfig
 from roll_ma.models.flops import ModelShape, forward_flops
 from roll_ma.protocol import DataProto
 
@@ -100,6 +101,19 @@ def mfu_metrics(flops: dict[str, float], seconds: dict[str, float], gpus: dict[s
         if peak_flops > 0:
             out[f"system/mfu/{name}"] = per_gpu / peak_flops
     return out
+
+
+def update_mfu_metrics(cfg: RunConfig, batch: DataProto, metrics: dict[str, Any], times: dict[str, float],
+                       shape: ModelShape, gpus: dict[str, int], peak_flops: float) -> dict[str, float]:
+    """MFU of the agents' update: a LoRA update is two forwards' work (forward + backward to the
+    activations, ``models/flops.py``; full fine-tuning three) over the rows of the agents that took a
+    step; the critic's own update (``timing/value_critic_update``) is not in the seconds."""
+    stepped = [i for i, a in enumerate(cfg.agents) if metrics.get(f"agent/{a.name}/updated", 0.0) > 0]
+    rows = np.isin(batch.non_tensor["agent_id"].astype(int), stepped)
+    seconds = times.get("timing/update", 0.0) - metrics.get("timing/value_critic_update", 0.0)
+    passes = 3.0 if cfg.train.full_finetune else 2.0  # full fine-tuning also computes weight gradients
+    return mfu_metrics({"update": passes * forward_flops_of(batch, shape, rows)}, {"update": seconds}, gpus,
+                       peak_flops)
 
 
 def episode_env_metrics(episodes: list[dict], prefix: str) -> dict[str, float]:

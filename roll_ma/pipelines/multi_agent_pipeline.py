@@ -98,6 +98,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         mfu_metrics,
         rollout_metrics,
         system_metrics,
+        update_mfu_metrics,
     )
     from roll_ma.pipelines.on_policy import agents_taking_no_step, old_log_probs_pass_reason
     from roll_ma.pipelines.rollout_queue import RolloutQueue
@@ -250,7 +251,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                     # 4. per-agent update, agent after agent
                     with timer("update"):
                         metrics.update(workers.train.train_step(batch)[0])
-                    metrics.update(update_mfu(cfg, batch, metrics, timer.times, shape, gpus, profile))
+                    metrics.update(update_mfu_metrics(cfg, batch, metrics, timer.times, shape, gpus,
+                                                      profile["peak_flops"]))
 
                     # 4b. joint search (small cooperative games): distill a better joint policy when found
                     search_ran = search is not None and step % cfg.study.joint_search_every == 0
@@ -313,21 +315,6 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         return metrics
     finally:
         workers.shutdown()
-
-
-def update_mfu(cfg: RunConfig, batch: Any, metrics: dict[str, Any], times: dict[str, float], shape: Any,
-               gpus: dict[str, int], profile: dict[str, Any]) -> dict[str, float]:
-    """MFU of the agents' update: a LoRA update is two forwards' work (forward + backward to the
-    activations, ``models/flops.py``; full fine-tuning three) over the rows of the agents that took a
-    step; the critic's own update (``timing/value_critic_update``) is not in the seconds."""
-    from roll_ma.pipelines.metrics import forward_flops_of, mfu_metrics
-
-    stepped = [i for i, a in enumerate(cfg.agents) if metrics.get(f"agent/{a.name}/updated", 0.0) > 0]
-    rows = np.isin(batch.non_tensor["agent_id"].astype(int), stepped)
-    seconds = times.get("timing/update", 0.0) - metrics.get("timing/value_critic_update", 0.0)
-    passes = 3.0 if cfg.train.full_finetune else 2.0  # full fine-tuning also computes weight gradients
-    return mfu_metrics({"update": passes * forward_flops_of(batch, shape, rows)}, {"update": seconds}, gpus,
-                       profile["peak_flops"])
 
 
 def rollout_timeline(parts: list[Any]) -> dict[str, float]:

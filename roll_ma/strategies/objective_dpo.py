@@ -26,9 +26,9 @@ from roll_ma.config.schema import AlgorithmConfig
 from roll_ma.models.logprobs import response_log_probs
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.micro_batches import real_lengths
-from roll_ma.strategies.policy_updater import PolicyUpdate, PolicyUpdater
+from roll_ma.strategies.policy_updater import PolicyUpdate, PolicyUpdater, row_slots
 from roll_ma.strategies.scoring import check_columns
-from roll_ma.strategies.supervised_update import row_slots, supervised_update
+from roll_ma.strategies.supervised_update import supervised_update
 
 SIDES = ("chosen", "rejected")
 ROW_KEYS = ("input_ids", "attention_mask", "responses", "response_mask")

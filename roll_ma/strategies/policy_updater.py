@@ -47,6 +47,12 @@ _SUMS = ("policy_loss", "kl", "entropy", "clipped", "tokens", "units", "action_e
          "is_weight", "is_truncated", "logprob_gap")
 
 
+def row_slots(agent_of_row: np.ndarray, agent_ids: list[int]) -> torch.Tensor:
+    """(N,) the position of each row's agent in ``agent_ids`` (its slot in the per-agent sums)."""
+    slot_of = {a: s for s, a in enumerate(agent_ids)}
+    return torch.tensor([slot_of[int(a)] for a in agent_of_row], dtype=torch.long)
+
+
 @dataclass
 class _ActionBonus:
     """The action entropy bonus of one update: its weight at this step and each row's legal answers."""
@@ -168,8 +174,7 @@ class PolicyUpdater:
         row_tokens = cols["response_mask"].float().sum(-1)  # (N,)
         # (N,) real prompt and response tokens of each row: what a token budget counts
         prompt_lens, response_lens = real_lengths(cols["attention_mask"], cols["responses"].shape[1])
-        slot_of = {a: s for s, a in enumerate(agent_ids)}
-        row_slot = torch.tensor([slot_of[int(a)] for a in agent_of_row], dtype=torch.long)  # (N,)
+        row_slot = row_slots(agent_of_row, agent_ids)  # (N,)
         sums = torch.zeros(len(agent_ids), len(_SUMS), dtype=torch.float64)
         self._is_max = torch.zeros(len(agent_ids), dtype=torch.float64)  # decoupled: largest weight per agent
         self._gap_max = torch.zeros(len(agent_ids), dtype=torch.float64)  # reused pi_old: largest |gap|

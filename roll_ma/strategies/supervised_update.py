@@ -18,12 +18,6 @@ from roll_ma.strategies.policy_updater import PolicyUpdate, PolicyUpdater
 MicroLoss = Callable[[torch.Tensor, torch.Tensor, np.ndarray], tuple[torch.Tensor, torch.Tensor]]
 
 
-def row_slots(agent_of_row: np.ndarray, agent_ids: list[int]) -> torch.Tensor:
-    """(N,) the position of each row's agent in ``agent_ids`` (its slot in the per-agent sums)."""
-    slot_of = {a: s for s, a in enumerate(agent_ids)}
-    return torch.tensor([slot_of[int(a)] for a in agent_of_row], dtype=torch.long)
-
-
 def supervised_update(
     updater: PolicyUpdater,
     n: int,

@@ -27,7 +27,10 @@ def test_every_trainable_agent_changes_between_checkpoints(ray_session, tiny_mod
     cfg = load(tmp_path, toy_config(tmp_path, tiny_model_dir, agents))
     run_pipeline(cfg)
     out = tmp_path / "out"
-    _check_run(out, ["alice", "bob"])
+    rows = _check_run(out, ["alice", "bob"])
+    # every agent trains every step: pi_old comes from the update's forward, no scoring pass of its own
+    assert not any("timing/old_log_probs" in r for r in rows)
+    assert all(r["timing/update"] > 0 and r["system/tflops_per_gpu/update"] > 0 for r in rows)
     for adapter in ("alice", "bob"):
         assert not same_tensors(adapter_tensors_at(out, 1, adapter), adapter_tensors_at(out, 3, adapter)), (
             adapter
@@ -69,6 +72,8 @@ def test_vllm_backend_syncs_only_the_adapters_that_changed(ray_session, tiny_mod
     assert [r["agent/alice/adapter_version"] for r in rows] == [0, 1, 2]
     assert [r["agent/bob/adapter_version"] for r in rows] == [0, 0, 2]
     assert [r["rollout/adapters_synced"] for r in rows] == [1, 2, 1]
+    # odd steps leave bob alone: his rows alone are scored for pi_old (his gap); step 2 trains both
+    assert ["timing/old_log_probs" in r for r in rows] == [True, False, True]
     for r in rows:
         assert r["rollout/stale_rows"] == 0
         for name in ("alice", "bob"):
