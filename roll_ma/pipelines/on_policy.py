@@ -28,8 +28,7 @@ def old_log_probs_pass_reason(cfg: RunConfig, num_rows: int) -> str | None:
         return "train.mini_batch_size below the step's rows (several optimizer steps)"
     if cfg.algorithm.kl_coef > 0 and cfg.algorithm.kl_mode == "reward":
         return "algorithm.kl_mode=reward (the advantages need pi_old before the update)"
-    dropouts = [cfg.lora.dropout] + [a.lora.dropout for a in cfg.agents if a.lora.dropout is not None]
-    if any(d > 0 for d in dropouts):  # the update's forward is then not the scoring forward
+    if any(cfg.agent_lora(a).dropout > 0 for a in cfg.agents):  # the update's forward is not the scoring one
         return "LoRA dropout > 0"
     return None
 
