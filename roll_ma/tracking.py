@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +91,16 @@ class Tracker:
             )
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        row = {"step": step, **{k: _clean(v) for k, v in sorted(metrics.items())}}
+        # wall_time: when the step ended (seconds since the epoch), as TensorBoard's events keep it; the
+        # side-by-side benchmark times every framework as the wall time between consecutive step ends
+        row = {"step": step, "wall_time": round(time.time(), 3)}
+        row.update({k: _clean(v) for k, v in sorted(metrics.items())})
         self._jsonl.write(json.dumps(row) + "\n")
         self._jsonl.flush()
         os.fsync(self._jsonl.fileno())  # a SIGKILL right after must not lose a logged step
-        scalars = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
+        scalars = {
+            k: v for k, v in row.items() if isinstance(v, (int, float)) and k not in ("step", "wall_time")
+        }
         if self._tb is not None:
             for k, v in scalars.items():
                 self._tb.add_scalar(k, v, step)

@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -230,33 +231,60 @@ def seat_game(job: Job, n_agents: int) -> Any:
     return SeatGame(players=n_agents, turns=job.episodes.turns, prompt_words=job.prompt.filler_words)
 
 
-def agent_prompts(job: Job, n_agents: int, agent: int) -> list[list[list[dict[str, str]]]]:
+def agent_prompts(job: Job, n_agents: int, agent: int | None) -> list[list[list[dict[str, str]]]]:
     """Per step (1..steps), the chat prompts agent ``agent`` of N answers: the (seed, turn) prompts of
-    that step's games where its seat acts, in (group, turn) order. Each is sampled group_size times."""
+    that step's games where its seat acts, in (group, turn) order. Each is sampled group_size times.
+    ``agent=None``: every seat's prompts (one adapter shared by all seats; the prompt names the seat)."""
     env = seat_game(job, n_agents)
+    share = job.prompts_per_step(n_agents) * (n_agents if agent is None else 1)
     steps = []
     for step in range(1, job.steps + 1):
         prompts = []
         for g in range(job.episodes.groups_per_step):
             turn = env.reset(game_seed(job.seed, step, g))
             while turn is not None:
-                if turn.player == agent:
+                if agent is None or turn.player == agent:
                     prompts.append(turn.messages)
                 turn = env.step("0").next_turn
-        assert len(prompts) == job.prompts_per_step(n_agents), "turns % N == 0 gives every agent its share"
+        assert len(prompts) == share, "turns % N == 0 gives every agent its share"
         steps.append(prompts)
     return steps
 
 
+def rows_of_run(job: Job, n_agents: int, agent: int | None) -> int:
+    """Trained rows per step of one run: one agent's share, or every seat's (agent None: shared)."""
+    return job.rows_per_step(n_agents) * (n_agents if agent is None else 1)
+
+
 # ---------------------------------------------------------------------------- results
-def step_summary(step_times: list[float], warmup: int) -> dict[str, Any]:
-    """Median step time after the warm-up steps (all times kept for the record)."""
-    timed = step_times[warmup:]
+# One clock for every framework: a step's time is the wall time between its end and the previous step's
+# end, each end read the same way from outside the framework's own timers (a callback in TRL's process,
+# the arrival of verl's / OpenRLHF's per-step log line, roll_ma's metrics line). Step 1 has no previous
+# end; it is a warm-up step in every job (warmup_steps >= 1).
+def step_summary_from_ends(step_ends: list[float], warmup: int) -> dict[str, Any]:
+    """Median, min and max step time of the steps after ``warmup``, from each step's end time (seconds on
+    any one clock), with every step's time kept for the record (step 1's is None: no previous end)."""
+    times = [None] + [round(b - a, 4) for a, b in zip(step_ends, step_ends[1:])]
+    timed = [t for t in times[max(warmup, 1) :] if t is not None]
     return {
         "step_s": statistics.median(timed) if timed else None,
-        "step_times_s": [round(t, 4) for t in step_times],
-        "steps_done": len(step_times),
+        "step_min_s": min(timed) if timed else None,
+        "step_max_s": max(timed) if timed else None,
+        "timed_steps": len(timed),
+        "step_times_s": times,
+        "steps_done": len(step_ends),
+        "clock": "wall time between consecutive step ends",
     }
+
+
+def phase_medians(steps: list[dict[str, float]], names: dict[str, str], warmup: int) -> dict[str, float | None]:
+    """The framework's own per-step phase timers, as the median over the timed steps: ``names`` maps
+    the table's phase (rollout, scoring, update, sync, ...) to the framework's metric key."""
+    out: dict[str, float | None] = {}
+    for phase, key in names.items():
+        vals = [float(s[key]) for s in steps[warmup:] if s.get(key) is not None]
+        out[phase] = round(statistics.median(vals), 3) if vals else None
+    return out
 
 
 def with_throughput(result: dict[str, Any]) -> dict[str, Any]:
@@ -303,24 +331,29 @@ LOSS_AGG_MODE = {"token_mean": "token-mean", "seq_mean": "seq-mean-token-mean"}
 
 # ---------------------------------------------------------------------------- what every runner does
 def runner_parser(doc: str | None, one_agent: bool = True) -> argparse.ArgumentParser:
-    """The arguments every runner takes: N agents, the agent this run trains (peers: one policy a run),
-    the model directory and the job file."""
+    """The arguments every runner takes: N agents, the agent this run trains (peers: one policy a run)
+    or --shared (one adapter for every seat), the model directory and the job file."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--agents", type=int, required=True,
                    help="N agents of the job" + ("" if one_agent else ", all trained in this one run"))
     if one_agent:
-        p.add_argument("--agent", type=int, required=True, help="the agent this run trains (0..N-1)")
+        p.add_argument("--agent", type=int, default=None, help="the agent this run trains (0..N-1)")
+    p.add_argument("--shared", action="store_true",
+                   help="one adapter for all N seats (the prompt names the seat): every seat's rows in this run")
     p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
     p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
     return p
 
 
 def parse_runner_args(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, Job]:
-    """The parsed arguments (an --agent outside 0..N-1 is refused) and the job they name."""
+    """The parsed arguments (an --agent outside 0..N-1 is refused; a one-agent runner needs --agent or
+    --shared, not both) and the job they name."""
     args = p.parse_args(argv)
-    agent = getattr(args, "agent", None)
-    if agent is not None and not 0 <= agent < args.agents:
-        p.error(f"--agent {agent} is not one of the {args.agents} agents (0..{args.agents - 1})")
+    if hasattr(args, "agent"):
+        if args.shared == (args.agent is not None):
+            p.error("give --agent K (one agent's run) or --shared (one adapter for every seat), not both")
+        if args.agent is not None and not 0 <= args.agent < args.agents:
+            p.error(f"--agent {args.agent} is not one of the {args.agents} agents (0..{args.agents - 1})")
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # flashinfer is not on the GPU image
     return args, (load_job(args.job) if args.job else load_job())
 
@@ -342,17 +375,44 @@ def measure_and_emit(result: dict[str, Any], measure: Callable[[], dict[str, Any
     return result
 
 
-def run_logged(cmd: list[str], env: dict[str, str], tag: str) -> tuple[str, dict[str, Any]]:
-    """Run a peer's own launcher; (its output, {returncode, oom, error}) with the error its last line that
-    says one. The output's tail is echoed for the record."""
+def run_logged(
+    cmd: list[str], env: dict[str, str], tag: str, step_line: re.Pattern[str] | None = None
+) -> tuple[str, dict[str, Any], list[float]]:
+    """Run a peer's own launcher; (its output, {returncode, oom, error}, step ends) with the error its
+    last line that says one. The output is read as it comes: each line that matches ``step_line`` (the
+    launcher's per-step log line) ends a step at the time it arrives (time.monotonic()). The output's
+    tail is echoed for the record."""
     print(f"[{tag}] " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sys.stdout.write(proc.stdout[-20000:])
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    assert proc.stdout is not None
+    lines, step_ends = [], []
+    for line in proc.stdout:
+        if step_line is not None and step_line.search(line):
+            step_ends.append(time.monotonic())
+        lines.append(line)
+    proc.wait()
+    output = "".join(lines)
+    sys.stdout.write(output[-20000:])
     error = None
     if proc.returncode != 0:
-        lines = [ln for ln in proc.stdout.splitlines() if "Error" in ln or "error" in ln]
-        error = (lines[-1] if lines else f"exit code {proc.returncode}")[:500]
-    return proc.stdout, {"returncode": proc.returncode, "oom": is_oom(proc.stdout), "error": error}
+        bad = [ln for ln in output.splitlines() if "Error" in ln or "error" in ln]
+        error = (bad[-1] if bad else f"exit code {proc.returncode}")[:500]
+    return output, {"returncode": proc.returncode, "oom": is_oom(output), "error": error}, step_ends
+
+
+def gpu_identity() -> dict[str, str | None]:
+    """The GPU this process sees (the first of CUDA_VISIBLE_DEVICES) and the driver, from nvidia-smi;
+    every run records it so that ratios are taken only between runs on the same GPU model."""
+    gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-i", gpu, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30, check=True,
+        ).stdout.strip()
+        name, driver = (v.strip() for v in out.split(",", 1))
+        return {"gpu_name": name, "gpu_driver": driver}
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {"gpu_name": None, "gpu_driver": None}
 
 
 def emit(result: dict[str, Any]) -> None:
