@@ -57,6 +57,14 @@ NO_ROWS_ERROR = (
 StepHook = Callable[[Any, int], "dict[str, float] | None"]
 
 
+# The step's named stages, one after another on the driver: with the bookkeeping between them (record)
+# they cover the step's wall time; timing/unaccounted is what none of them holds
+STAGES = (
+    "rollout", "sleep", "reference", "old_log_probs", "values", "advantages", "update", "joint_search", "sync",
+    "eval", "record",
+)  # fmt: skip
+
+
 class StepTimer:
     """Collects ``timing/<name>`` seconds for one step."""
 
@@ -179,6 +187,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         sleeps = workers.colocated() and cfg.rollout.sleep_level > 0  # the engine frees the GPU to train
         for step in range(start_step + 1, cfg.trainer.max_steps + 1):
             timer = StepTimer()
+            step_start = time.perf_counter()
             with timer("step"):
                 # 1. roll out: env workers x rollout workers (with k >= 1: mostly played already)
                 with timer("rollout"):
@@ -204,7 +213,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                     # the whole GPU with the engine awake, read by the trainer
                     metrics["system/gpu_used_gb_rollout"] = workers.train.gpu_memory_used_gb()
                 if sleeps:
-                    workers.rollout.sleep()  # frees the engine's GPU memory for the update
+                    with timer("sleep"):
+                        workers.rollout.sleep()  # frees the engine's GPU memory for the update
                 batch.meta_info.update(step=step, temperature=cfg.rollout.temperature)
                 scored_flops = forward_flops_of(batch, shape)  # a scoring pass: one forward over every row
                 pass_flops = {"reference": scored_flops, "values": scored_flops}
@@ -277,6 +287,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                     with timer("eval"):
                         rollouts.settle()  # the env workers finish the next step's rollout first
                         metrics.update(evaluate(workers, planner, seats, cfg.env.eval_opponent, step))
+            record_start = time.perf_counter()
             metrics.update(timer.times)
             metrics.update(timer.timeline)
             metrics.update(mfu_metrics(pass_flops, {p: timer.times.get(f"timing/{p}", 0.0) for p in gpus},
@@ -293,6 +304,12 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
             metrics["system/rollout_tokens_per_s"] = tokens / max(rollout_s, 1e-9)
             trained = sum(v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/tokens"))
             metrics["system/train_tokens_per_s"] = trained / max(metrics["timing/update"], 1e-9)
+            now = time.perf_counter()
+            metrics["timing/record"] = now - record_start  # metrics, per-rank gathers, MFU, the GPU query
+            metrics["timing/step_wall"] = now - step_start
+            metrics["timing/unaccounted"] = metrics["timing/step_wall"] - sum(
+                metrics.get(f"timing/{name}", 0.0) for name in STAGES
+            )
             tracker.log(metrics, step)
             if step % cfg.trainer.log_every == 0:
                 print(console_summary(step, cfg.trainer.max_steps, metrics, agent_names), flush=True)

@@ -60,8 +60,8 @@ def test_job_errors_name_the_file_and_the_key(tmp_path, job):
         peer_job.load_job(_write(tmp_path, job, lora__rank="16"))
     with pytest.raises(ValueError, match=r"episodes.turns=2 is not a multiple of agents \[3\]"):
         peer_job.load_job(_write(tmp_path, job, episodes__turns=2))
-    with pytest.raises(ValueError, match=r"steps=1 must exceed warmup_steps=1"):
-        peer_job.load_job(_write(tmp_path, job, steps=1))
+    with pytest.raises(ValueError, match=r"steps=2 must exceed warmup_steps=2 >= 1"):
+        peer_job.load_job(_write(tmp_path, job, steps=2))
 
 
 def test_game_seeds_are_those_roll_mas_planner_plays(job):
@@ -238,40 +238,64 @@ def test_flash_attn_stand_in_imports_and_refuses_to_compute(tmp_path):
 
 
 # ---------------------------------------------------------------------------- results
+def test_step_times_are_the_wall_time_between_step_ends():
+    # ends at 10, 19, 21, 24, 27, 31, 33 s: steps 2..7 took 9, 2, 3, 3, 4, 2 s; two warm-up steps
+    summary = peer_job.step_summary_from_ends([10.0, 19.0, 21.0, 24.0, 27.0, 31.0, 33.0], warmup=2)
+    assert summary["step_times_s"] == [None, 9.0, 2.0, 3.0, 3.0, 4.0, 2.0]
+    assert (summary["step_s"], summary["step_min_s"], summary["step_max_s"], summary["timed_steps"]) == (
+        3.0, 2.0, 4.0, 5,
+    )  # fmt: skip
+    # step 1 has no previous end: even without warm-up it is never timed
+    assert peer_job.step_summary_from_ends([5.0, 7.0], warmup=0)["timed_steps"] == 1
+    steps = [{"t/gen": 9.0}, {"t/gen": 1.0}, {"t/gen": 3.0}, {"t/gen": 2.0}, {}]
+    assert peer_job.phase_medians(steps, {"rollout": "t/gen", "sync": "t/sync"}, warmup=1) == {
+        "rollout": 2.0, "sync": None,
+    }  # fmt: skip
+
+
 def test_result_lines_and_the_combined_row():
     lines = "noise\nJSON " + json.dumps({"step_s": 2.0}) + "\nJSON " + json.dumps({"step_s": 3.0}) + "\ntail"
     assert peer_job.read_result(lines) == {"step_s": 3.0} and peer_job.read_result("none") is None
-    assert peer_job.step_summary([9.0, 2.0, 4.0, 3.0], warmup=1)["step_s"] == 3.0
     assert peer_job.is_oom("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
+    h100 = "NVIDIA H100 80GB HBM3"
     runs = [
-        {"framework": "trl", "agents": 2, "agent": 0, "step_s": 2.0, "response_tokens_per_step": 100.0,
-         "gpu_peak_gb": 50.0},
-        {"framework": "trl", "agents": 2, "agent": 1, "step_s": 3.0, "response_tokens_per_step": 150.0,
-         "gpu_peak_gb": 60.0, "oom": False},
-        {"framework": "roll_ma", "agents": 2, "step_s": 2.5, "response_tokens_per_step": 250.0},
+        {"framework": "trl", "agents": 2, "agent": 0, "step_s": 2.0, "step_min_s": 1.5, "step_max_s": 2.5,
+         "response_tokens_per_step": 100.0, "gpu_peak_gb": 50.0, "gpu_name": h100, "phases_s": {"rollout": 1.0}},
+        {"framework": "trl", "agents": 2, "agent": 1, "step_s": 3.0, "step_min_s": 2.0, "step_max_s": 4.0,
+         "response_tokens_per_step": 150.0, "gpu_peak_gb": 60.0, "oom": False, "gpu_name": h100,
+         "phases_s": {"rollout": 2.0}},
+        {"framework": "roll_ma", "agents": 2, "step_s": 2.5, "response_tokens_per_step": 250.0, "gpu_name": h100},
         {"framework": "verl", "agents": 2, "agent": 0, "step_s": None, "error": "ValueError: x", "oom": True},
-        {"framework": "openrlhf", "agents": 2, "agent": 0, "step_s": 4.0, "response_tokens_per_step": 100.0},
+        {"framework": "openrlhf", "agents": 2, "agent": 0, "step_s": 4.0, "response_tokens_per_step": 100.0,
+         "gpu_name": h100},
+        {"framework": "roll_ma", "agents": 2, "shared": True, "step_s": 2.0, "gpu_name": h100},
+        {"framework": "trl", "agents": 2, "agent": None, "shared": True, "step_s": 3.0, "gpu_name": "NVIDIA H200"},
     ]  # fmt: skip
-    ours, trl, verl, openrlhf = run_all.table_rows(runs)  # in the order roll_ma, trl, verl, openrlhf
-    assert (trl["step_s"], trl["tokens_per_s"], trl["gpu_peak_gb"], trl["vs_roll_ma"]) == (
-        5.0,
-        50.0,
-        60.0,
-        2.0,
-    )
+    ours, trl, verl, openrlhf, ours_shared, trl_shared = run_all.table_rows(runs)
+    assert (trl["step_s"], trl["step_min_s"], trl["step_max_s"], trl["tokens_per_s"]) == (5.0, 3.5, 6.5, 50.0)
+    assert (trl["gpu_peak_gb"], trl["vs_roll_ma"], trl["phases_s"], trl["gpu"]) == (60.0, 2.0, {"rollout": 3.0}, h100)
     assert (trl["runs"], trl["status"], ours["runs"], ours["vs_roll_ma"]) == ("2/2", "ok", "1/1", 1.0)
-    assert (verl["step_s"], verl["vs_roll_ma"], verl["oom"], verl["status"]) == (
-        None,
-        None,
-        True,
-        "ValueError: x",
-    )
-    # one of the two runs measured: the row is twice that run, and says so
-    assert (openrlhf["step_s"], openrlhf["tokens_per_s"], openrlhf["vs_roll_ma"]) == (8.0, 25.0, 3.2)
-    assert openrlhf["status"] == "ok, estimated from 1 of 2 runs"
-    # a later call's run replaces the same (framework, N, agent), keeps the others
+    assert (verl["step_s"], verl["vs_roll_ma"], verl["oom"], verl["status"]) == (None, None, True, "ValueError: x")
+    # one of the two runs measured: no step time, never an estimate
+    assert (openrlhf["step_s"], openrlhf["vs_roll_ma"], openrlhf["status"]) == (None, None, "incomplete: 1 of 2 runs")
+    # shared-adapter rows are one run each, compared with roll_ma's shared row, and only on the same GPU model
+    assert (ours_shared["adapters"], ours_shared["runs"], trl_shared["runs"]) == ("1 shared", "1/1", "1/1")
+    assert trl_shared["step_s"] == 3.0 and trl_shared["vs_roll_ma"] is None
+    # a later call's run replaces the same (framework, N, agent, shared), keeps the others
     merged = run_all.merge_runs(runs, [{"framework": "verl", "agents": 2, "agent": 0, "step_s": 6.0}])
     assert len(merged) == len(runs) and merged[-1]["step_s"] == 6.0
+
+
+def test_the_plan_runs_every_agent_of_every_peer_and_the_shared_rows():
+    frameworks = run_all.parse_frameworks("roll_ma,trl,openrlhf@1")
+    plan = run_all.plan_runs(frameworks, [1, 3], shared=True)
+    assert sorted(map(str, (r for r in plan if r[0] == "trl"))) == sorted(map(str, [
+        ("trl", 1, 0, False), ("trl", 3, 0, False), ("trl", 3, 1, False), ("trl", 3, 2, False), ("trl", 3, None, True),
+    ]))  # fmt: skip
+    assert [r for r in plan if r[0] == "openrlhf"] == [("openrlhf", 1, 0, False)]
+    assert plan[0][0] == "roll_ma" and ("roll_ma", 3, None, True) in plan
+    with pytest.raises(ValueError, match="known are"):
+        run_all.parse_frameworks("roll_ma,deepspeed-chat")
 
 
 @pytest.mark.slow
