@@ -6,8 +6,8 @@ and response tokens (the work of one roll_ma step) and takes the largest GPU pea
 run is sampled from ``nvidia-smi`` (the whole GPU, every process: engines and Ray workers included).
 
 Each framework runs in its own Python environment: ``--sites DIR`` holds one folder per peer (DIR/trl,
-DIR/verl, DIR/openrlhf: its staged pins, stage_peer_wheels.sh) that goes first on that peer's PYTHONPATH,
-then DIR/common (the wheels all staged peers share).
+DIR/verl, DIR/openrlhf: its staged pins, stage_peer_wheels.sh) whose site-packages goes first on that
+peer's PYTHONPATH, then DIR/common's (the wheels all staged peers share).
 
     # GPU: the random Qwen2.5-7B is built once; results and every run's log under --out-dir, where each
     # call adds its runs to the table (a device call lasts <= 10 min: one 7B run or two per call)
@@ -118,10 +118,11 @@ def runner_env(framework: str, sites: Path | None) -> dict[str, str]:
     # built DeepSpeed engines) left RANK / WORLD_SIZE behind, and each peer's launcher sets its own
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARS}
     paths = [str(REPO)]
-    if sites is not None and (sites / framework).is_dir():  # its own pins, then those all peers share
-        paths[:0] = [str(sites / framework)] + (
-            [str(sites / "common")] if (sites / "common").is_dir() else []
-        )
+    # DIR/<peer>/site-packages (install_peer_wheels.sh): dill, hashing a datasets.Dataset, pickles by value
+    # any module outside a site-packages folder, and pyarrow by value does not pickle (MonthDayNano)
+    if sites is not None and (sites / framework / "site-packages").is_dir():  # its pins, then the shared
+        paths[:0] = [str(sites / name / "site-packages") for name in (framework, "common")
+                     if (sites / name / "site-packages").is_dir()]
     env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     return env
 
