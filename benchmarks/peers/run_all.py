@@ -13,8 +13,8 @@ saved after every run (peers.json, peers.md), so a run_all started in the backgr
 it goes on.
 
 Each framework runs in its own Python environment: ``--sites DIR`` holds one folder per peer (DIR/trl,
-DIR/verl, DIR/openrlhf: its staged pins, stage_peer_wheels.sh) that goes first on that peer's PYTHONPATH,
-then DIR/common (the wheels all staged peers share).
+DIR/verl, DIR/openrlhf: its staged pins, stage_peer_wheels.sh) whose site-packages goes first on that
+peer's PYTHONPATH, then DIR/common's (the wheels all staged peers share).
 
     # GPU (4 GPUs: every run of the table at once where it can), the random Qwen2.5-7B built once:
     python benchmarks/peers/run_all.py --sites /tmp/peers --gpus 0,1,2,3 --shared \
@@ -141,10 +141,11 @@ def runner_env(framework: str, sites: Path | None, gpu: str | None = None) -> di
         env["CUDA_VISIBLE_DEVICES"] = gpu
     site = framework.split("_is")[0]
     paths = [str(REPO)]
-    if sites is not None and (sites / site).is_dir():  # its own pins, then those all peers share
-        paths[:0] = [str(sites / site)] + (
-            [str(sites / "common")] if (sites / "common").is_dir() else []
-        )
+    # DIR/<peer>/site-packages (install_peer_wheels.sh): dill, hashing a datasets.Dataset, pickles by value
+    # any module outside a site-packages folder, and pyarrow by value does not pickle (MonthDayNano)
+    if sites is not None and (sites / site / "site-packages").is_dir():  # its pins, then the shared
+        paths[:0] = [str(sites / name / "site-packages") for name in (site, "common")
+                     if (sites / name / "site-packages").is_dir()]
     env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     return env
 

@@ -9,6 +9,7 @@ import ast
 import dataclasses
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import job as peer_job  # noqa: E402
 import rewards  # noqa: E402
 import run_all  # noqa: E402
 import run_openrlhf  # noqa: E402
+import run_trl  # noqa: E402
 import run_verl  # noqa: E402
 
 
@@ -60,8 +62,9 @@ def test_job_errors_name_the_file_and_the_key(tmp_path, job):
         peer_job.load_job(_write(tmp_path, job, lora__rank="16"))
     with pytest.raises(ValueError, match=r"episodes.turns=2 is not a multiple of agents \[3\]"):
         peer_job.load_job(_write(tmp_path, job, episodes__turns=2))
-    with pytest.raises(ValueError, match=r"steps=2 must exceed warmup_steps=2 >= 1"):
-        peer_job.load_job(_write(tmp_path, job, steps=2))
+    w = job.warmup_steps
+    with pytest.raises(ValueError, match=rf"steps={w} must exceed warmup_steps={w} >= 1"):
+        peer_job.load_job(_write(tmp_path, job, steps=w))
 
 
 def test_game_seeds_are_those_roll_mas_planner_plays(job):
@@ -213,6 +216,36 @@ def test_openrlhf_reads_the_agents_prompts(job, tiny_model_dir, tmp_path):
     assert rewards.reward_func([prompt + "12ab"], [prompt], [label])["rewards"].tolist() == [0.5]
 
 
+def test_trl_micro_batches_are_the_largest_divisor_of_the_step_in_the_token_budget(job):
+    # a padded row = the longest prompt (~136 tokens with the chat template) + max_new_tokens (256)
+    row = 136 + job.generation.max_new_tokens
+    assert job.train.micro_batch_tokens == 16384 and row == 392
+    assert run_trl.micro_batch_rows(job.rows_per_step(1), row, job.train.micro_batch_tokens) == 32  # of 192
+    assert run_trl.micro_batch_rows(job.rows_per_step(3), row, job.train.micro_batch_tokens) == 32  # of 64
+    assert run_trl.micro_batch_rows(192, 512 + 256, 16384) == 16  # 24 x 768 > 16384: 16, not 21
+    assert run_trl.micro_batch_rows(6, 20000, 16384) == 1  # no row fits: one row a micro-batch
+
+
+def test_trl_passes_follow_its_config(job, tmp_path):
+    pytest.importorskip("trl")
+    args = dict(job=job, rows=192, micro=32, device="cpu", use_vllm=True, out_dir=str(tmp_path))
+    ours = run_trl.trl_passes(run_trl.grpo_config(is_correction=False, **args))
+    assert "no old log-probs" in ours and "correction off" in ours and "reference log-probs" in ours
+    assert "6 training micro-batches" in ours
+    trls = run_trl.trl_passes(run_trl.grpo_config(is_correction=True, **args))
+    assert "old log-probs (for the vLLM importance-sampling correction)" in trls and "correction on" in trls
+
+
+def test_each_peer_imports_its_own_site_packages_first(tmp_path):
+    # the folders are named site-packages: dill (datasets' fingerprint) pickles other modules by value
+    for name in ("trl", "common"):
+        (tmp_path / name / "site-packages").mkdir(parents=True)
+    paths = run_all.runner_env("trl", tmp_path)["PYTHONPATH"].split(os.pathsep)
+    own, shared = (str(tmp_path / name / "site-packages") for name in ("trl", "common"))
+    assert paths[:3] == [own, shared, str(run_all.REPO)]
+    assert str(run_all.REPO) == run_all.runner_env("verl", tmp_path)["PYTHONPATH"].split(os.pathsep)[0]
+
+
 def test_openrlhf_step_lines_are_read_through_rays_prefix():
     out = "\n".join(
         [
@@ -313,3 +346,4 @@ def test_driver_runs_roll_ma_and_trl_on_cpu(tmp_path):
     assert (tmp_path / "peers.md").read_text().startswith("| framework | agents |")
     runs = [r for r in summary["runs"] if r["framework"] == "trl"]
     assert all(r["rows_per_step"] == 2 and r["rollout"] == "transformers generate" for r in runs)
+    assert all(r["micro_batch_rows"] == 2 and "no old log-probs" in r["passes"] for r in runs)
