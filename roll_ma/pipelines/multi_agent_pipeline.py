@@ -148,9 +148,10 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         gpus = {"reference": workers.ref_source.world_size, "old_log_probs": cfg.train.num_workers,
                 "values": cfg.train.num_workers, "update": cfg.train.num_workers}
 
-        start_step = 0
+        start_step, saved = 0, None  # saved: the newest checkpoint, named by the run's last line
         if resume_from is not None:
             start_step, path = resume_from
+            saved = path
             workers.train.load_checkpoint(str(path / "trainer"))
             planner.load_state_dict(ckpt.load_state(path)["planner"])
             print(f"[roll_ma] resumed from {path} (step {start_step})", flush=True)
@@ -302,19 +303,22 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                 tmp = ckpt.begin_checkpoint(out_dir, step)
                 workers.train.save_checkpoint(str(tmp / "trainer"))
                 # the planner as before any rollout not yet trained on: a resume plays those episodes again
-                ckpt.finish_checkpoint(
+                saved = ckpt.finish_checkpoint(
                     tmp, step, {"planner": rollouts.planner_state(), "config": cfg.name},
                     cfg.trainer.keep_last, signature,
                 )
         tracker.close()
         plot = plot_rewards(out_dir / "metrics.jsonl", out_dir / "rewards.png", agent_names)
-        print(
-            f"[roll_ma] done: metrics {out_dir / 'metrics.jsonl'}" + (f", plot {plot}" if plot else ""),
-            flush=True,
-        )
+        print(done_line(saved, out_dir / "metrics.jsonl", plot), flush=True)
         return metrics
     finally:
         workers.shutdown()
+
+
+def done_line(checkpoint: Path | None, metrics_path: Path, plot: Path | None) -> str:
+    """The run's last line: where its checkpoint, metrics and plot are."""
+    parts = [f"checkpoint {checkpoint}" if checkpoint else "no checkpoint", f"metrics {metrics_path}"]
+    return "[roll_ma] done: " + ", ".join(parts + ([f"plot {plot}"] if plot else []))
 
 
 def rollout_timeline(parts: list[Any]) -> dict[str, float]:
