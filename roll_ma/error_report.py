@@ -124,6 +124,12 @@ def log_dir(output_dir: str | os.PathLike | None) -> Path:
     return Path(tempfile.gettempdir())
 
 
+def run_log(output_dir: str | os.PathLike | None) -> Path:
+    """The run's log file, ``<output_dir>/logs/run.log``: what the workers print (engine, Ray, library logs;
+    ``distributed/worker_output.py``), appended to by every run and resume in that directory."""
+    return log_dir(output_dir) / "run.log"
+
+
 def write_log(err: BaseException, directory: str | os.PathLike) -> Path:
     """The log file of ``err``: its message, the driver's traceback and the workers' (``details``)."""
     now = datetime.datetime.now()

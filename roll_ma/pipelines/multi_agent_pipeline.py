@@ -85,6 +85,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     from roll_ma.algorithms.advantages import add_advantages
     from roll_ma.algorithms.gae import critic_metrics, last_turns_only, team_reward_metrics
     from roll_ma.distributed.ray_env import init_ray
+    from roll_ma.error_report import run_log
     from roll_ma.models.flops import ModelShape
     from roll_ma.packing import concat_padded
     from roll_ma.pipelines.adapter_sync import AdapterSync
@@ -120,7 +121,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         from roll_ma.models.random_weights import use_random_weights
 
         cfg = use_random_weights(cfg)  # model.path -> a random model of that architecture, built once
-    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg))
+    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg), log_file=run_log(out_dir))
     _check_cluster_gpus(cfg)
     from roll_ma.envs.registry import resolve_env_class
 
