@@ -122,5 +122,8 @@ def init_ray(
 def shutdown_ray() -> None:
     import ray
 
+    from roll_ma.distributed.worker_output import unroute_worker_output
+
+    unroute_worker_output()
     if ray.is_initialized():
         ray.shutdown()

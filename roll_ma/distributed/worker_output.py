@@ -12,6 +12,9 @@ place of that printer, for the Ray session of the run:
   the workers: ``worker_logging``): on the console;
 - Ray's autoscaler events (a request the cluster cannot place): printed by Ray, as before;
 - everything else: ``<trainer.output_dir>/logs/run.log``, each line with the actor's name and pid.
+
+The routing lasts as long as the Ray session (``ray_env.shutdown_ray`` ends it), so that what workers
+print while they are being stopped, after the run's last line, also goes to the log file.
 """
 
 from __future__ import annotations
@@ -169,6 +172,20 @@ def route_worker_output(log_path: str | os.PathLike, terminal: bool | None = Non
     dispatcher.remove_handler(HANDLER_NAME)
     dispatcher.add_handler(HANDLER_NAME, output)
     return output
+
+
+def unroute_worker_output() -> None:
+    """Take ``WorkerOutput`` out of Ray's hooks and close its log file (before ``ray.shutdown``: the next
+    ``ray.init`` of this process prints the workers' output as Ray does)."""
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+    except ImportError:
+        return
+    for name, handler in list(getattr(dispatcher, "handlers", [])):
+        if name == HANDLER_NAME:
+            dispatcher.remove_handler(name)
+            if isinstance(handler, WorkerOutput):
+                handler.close()
 
 
 class _WorkerFormatter(logging.Formatter):
