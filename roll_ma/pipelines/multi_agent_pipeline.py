@@ -93,6 +93,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     from roll_ma.algorithms.advantages import add_advantages
     from roll_ma.algorithms.gae import critic_metrics, last_turns_only, team_reward_metrics
     from roll_ma.distributed.ray_env import init_ray
+    from roll_ma.error_report import run_log
     from roll_ma.models.flops import ModelShape
     from roll_ma.packing import concat_padded
     from roll_ma.pipelines.adapter_sync import AdapterSync
@@ -128,7 +129,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         from roll_ma.models.random_weights import use_random_weights
 
         cfg = use_random_weights(cfg)  # model.path -> a random model of that architecture, built once
-    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg))
+    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg), log_file=run_log(out_dir))
     _check_cluster_gpus(cfg)
     from roll_ma.envs.registry import resolve_env_class
 
@@ -156,9 +157,10 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         gpus = {"reference": workers.ref_source.world_size, "old_log_probs": cfg.train.num_workers,
                 "values": cfg.train.num_workers, "update": cfg.train.num_workers}
 
-        start_step = 0
+        start_step, saved = 0, None  # saved: the newest checkpoint, named by the run's last line
         if resume_from is not None:
             start_step, path = resume_from
+            saved = path
             workers.train.load_checkpoint(str(path / "trainer"))
             planner.load_state_dict(ckpt.load_state(path)["planner"])
             print(f"[roll_ma] resumed from {path} (step {start_step})", flush=True)
@@ -319,19 +321,22 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                 tmp = ckpt.begin_checkpoint(out_dir, step)
                 workers.train.save_checkpoint(str(tmp / "trainer"))
                 # the planner as before any rollout not yet trained on: a resume plays those episodes again
-                ckpt.finish_checkpoint(
+                saved = ckpt.finish_checkpoint(
                     tmp, step, {"planner": rollouts.planner_state(), "config": cfg.name},
                     cfg.trainer.keep_last, signature,
                 )
         tracker.close()
         plot = plot_rewards(out_dir / "metrics.jsonl", out_dir / "rewards.png", agent_names)
-        print(
-            f"[roll_ma] done: metrics {out_dir / 'metrics.jsonl'}" + (f", plot {plot}" if plot else ""),
-            flush=True,
-        )
+        print(done_line(saved, out_dir / "metrics.jsonl", plot), flush=True)
         return metrics
     finally:
         workers.shutdown()
+
+
+def done_line(checkpoint: Path | None, metrics_path: Path, plot: Path | None) -> str:
+    """The run's last line: where its checkpoint, metrics and plot are."""
+    parts = [f"checkpoint {checkpoint}" if checkpoint else "no checkpoint", f"metrics {metrics_path}"]
+    return "[roll_ma] done: " + ", ".join(parts + ([f"plot {plot}"] if plot else []))
 
 
 def rollout_timeline(parts: list[Any]) -> dict[str, float]:
