@@ -219,8 +219,9 @@ def math_records(
         values = {}
         for col in (problem_col, answer_col):
             value = row.value.get(col)
-            if value is None:
-                problems.append(RowProblem(row.where, col, "missing", row.number))
+            if value is None:  # an explicit null is said as such: the column is there
+                said = "is null (no text)" if col in row.value else "missing"
+                problems.append(RowProblem(row.where, col, said, row.number))
             elif not str(value).strip():
                 problems.append(RowProblem(row.where, col, "is empty", row.number))
             values[col] = value
