@@ -1,8 +1,9 @@
 """Command line: ``python start_pipeline.py --config_name NAME [--config_path DIR] [key=value ...]``.
 
-Options and ``key=value`` overrides may come in any order. A failure prints as a few lines (what, where,
-the fix; the log file with the full traceback for failures during the run) and the exit code says which
-kind: 2 the config or a check before the run, 1 the run itself, 130 interrupted.
+Options and ``key=value`` overrides may come in any order; ``--cfg [job|hydra|all]`` prints the config
+and runs the pre-flight checks of a run (``roll_ma/cli_cfg.py``). A failure prints as a few lines (what,
+where, the fix; the log file with the full traceback for failures during the run) and the exit code says
+which kind: 2 the config or a check before the run, 1 the run itself, 130 interrupted.
 """
 
 from __future__ import annotations
