@@ -1,15 +1,15 @@
 """Command line: ``python start_pipeline.py --config_name NAME [--config_path DIR] [key=value ...]``.
 
-Options and ``key=value`` overrides may come in any order. A failure prints as a few lines (what, where,
-the fix; the log file with the full traceback for failures during the run) and the exit code says which
-kind: 2 the config or a check before the run, 1 the run itself, 130 interrupted.
+Options and ``key=value`` overrides may come in any order; ``--cfg [job|hydra|all]`` prints the config
+and runs the pre-flight checks of a run (``roll_ma/cli_cfg.py``). A failure prints as a few lines (what,
+where, the fix; the log file with the full traceback for failures during the run) and the exit code says
+which kind: 2 the config or a check before the run, 1 the run itself, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
@@ -51,7 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lora_rank", type=int, help="MARS-style: same as lora.rank=R")
     parser.add_argument("--lora_alpha", type=float, help="MARS-style: same as lora.alpha=A")
     parser.add_argument("--list", action="store_true", help="list the available configs and exit")
-    parser.add_argument("--cfg", action="store_true", help="print the validated config and exit")
+    parser.add_argument(
+        "--cfg",
+        "-c",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="{job,hydra,all}",
+        help="print the validated config and exit, after the checks a run makes before it starts (exit 2 "
+        "when they find problems): bare --cfg as JSON; as Hydra does, in YAML: job (the run's config), "
+        "hydra (what roll_ma has in place of Hydra's launcher settings) or all (both)",
+    )
     parser.add_argument(
         "--describe", action="store_true", help="list every config key with its help and exit"
     )
@@ -60,8 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from roll_ma.cli_cfg import CFG_PARTS, PLAIN, cfg_argv, print_config
+
     # intermixed: `... key=value --cfg` is read like `--cfg ... key=value`
-    args = build_parser().parse_intermixed_args(argv)
+    parser = build_parser()
+    args = parser.parse_intermixed_args(cfg_argv(list(sys.argv[1:] if argv is None else argv)))
+    if args.cfg not in (None, PLAIN, *CFG_PARTS):
+        parser.error(f"--cfg takes job, hydra or all (or nothing: JSON), got {args.cfg!r}")
     from roll_ma.config import ConfigError, RunConfig, available_configs, load_config
     from roll_ma.config.loading import mars_flags_to_overrides
     from roll_ma.error_report import error_prefix
@@ -83,27 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     overrides = mars_flags_to_overrides(args.num_agents, args.lora_rank, args.lora_alpha) + list(
         args.overrides
     )
+    cfg_only = args.cfg is not None
     try:
         # --cfg checks a GPU config anywhere: everything but this machine's own GPU count
         cfg = load_config(args.config_name, args.config_path, overrides, num_agents=args.num_agents,
-                          check_local_gpus=not args.cfg)
+                          check_local_gpus=not cfg_only)
     except ConfigError as err:
         print(f"{error_prefix()} {err}", file=sys.stderr)
         return 2
-    if args.cfg:
-        import dataclasses
-        import json
-
-        from roll_ma.config.validate import check_without_machine, local_gpu_count
-        from roll_ma.config.validate_resources import too_few_gpus_message
-
-        print(json.dumps(dataclasses.asdict(cfg), indent=2))
-        have = local_gpu_count()
-        if cfg.resources.num_gpus > have and not (cfg.resources.ray_address or os.environ.get("RAY_ADDRESS")):
-            # the same advice a run would give, so --cfg and a run never disagree on the fix
-            advice = too_few_gpus_message(cfg, have, check_without_machine)
-            print(f"note: config {cfg.name!r} is valid and {advice}", file=sys.stderr)
-        return 0
+    if cfg_only:
+        return print_config(cfg, args.cfg, args.config_name, args.config_path, overrides)
     with plain_output():
         return run(cfg)
 

@@ -77,7 +77,7 @@ def _raw_config(source: Any) -> dict[str, Any]:
     path = Path(source).expanduser()
     if path.suffix in (".yaml", ".yml") or path.is_file():
         if not path.is_file():
-            raise ConfigError([ConfigProblem("config_or_path", f"{path} is not a file")])
+            raise ConfigError([ConfigProblem("roll_ma.train", f"{path} is not a file (a yaml to run)")])
         return compose_raw(path.stem, str(path.resolve().parent), [])
     return compose_raw(str(source), None, [])
 

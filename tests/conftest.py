@@ -38,3 +38,20 @@ def tiny_model_dir(tmp_path_factory):
     from roll_ma.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"), arch="qwen2", seed=0)
+
+
+@pytest.fixture(autouse=True)
+def refusals_in_user_words(request, monkeypatch):
+    """In the validation and pre-flight suites, every refusal message names config keys, file:line and
+    what the user wrote, never a word from inside the code (tests/message_words.py)."""
+    from message_words import MESSAGE_SUITES, RefusalWords
+
+    if request.module.__name__.rsplit(".", 1)[-1] not in MESSAGE_SUITES:
+        yield None
+        return
+    words = RefusalWords()
+    words.install(monkeypatch)
+    yield words
+    found = words.problems()
+    if found:
+        pytest.fail("refusal messages with words from inside the code:\n" + "\n".join(found), pytrace=False)

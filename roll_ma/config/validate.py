@@ -302,9 +302,10 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
                         f"{cfg.env.name} takes no setting {key!r}{suggest(key, options)}; it takes {options}",
                     )
                 )
-    if any(p.key.startswith("env.kwargs.") or p.key == "env.path" or p.key.endswith(".process")
-           for p in problems):
-        return None
+    _check_agent_kinds(cfg, getattr(cls, "agent_kinds", ()), problems)
+    if any(p.key.startswith("env.kwargs.") or p.key in ("env.path", "env.show_greedy_moves")
+           or p.key.endswith((".process", ".kind")) for p in problems):
+        return None  # the env would reject the same settings again, in its own words
     try:
         num_players = int(cls(**env_kwargs(cfg.env, cfg.agents, None)).num_players)
     except Exception as err:  # an env rejecting its settings is a config problem, not a crash
@@ -320,6 +321,25 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
             if cfg.study.joint_search_every > 0:
                 _check_joint_search(cfg, env, seats, problems)
     return num_players
+
+
+def _check_agent_kinds(cfg: RunConfig, kinds: tuple[str, ...], problems: list[ConfigProblem]) -> None:
+    """Role-based envs: every agent's kind (env.kwargs.role_kinds, else agents[i].kind, else its name) is
+    one the env knows; the problem names the key to set."""
+    if not kinds:
+        return
+    given = cfg.env.kwargs.get("role_kinds") or {}
+    for i, agent in enumerate(cfg.agents):
+        kind = given.get(agent.name) or agent.kind or agent.name
+        if kind in kinds:
+            continue
+        if agent.name in given:
+            key, how = f"env.kwargs.role_kinds.{agent.name}", f"is {kind!r}"
+        else:
+            key = f"agents[{i}].kind"
+            how = f"is {kind!r}" if agent.kind else f"is unset, so agent {agent.name!r} has its name as kind"
+        problems.append(ConfigProblem(key, f"{how}; {cfg.env.name} knows the kinds {', '.join(kinds)}: set "
+                                           f"{key} to one of them"))
 
 
 def _check_joint_search(cfg: RunConfig, env: object, seats: list[str], problems: list[ConfigProblem]) -> None:

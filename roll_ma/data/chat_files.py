@@ -26,6 +26,8 @@ from roll_ma.config.typed import suggest
 from roll_ma.data.loader import Row, RowProblem, bad_rows_error, in_file_order, read_located_rows
 
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")  # what chat templates (Qwen, Llama, TRL data) render
+ABSENT = object()  # a column or key the row does not have (an explicit null is reported as null, not missing)
+NULL = "is null (no text)"
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,10 @@ class _Row:
 
     def text(self, value: Any, field: str) -> str | None:
         """A non-empty string, else a problem (None)."""
-        if value is None:
+        if value is ABSENT:
             self.bad(field, "missing")
+        elif value is None:
+            self.bad(field, NULL)
         elif not isinstance(value, str):
             self.bad(field, f"must be text, got {type(value).__name__}")
         elif not value.strip():
@@ -77,18 +81,20 @@ class _Row:
                 self.bad(f"{field}[{i}]", f"must be a {{role, content}} message, got {type(m).__name__}")
                 ok = False
                 continue
-            role = m.get("role")
-            if not isinstance(role, str) or not role.strip():
-                self.bad(f"{field}[{i}].role", "missing" if role is None else "must be a role name (text)")
+            role = m.get("role", ABSENT)
+            if role is None or role is ABSENT:
+                self.text(role, f"{field}[{i}].role")  # missing, or null
+                ok = False
+            elif not isinstance(role, str) or not role.strip():
+                self.bad(f"{field}[{i}].role", "must be a role name (text)")
                 ok = False
             elif role not in MESSAGE_ROLES:  # chat templates render these; another role is a typo or lost
                 self.bad(f"{field}[{i}].role", f"is {role!r}; a message's role is one of "
                                                f"{', '.join(MESSAGE_ROLES)}{suggest(role, MESSAGE_ROLES)}")
                 ok = False
-            content = m.get("content")
-            if content is None or not isinstance(content, str):
-                self.bad(f"{field}[{i}].content",
-                         "missing" if content is None else f"must be text, got {type(content).__name__}")
+            content = m.get("content", ABSENT)
+            if not isinstance(content, str):
+                self.text(content, f"{field}[{i}].content")
                 ok = False
             elif not content.strip() and role != "system":
                 self.bad(f"{field}[{i}].content", "is empty")
@@ -97,7 +103,7 @@ class _Row:
         return out if ok else None
 
     def prompt(self, value: Any, field: str = "prompt") -> str | list[dict] | None:
-        if value is None or isinstance(value, str):
+        if value is None or value is ABSENT or isinstance(value, str):
             return self.text(value, field)
         return self.messages(value, field, "text or a list of {role, content} messages")
 
@@ -110,7 +116,7 @@ class _Row:
             if role != "assistant":
                 self.bad(f"{field}.role", f"is {role!r}; a reply is the assistant's message")
                 return None
-            return self.text(value.get("content"), f"{field}.content")
+            return self.text(value.get("content", ABSENT), f"{field}.content")
         if isinstance(value, list):
             self.bad(field, f"must be text or one assistant message, got a list of {len(value)}")
             return None
@@ -161,8 +167,8 @@ def parse_sft_row(
         field = f"{messages_key}[{last}].content"
         return Example(agent, messages[:-1], (messages[-1]["content"],), row.where, (field,), row.number), []
     if "prompt" in v or "completion" in v:
-        prompt = r.prompt(v.get("prompt"))
-        reply = r.reply(v.get("completion"), "completion")
+        prompt = r.prompt(v.get("prompt", ABSENT))
+        reply = r.reply(v.get("completion", ABSENT), "completion")
         if r.problems:
             return None, r.problems
         return Example(agent, prompt, (reply,), row.where, ("completion",), row.number), []
@@ -179,9 +185,9 @@ def parse_dpo_row(
     if r.problems:
         return None, r.problems
     agent = r.agent(agent_key, agents, "dpo.agent_key")
-    prompt = r.prompt(r.value.get("prompt"))
-    chosen = r.reply(r.value.get("chosen"), "chosen")
-    rejected = r.reply(r.value.get("rejected"), "rejected")
+    prompt = r.prompt(r.value.get("prompt", ABSENT))
+    chosen = r.reply(r.value.get("chosen", ABSENT), "chosen")
+    rejected = r.reply(r.value.get("rejected", ABSENT), "rejected")
     if r.problems:
         return None, r.problems
     return Example(agent, prompt, (chosen, rejected), row.where, ("chosen", "rejected"), row.number), []

@@ -50,7 +50,8 @@ def _preset(name: str) -> ColumnMap:
     key = name.lower().replace("-", "").replace("_", "")
     if key not in PRESETS:
         raise ValueError(
-            f"Unknown data preset {name!r}; choose one of {sorted(PRESETS)} or pass problem_key/answer_key"
+            f"Unknown data preset {name!r}; choose one of {sorted(PRESETS)} or set env.data.problem_key and "
+            "env.data.answer_key"
         )
     return PRESETS[key]
 
@@ -203,12 +204,13 @@ def math_records(
         raise ValueError(f"{path}: the file holds no records")
     first = rows[0].value
     available = list(first) if isinstance(first, dict) else []
-    for role, col, flag in (("problem", problem_col, "problem_key"), ("answer", answer_col, "answer_key")):
+    for role, col, flag in (("problem", problem_col, "env.data.problem_key"),
+                            ("answer", answer_col, "env.data.answer_key")):
         if col not in available:
             where = f"preset {preset!r} expects" if preset else "expected"
             raise ValueError(
                 f"{path}: no column {col!r} for the {role} ({where} {problem_col!r}/{answer_col!r}). "
-                f"Columns in the file: {', '.join(map(str, available)) or 'none'}. Pass {flag}=<column>."
+                f"Columns in the file: {', '.join(map(str, available)) or 'none'}. Set {flag}=<column>."
             )
     records, problems = [], []
     for row in rows:
@@ -219,8 +221,9 @@ def math_records(
         values = {}
         for col in (problem_col, answer_col):
             value = row.value.get(col)
-            if value is None:
-                problems.append(RowProblem(row.where, col, "missing", row.number))
+            if value is None:  # an explicit null is said as such: the column is there
+                said = "is null (no text)" if col in row.value else "missing"
+                problems.append(RowProblem(row.where, col, said, row.number))
             elif not str(value).strip():
                 problems.append(RowProblem(row.where, col, "is empty", row.number))
             values[col] = value

@@ -75,6 +75,8 @@ class MultiAgentEnv(ABC):
         has_action_choices: Whether turns fill `Turn.action_responses` (games with legal actions).
         shows_greedy_moves: Whether the env takes `show_greedy_moves=True` and then uses the
             `greedy_text` of `step` (the mover's greedy answer) in what the other players see.
+        agent_kinds: Role-based envs: the kinds an agent may have (its `kind` in the config,
+            default its name); empty: agents have no kinds.
     """
 
     num_players: int
@@ -83,6 +85,8 @@ class MultiAgentEnv(ABC):
     has_action_choices: bool = False
     # why: config validation refuses env.show_greedy_moves for envs that would ignore it
     shows_greedy_moves: bool = False
+    # why: config validation names the agent whose kind the env does not know (agents[i].kind)
+    agent_kinds: tuple[str, ...] = ()
     # why: envs that build prompts from token ids (team envs) also get the response's ids in `step`
     takes_response_ids: bool = False
 
@@ -127,7 +131,7 @@ def check_seat_agents(seat_agents: list[str] | None, num_players: int, env_name:
     seat_agents = [str(a) for a in seat_agents]
     if len(seat_agents) != num_players:
         raise ValueError(
-            f"{env_name} has {num_players} seats but seat_agents has {len(seat_agents)} names "
+            f"{env_name} has {num_players} seats but {len(seat_agents)} agent names are given for them "
             f"({seat_agents}); give one agent name per seat (repeat a name to share an agent)."
         )
     return seat_agents

@@ -82,7 +82,7 @@ class MathReflectionEnv(MultiAgentEnv):
         if len(roles) != 2 or roles[0] == roles[1]:
             raise ValueError(f"roles must name two different agents, actor then critic; got {roles}")
         if seat_agents is not None and list(seat_agents) != roles:
-            raise ValueError(f"seat_agents {list(seat_agents)} must equal roles {roles} (actor, critic)")
+            raise ValueError(f"the seats {list(seat_agents)} must be the roles {roles} (actor, then critic)")
         if int(max_rounds) < 1:
             raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
         if history not in ("last", "full"):

@@ -78,6 +78,8 @@ class MathSelfPlayEnv(MultiAgentEnv):
         seat_agents: Optional; must equal the distinct names of `roles` when given.
     """
 
+    agent_kinds = ROLE_KINDS
+
     def __init__(
         self,
         *,
@@ -98,16 +100,17 @@ class MathSelfPlayEnv(MultiAgentEnv):
         for name in roles:
             if kinds[name] not in ROLE_KINDS:
                 raise ValueError(
-                    f"role {name!r} has kind {kinds[name]!r}; set role_kinds[{name!r}] to one of {ROLE_KINDS}"
+                    f"role {name!r} has kind {kinds[name]!r}, not one of {', '.join(ROLE_KINDS)}; an agent's "
+                    "kind is the `kind` of its entry in agents (default: its name)"
                 )
         if not roles or kinds[roles[0]] != "solver":
-            raise ValueError(f"the first of roles {roles} must be a solver (set role_kinds)")
+            raise ValueError(f"the first of the roles {roles} must be a solver (an agent of kind solver)")
         if rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {rounds}")
         self.seat_agents = list(dict.fromkeys(roles))
         if seat_agents is not None and list(seat_agents) != self.seat_agents:
             raise ValueError(
-                f"seat_agents {list(seat_agents)} must equal the distinct roles {self.seat_agents}"
+                f"the seats {list(seat_agents)} must be the distinct roles in turn order, {self.seat_agents}"
             )
         self.num_players = len(self.seat_agents)
         self.role_kinds = kinds

@@ -220,7 +220,7 @@ class OpenSpielEnv(MultiAgentEnv):
         game = self.game
         if game.get_type().utility != pyspiel.GameType.Utility.IDENTICAL:
             raise ValueError(f"joint search needs a common-payoff game; {self.game_name} is "
-                             f"{game.get_type().utility.name.lower()}")
+                             f"{game.get_type().utility.name.lower().replace('_', '-')}")
         bound = max(game.num_distinct_actions(), game.max_chance_outcomes()) ** game.max_game_length()
         if bound > max_paths:
             raise ValueError(f"{self.game_name} may have up to {bound:.3g} terminal histories (more than "

@@ -2,9 +2,10 @@
 
 ``run_preflight(cfg)`` runs every check and raises one ``PreflightError`` listing every problem found:
 
-- ``tokenizer``: the model's (and a teacher's) config, weights and tokenizer load; the tokenizer is not
-  empty, has an end-of-turn token, fits the model's vocabulary and has a chat template where prompts
-  need one.
+- ``model_source`` and ``tokenizer``: the model (and a teacher's) is found first, in seconds: a local path
+  that does not exist, or a hub name while the hub cannot be reached and the cache lacks it, is one
+  problem; then its config, weights and tokenizer load; the tokenizer is not empty, has an end-of-turn
+  token, fits the model's vocabulary and has a chat template where prompts need one.
 - ``data_files``: every row of every SFT / DPO / problem file, with ``file:line: field: what is wrong``.
 - ``checkpoint_compat``: the checkpoint ``trainer.resume=auto`` would continue from was written with
   this config's agents, adapters, LoRA shapes, critic layout and model.
@@ -30,15 +31,20 @@ def run_preflight(cfg: RunConfig, log: Callable[[str], None] = print) -> None:
     from roll_ma.preflight.checkpoint_compat import resume_problems
     from roll_ma.preflight.data_files import chat_file_problems, chat_files, problem_file_problems
     from roll_ma.preflight.hooks import hook_problems
+    from roll_ma.preflight.model_source import Hub
     from roll_ma.preflight.ray_auth import ray_auth_problems
     from roll_ma.preflight.tokenizer import probe_model
 
     problems: list[str] = []
+    notes: list[str] = []
+    hub = Hub()  # asked at most once, and only for a hub name that is not in the local cache
     files = chat_files(cfg)  # parsed first: prompts given as messages need a chat template
-    probe, found = probe_model(cfg.model, "model", chat_template_need(cfg, files))
+    probe, found = probe_model(cfg.model, "model", chat_template_need(cfg, files), hub, notes)
     problems += found
     if teacher_used(cfg):
-        problems += probe_model(cfg.teacher.model, "teacher.model", "the teacher's prompts")[1]
+        problems += probe_model(cfg.teacher.model, "teacher.model", "the teacher's prompts", hub, notes)[1]
+    for note in notes:
+        log(f"note: {note}")
     problems += chat_file_problems(files, probe.tokenizer, cfg.model.max_prompt_tokens, probe.max_positions)
     problems += problem_file_problems(cfg)
     problems += hook_problems(cfg)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from roll_ma.config.schema import ModelConfig
+from roll_ma.preflight.model_source import Hub, ModelSource, locate
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt",
                    "vocab.txt")
@@ -29,24 +30,52 @@ class ModelProbe:
     vocab_size: int | None = None
 
 
-def probe_model(model: ModelConfig, prefix: str, chat_needed_by: str | None) -> tuple[ModelProbe, list[str]]:
+def probe_model(model: ModelConfig, prefix: str, chat_needed_by: str | None, hub: Hub | None = None,
+                notes: list[str] | None = None) -> tuple[ModelProbe, list[str]]:
     """Load ``model``'s config and tokenizer as the workers will; every problem names ``prefix``'s keys
-    (``model`` or ``teacher.model``). ``chat_needed_by``: what needs a chat template (None: nothing)."""
-    from roll_ma.models.loading import resolve_model_path
+    (``model`` or ``teacher.model``). ``chat_needed_by``: what needs a chat template (None: nothing).
 
+    Each location is looked for first (``model_source.locate``: a missing local path or a hub name the hub
+    cannot give is one problem, found in seconds), and one cause gives one problem: a config that does
+    not load is not reported again as a tokenizer problem of the same directory. ``notes`` receives what
+    is allowed but worth saying (a hub name read from the cache)."""
     probe, problems = ModelProbe(), []
     if model.random_weights:  # benchmarks: an architecture built later, with a built-in tokenizer
         return probe, problems
-    try:
-        path = resolve_model_path(model.path)
-    except FileNotFoundError as err:
-        return probe, [f"{prefix}.path: {err}"]
-    _probe_config(model, path, prefix, probe, problems)
+    hub = hub or Hub()
+    source = locate(model.path, hub)
+    config_loaded = False
+    if source.problem:
+        problems.append(f"{prefix}.path: {source.problem}")
+    else:
+        config_loaded = _probe_config(model, source.path, prefix, probe, problems)
+    _note(notes, f"{prefix}.path", source)
+    if model.tokenizer_path:
+        tok_source = locate(model.tokenizer_path, hub)
+        _note(notes, f"{prefix}.tokenizer_path", tok_source)
+        if tok_source.problem:
+            problems.append(f"{prefix}.tokenizer_path: {tok_source.problem}")
+            return probe, problems
+    elif source.problem:
+        return probe, problems  # the same location: its problem is said once
+    elif not config_loaded:  # the tokenizer would fail on the same config.json, already reported
+        held = _tokenizer_files(source.path) or []
+        if (Path(source.path) / "config.json").is_file() and not set(held) & set(TOKENIZER_FILES):
+            # a damaged config.json in a folder without tokenizer files: two causes, two fixes
+            problems.append(f"{prefix}.path: {source.path} holds no tokenizer files; "
+                            f"{_tokenizer_fix(prefix, source.path)}")
+        return probe, problems
     _probe_tokenizer(model, prefix, chat_needed_by, probe, problems)
     return probe, problems
 
 
-def _probe_config(model: ModelConfig, path: str, prefix: str, probe: ModelProbe, problems: list[str]) -> None:
+def _note(notes: list[str] | None, key: str, source: ModelSource) -> None:
+    if notes is not None and source.note:
+        notes.append(f"{key}: {source.note}")
+
+
+def _probe_config(model: ModelConfig, path: str, prefix: str, probe: ModelProbe, problems: list[str]) -> bool:
+    """Load the model's config (True when it loads) and look for its weights."""
     from transformers import AutoConfig
 
     try:
@@ -55,7 +84,7 @@ def _probe_config(model: ModelConfig, path: str, prefix: str, probe: ModelProbe,
         problems.append(f"{prefix}.path: cannot load the model's config from {path} "
                         f"({type(err).__name__}: {_first_line(err)}); give a model directory with a "
                         "config.json, or a hub name")
-        return
+        return False
     text = getattr(config, "get_text_config", lambda: config)()
     probe.max_positions = getattr(text, "max_position_embeddings", None)
     probe.vocab_size = getattr(text, "vocab_size", None)
@@ -63,6 +92,7 @@ def _probe_config(model: ModelConfig, path: str, prefix: str, probe: ModelProbe,
     if local.is_dir() and not any(p.suffix in WEIGHT_SUFFIXES for p in local.iterdir()):
         problems.append(f"{prefix}.path: {path} holds a config.json but no weights (*.safetensors, *.bin); "
                         "copy the model's weight files there")
+    return True
 
 
 def _probe_tokenizer(model: ModelConfig, prefix: str, chat_needed_by: str | None, probe: ModelProbe,
@@ -71,8 +101,7 @@ def _probe_tokenizer(model: ModelConfig, prefix: str, chat_needed_by: str | None
 
     key = f"{prefix}.tokenizer_path" if model.tokenizer_path else f"{prefix}.path"
     where = resolve_model_path(model.tokenizer_path or model.path)
-    fix = (f"copy the tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...) into {where}, or set "
-           f"{prefix}.tokenizer_path to the directory or hub name of the model's tokenizer")
+    fix = _tokenizer_fix(prefix, where)
     try:
         tok = load_tokenizer(model)
     except Exception as err:  # noqa: BLE001 - the workers would fail the same way, later
@@ -99,6 +128,11 @@ def _probe_tokenizer(model: ModelConfig, prefix: str, chat_needed_by: str | None
         problems.append(f"{key}: the tokenizer from {where} has no chat template, which {chat_needed_by} "
                         f"needs; use a chat (Instruct) model, or set {prefix}.tokenizer_path to a tokenizer "
                         "that has one (a chat_template.jinja or tokenizer_config.json with chat_template)")
+
+
+def _tokenizer_fix(prefix: str, where: str) -> str:
+    return (f"copy the tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...) into {where}, or set "
+            f"{prefix}.tokenizer_path to the directory or hub name of the model's tokenizer")
 
 
 def _tokenizer_files(where: str) -> list[str] | None:

@@ -190,7 +190,7 @@ def test_joint_search_needs_a_small_cooperative_game_with_every_seat_trained():
     found = problems_of("tiny_hanabi_selfplay", [on, "env.show_greedy_moves=true"])
     assert any("greedy moves" in p for p in found)
     found = problems_of("tiny_hanabi_selfplay", [on, "env.name=kuhn_poker"])
-    assert any("needs a common-payoff game; kuhn_poker is zero_sum" in p for p in found)
+    assert any("needs a common-payoff game; kuhn_poker is zero-sum" in p for p in found)
 
 
 @pytest.mark.parametrize("name", ["math_selfplay_7b", "hanabi_selfplay_7b"])

@@ -155,12 +155,33 @@ def test_problem_files_of_the_env_are_checked_row_by_row(tmp_path, no_ray):
         {"question": "1+1", "answer": "#### 2"},
         {"question": "", "answer": "#### 3"},
         {"question": "2+2"},
+        {"question": "3+3", "answer": None},
     ])
     cfg = build_config({"model": {"path": "builtin:tiny"},
                         "agents": [{"name": "solver"}, {"name": "critic"}, {"name": "refiner"}],
                         "env": {"data": {"source": path, "preset": "gsm8k"}},
                         "trainer": {"output_dir": str(tmp_path / "out")}})
-    assert problems_of(cfg) == [f"{path}:2: question: is empty", f"{path}:3: answer: missing"]
+    assert problems_of(cfg) == [f"{path}:2: question: is empty", f"{path}:3: answer: missing",
+                                f"{path}:4: answer: is null (no text)"]
+
+
+def test_an_explicit_null_is_said_as_null_not_missing(tmp_path, no_ray):
+    path = write_jsonl(tmp_path / "sft.jsonl", [
+        {"role": "actor", "messages": [{"role": "user", "content": None},
+                                       {"role": "assistant", "content": "2"}]},
+        {"role": "actor", "messages": [{"role": "user"}, {"role": "assistant", "content": "2"}]},
+        {"role": "actor", "messages": [{"role": None, "content": "1+1"},
+                                       {"role": "assistant", "content": "2"}]},
+        {"role": "actor", "prompt": None, "completion": "2"},
+        {"role": None, "prompt": "1+1", "completion": "2"},
+    ])
+    assert problems_of(phase_config(tmp_path, "sft", path)) == [
+        f"{path}:1: messages[0].content: is null (no text)",
+        f"{path}:2: messages[0].content: missing",
+        f"{path}:3: messages[0].role: is null (no text)",
+        f"{path}:4: prompt: is null (no text)",
+        f"{path}:5: role: is null (no text)",
+    ]
 
 
 def test_good_files_pass(tmp_path, no_ray):

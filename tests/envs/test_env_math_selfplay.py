@@ -133,9 +133,9 @@ def test_custom_names_kinds_prompts_and_shared_player(verifier):
     "kwargs, match",
     [
         ({"roles": ["critic", "solver"]}, "must be a solver"),
-        ({"roles": ["solver", "judge"]}, "role_kinds"),
+        ({"roles": ["solver", "judge"]}, "role 'judge' has kind 'judge', not one of solver, critic, refiner"),
         ({"rounds": 0}, "rounds"),
-        ({"seat_agents": ["solver", "critic"], "roles": ["solver", "critic", "refiner"]}, "seat_agents"),
+        ({"seat_agents": ["solver", "critic"], "roles": ["solver", "critic", "refiner"]}, "the seats"),
     ],
 )
 def test_bad_configs(kwargs, match, verifier):
