@@ -169,10 +169,14 @@ def test_import_check_lists_the_modules_a_verl_run_imports_and_names_what_is_mis
     server = ["vllm.entrypoints.openai.api_server", "vllm.entrypoints.serve.instrumentator.metrics"]
     for name in ["verl.trainer.main_ppo", "verl.workers.rollout.vllm_rollout.vllm_async_server", *server]:
         assert name in modules
-    results, _ = import_check.import_modules(sys.executable, ["json", "no_such_module_xyz"], "", tmp_path)
-    assert [(r["module"], r["ok"], r["missing"]) for r in results] == [
-        ("json", True, None),
-        ("no_such_module_xyz", False, "no_such_module_xyz"),
+    # a chain: chain_a needs the missing pkg_one, and once that is stubbed, the missing pkg_two.sub
+    (tmp_path / "chain_a.py").write_text("import pkg_one\nfrom pkg_one import thing\nimport pkg_two.sub\n")
+    mods = ["json", "chain_a", "no_such_module_xyz"]
+    results, _ = import_check.import_modules(sys.executable, mods, str(tmp_path), tmp_path)
+    assert [(r["module"], r["missing"]) for r in results] == [
+        ("json", []),
+        ("chain_a", ["pkg_one", "pkg_two"]),  # pkg_two's stub is a package: pkg_two.sub is stubbed too
+        ("no_such_module_xyz", ["no_such_module_xyz"]),
     ]
 
 
