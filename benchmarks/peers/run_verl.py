@@ -232,6 +232,7 @@ def run(job: Job, n_agents: int, agent: int | None, model: str, legacy: bool, wo
         "VERL_FILE_LOGGER_PATH": str(metrics_file),
         "HYDRA_FULL_ERROR": "1",
         "PYTHONUNBUFFERED": "1",  # each step line reaches the pipe when printed (the step clock)
+        "RAY_DEDUP_LOGS": "0",  # Ray forwards the TaskRunner's lines as they come, never folded
     }
     _, out, step_ends = run_logged(cmd, env, "run_verl", STEP_LINE)
     out.update(step_summary_from_ends(step_ends, job.warmup_steps))
