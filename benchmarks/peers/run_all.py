@@ -22,8 +22,9 @@ peer's PYTHONPATH, then DIR/common's (the wheels all staged peers share).
     # CPU check of the driver itself: roll_ma and TRL (no vLLM) on a tiny model, the job shrunk
     python benchmarks/peers/run_all.py --device cpu --smoke --frameworks roll_ma,trl --agents 3 --out-dir /tmp
 
-A framework name may carry ``@N[+N]`` (``openrlhf@1``): only those N. ``trl_is`` is TRL with its default
-importance-sampling correction on (one more scoring pass per step than the others run).
+A framework name may carry ``@N[+N]`` (``openrlhf@1``): only those N. Variants, each a peer's default
+that runs one more scoring pass per step than the table's rows: ``trl_is`` (TRL's importance-sampling
+correction on), ``verl_recompute`` (verl recomputes pi_old in a forward instead of vLLM's log-probs).
 """
 
 from __future__ import annotations
@@ -49,9 +50,20 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from job import Job, is_oom, load_job, read_result  # noqa: E402
 
-FRAMEWORKS = ("roll_ma", "trl", "trl_is", "verl", "openrlhf")
-RUNNERS = {f: HERE / f"run_{f.split('_is')[0]}.py" for f in FRAMEWORKS}
-EXTRA_ARGS = {"trl_is": ["--is-correction"]}  # a labelled variant: TRL's default IS correction on
+# labelled variants: a peer's default where it runs one more scoring pass than the table's rows
+VARIANTS = {
+    "trl_is": ("trl", ["--is-correction"]),  # TRL's default importance-sampling correction on
+    "verl_recompute": ("verl", ["--recompute-old-log-probs"]),  # verl's default: pi_old recomputed
+}
+FRAMEWORKS = ("roll_ma", "trl", "trl_is", "verl", "verl_recompute", "openrlhf")
+
+
+def base_framework(framework: str) -> str:
+    """The framework a row's runs use (a variant's peer)."""
+    return VARIANTS.get(framework, (framework, []))[0]
+
+
+RUNNERS = {f: HERE / f"run_{base_framework(f)}.py" for f in FRAMEWORKS}
 PHASES = ("rollout", "scoring", "old_log_probs", "update", "sync")
 COLUMNS = [
     "framework",
@@ -117,7 +129,7 @@ def runner_command(
         cmd += ["--job", args.job]
     if framework != "roll_ma":
         cmd += ["--agent", str(agent)] if agent is not None else ["--shared"]
-    cmd += EXTRA_ARGS.get(framework, [])
+    cmd += VARIANTS.get(framework, (framework, []))[1]
     if framework.startswith(("roll_ma", "trl")):
         cmd += ["--device", args.device] + (["--smoke"] if args.smoke else [])
     if framework.startswith("trl") and args.device == "cpu":
@@ -139,7 +151,7 @@ def runner_env(framework: str, sites: Path | None, gpu: str | None = None) -> di
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARS}
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    site = framework.split("_is")[0]
+    site = base_framework(framework)
     paths = [str(REPO)]
     # DIR/<peer>/site-packages (install_peer_wheels.sh): dill, hashing a datasets.Dataset, pickles by value
     # any module outside a site-packages folder, and pyarrow by value does not pickle (MonthDayNano)
@@ -300,8 +312,9 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
 
 def plan_runs(frameworks: list[tuple[str, set[int] | None]], agents: list[int], shared: bool
               ) -> list[tuple[str, int, int | None, bool]]:
-    """Every run of the table, as (framework, N, agent, shared), the longest first (more rows a run
-    first: the GPUs then finish close together)."""
+    """Every run of the table, as (framework, N, agent, shared): the frameworks' own rows first, the
+    longest first among them (the GPUs then finish close together), then OpenRLHF, then the labelled
+    variants (a run_all stopped by its time limit loses those first)."""
     runs = []
     for n in agents:
         for framework, only in frameworks:
@@ -312,8 +325,12 @@ def plan_runs(frameworks: list[tuple[str, set[int] | None]], agents: list[int], 
             ]
             if shared and n > 1:
                 runs.append((framework, n, None, True))
-    size = lambda r: (r[0] == "roll_ma") * 2 + (r[2] is None)  # noqa: E731 - roll_ma's runs are the longest
-    return sorted(runs, key=size, reverse=True)
+    def order(run: tuple[str, int, int | None, bool]) -> tuple[int, int]:
+        group = 2 if run[0] in VARIANTS else (1 if run[0] == "openrlhf" else 0)
+        size = (run[0] == "roll_ma") * 2 + (run[2] is None)  # roll_ma's runs are the longest
+        return group, -size
+
+    return sorted(runs, key=order)
 
 
 def parse_frameworks(text: str) -> list[tuple[str, set[int] | None]]:

@@ -1,15 +1,21 @@
 """verl 0.9.1 on the side-by-side job: ``python -m verl.trainer.main_ppo`` with Hydra overrides, as verl's
-examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh and its LoRA page (docs/advance/ppo_lora.rst) set
-it up: GRPO advantages, a LoRA actor (FSDP) whose reference is the same model with the adapter off, vLLM
-rollout with load_format=safetensors, everything on ONE GPU (n_gpus_per_node=1, rollout TP 1). verl
-trains one policy per run: run_all.py runs it once per agent, on that agent's prompts (job.agent_prompts).
+LoRA page (docs/advance/ppo_lora.rst: FSDP/FSDP2 + vLLM, load_format=safetensors) and its one-GPU LoRA
+examples (examples/tuning/*/qwen2-*_grpo-lora_1_h100_fsdp_vllm.sh, examples/grpo_trainer/
+run_qwen2_5-3b_gsm8k_grpo_lora.sh) set it up: GRPO advantages, a LoRA actor on FSDP2 (actor.strategy=
+fsdp2; the page allows fsdp or fsdp2) with its weights loaded in bf16 (fsdp_config.model_dtype, as verl's
+bf16 examples set it; the default fp32 keeps fp32 master weights, which a frozen base does not need),
+whose reference is the same model with the adapter off, vLLM rollout, everything on ONE GPU
+(n_gpus_per_node=1, rollout TP 1). verl trains one policy per run: run_all.py runs it once per agent, on
+that agent's prompts (job.agent_prompts), or once with --shared (one adapter for every seat's prompts).
 
 One verl step = train_batch_size prompts x rollout.n samples = one mini-batch = one optimizer step. The
 data is a parquet file in verl's RL format (data_source, prompt = chat messages, reward_model), the reward
-rewards.py's ``verl_compute_score`` (custom_reward_function), the metrics verl's own file logger
-(``timing_s/step``, ``response_length/mean``, ``perf/max_memory_allocated_gb``).
+rewards.py's ``verl_compute_score`` (custom_reward_function). Step times are the one clock of job.py: the
+arrival of verl's per-step console line (``step:N - ...``, its console logger); verl's own phase timers
+(``timing_s/*``, its file logger) are reported beside as ``phases_s``.
 
     python benchmarks/peers/run_verl.py --agents 3 --agent 0 --model /path/to/random-qwen2.5-7b
+    python benchmarks/peers/run_verl.py --agents 3 --shared --model M
     python benchmarks/peers/run_verl.py --agents 3 --agent 0 --model M --print-command   # no run
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -30,15 +37,39 @@ from job import (  # noqa: E402
     Job,
     agent_prompts,
     flash_attn_installed,
+    gpu_identity,
     measure_and_emit,
     parse_runner_args,
+    phase_medians,
+    rows_of_run,
     run_logged,
     runner_parser,
-    step_summary_from_ends as step_summary,
+    step_summary_from_ends,
     versions,
 )
 
 KL_LOSS = {"k3": "low_var_kl", "k1": "kl"}  # verl's low_var_kl is k3 clamped to [-10, 10]
+
+# verl's console logger (verl/utils/logger/aggregate_logger.py, concat_dict_to_str) prints one line per
+# logged step, "step:N - key:value - ...", from the TaskRunner actor (Ray prefixes "(TaskRunnerV1 pid=..)").
+# Only a training step's line carries timing_s/step (no validation runs: test_freq=-1,
+# val_before_train=False), so the pattern matches once per step.
+STEP_LINE = re.compile(r"(?:^|[\s)])step:\d+ - .*\btiming_s/step:")
+
+# the table's phases -> verl 0.9.1's timers (trainer/ppo/v1/trainer_base.py _step_once, trainer_sync.py):
+# gen = sampling a batch (vLLM generation; the rule-based reward is computed inside it, in the reward loop
+# workers), old_log_prob + ref = the two scoring forwards (SCORING, summed here), update_actor = the PPO
+# update, update_weights = the LoRA adapter pushed to vLLM (the sync trainer's on_step_end)
+SCORING = "timing_s/old_log_prob+ref"
+PHASES = {
+    "rollout": "timing_s/gen",
+    "scoring": SCORING,
+    "old_log_prob": "timing_s/old_log_prob",
+    "ref": "timing_s/ref",
+    "update": "timing_s/update_actor",
+    "sync": "timing_s/update_weights",
+    "verl_step": "timing_s/step",
+}
 
 
 def hydra_list(values: Any) -> str:
@@ -53,12 +84,21 @@ def verl_overrides(
     out_dir: str,
     legacy_trainer: bool = False,
     flash_attn: bool = True,
+    agent: int | None = 0,
+    recompute_old_log_probs: bool = False,
 ) -> list[str]:
-    """The Hydra overrides of one agent's run (verl/trainer/config/ppo_trainer.yaml keys).
+    """The Hydra overrides of one agent's run (agent None: the shared run, every seat's prompts), keys of
+    verl/trainer/config/ppo_trainer.yaml.
 
     ``flash_attn=False``: transformers' sdpa attention (verl defaults to flash_attention_2) and no
-    padding removal (verl packs rows for flash-attn's varlen kernel only)."""
-    prompts, g, gpu = job.prompts_per_step(n_agents), job.grpo, job.gpu
+    padding removal (verl packs rows for flash-attn's varlen kernel only).
+
+    pi_old: verl's bypass mode (algorithm.rollout_correction.bypass_mode=True, its documented way to skip
+    "the expensive actor forward pass for old_log_prob"): vLLM's log-probs of the sampled tokens are
+    pi_old, PPO's ratio is pi / pi_vLLM, and no framework of the table runs an old-log-prob forward.
+    ``recompute_old_log_probs``: verl's default (decoupled mode), one more forward over every row."""
+    g, gpu = job.grpo, job.gpu
+    prompts = rows_of_run(job, n_agents, agent) // job.episodes.group_size
     arr = "actor_rollout_ref"
     out = [
         "algorithm.adv_estimator=grpo",
@@ -79,6 +119,10 @@ def verl_overrides(
         f"{arr}.model.target_modules={hydra_list(job.lora.target_modules)}",
         f"{arr}.model.use_remove_padding={flash_attn}",
         f"{arr}.model.enable_gradient_checkpointing={job.train.gradient_checkpointing}",
+        f"{arr}.actor.strategy=fsdp2",  # ppo_lora.rst: fsdp or fsdp2; FSDPActorConfig passes it to the engine
+        f"{arr}.ref.strategy=fsdp2",  # (LoRA: the reference is the actor with its adapter off)
+        f"{arr}.actor.fsdp_config.model_dtype={job.dtype}",  # default fp32; bf16 base as the rollout's
+        f"{arr}.ref.fsdp_config.model_dtype={job.dtype}",
         f"{arr}.actor.optim.lr={job.train.lr}",
         f"{arr}.actor.ppo_mini_batch_size={prompts}",  # in prompts: x rollout.n rows, one optimizer step
         f"{arr}.actor.use_dynamic_bsz=True",  # token-budget micro-batches, as roll_ma's
@@ -93,6 +137,7 @@ def verl_overrides(
         f"{arr}.actor.fsdp_config.param_offload=False",
         f"{arr}.actor.fsdp_config.optimizer_offload=False",
         f"{arr}.rollout.name=vllm",
+        f"{arr}.rollout.dtype={job.dtype}",
         f"{arr}.rollout.tensor_model_parallel_size=1",
         f"{arr}.rollout.gpu_memory_utilization={gpu.rollout_memory_fraction}",
         f"{arr}.rollout.free_cache_engine={gpu.sleep_rollout}",
@@ -106,7 +151,7 @@ def verl_overrides(
         "trainer.critic_warmup=0",
         "trainer.logger=[console,file]",
         "trainer.project_name=roll_ma_peers",
-        f"trainer.experiment_name=verl_{n_agents}agents",
+        f"trainer.experiment_name=verl_{n_agents}agents" + ("_shared" if agent is None else ""),
         "trainer.n_gpus_per_node=1",
         "trainer.nnodes=1",
         f"trainer.total_training_steps={job.steps}",
@@ -117,6 +162,8 @@ def verl_overrides(
         "trainer.resume_mode=disable",
         f"trainer.default_local_dir={out_dir}/checkpoints",
     ]
+    if not recompute_old_log_probs:
+        out.append("algorithm.rollout_correction.bypass_mode=True")  # loss_type ppo_clip (its default)
     if not flash_attn:
         out.append(f"+{arr}.model.override_config.attn_implementation=sdpa")
     if legacy_trainer:  # the deprecated trainer, if the v1 one (TransferQueue) cannot start
@@ -124,8 +171,9 @@ def verl_overrides(
     return out
 
 
-def write_train_file(job: Job, n_agents: int, agent: int, path: Path) -> Path:
-    """The agent's prompts of every step, in step order, as verl's RL parquet rows."""
+def write_train_file(job: Job, n_agents: int, agent: int | None, path: Path) -> Path:
+    """The agent's prompts of every step (agent None: every seat's), in step order, as verl's RL parquet
+    rows."""
     import pandas as pd
 
     prompts = [m for step in agent_prompts(job, n_agents, agent) for m in step]
@@ -143,32 +191,66 @@ def write_train_file(job: Job, n_agents: int, agent: int, path: Path) -> Path:
     return path
 
 
+def verl_passes(job: Job, recompute_old_log_probs: bool = False) -> str:
+    """What verl 0.9.1's sync v1 trainer runs per step with these overrides (trainer/ppo/v1/trainer_base.py
+    _step_once; the config defaults named are verl's)."""
+    passes = [
+        "vLLM generation (async server; rollout.calculate_log_probs=True: vLLM returns the sampled tokens' "
+        "log-probs) with the rule-based reward computed in the reward loop during generation",
+        "old log-probs: a separate forward of the actor over the step's rows (algorithm.rollout_correction."
+        "bypass_mode=False, verl's default: recomputed even on-policy with one mini-batch)"
+        if recompute_old_log_probs
+        else "old log-probs: none (rollout_correction.bypass_mode=True: pi_old = vLLM's log-probs)",
+    ]
+    if job.grpo.kl_coef > 0:
+        passes.append("reference log-probs: a forward of the same actor with the LoRA adapter off")
+    passes += [
+        "rollout importance-sampling correction off (rollout_correction.rollout_is=None: its metrics only)",
+        "update: one mini-batch, one optimizer step, token-budget micro-batches (forward + backward)",
+        "weight sync: the LoRA adapter to vLLM (update_weights)",
+    ]
+    return "; ".join(passes)
+
+
 def read_metrics(path: Path, warmup: int) -> dict[str, Any]:
-    """Step times, the mean response length and verl's own peak memory from its file logger's JSONL."""
+    """verl's own numbers from its file logger's JSONL: phase timers (median of the timed steps), the
+    mean response length and verl's peak memory."""
     steps = [json.loads(line)["data"] for line in path.read_text().splitlines() if line.strip()]
     steps = [s for s in steps if "timing_s/step" in s]
-    times = [float(s["timing_s/step"]) for s in steps]
+    for s in steps:  # the two scoring forwards as one phase
+        parts = [float(s[k]) for k in ("timing_s/old_log_prob", "timing_s/ref") if s.get(k) is not None]
+        s[SCORING] = sum(parts) if parts else None
     mean_len = sorted(float(s["response_length/mean"]) for s in steps[warmup:] if "response_length/mean" in s)
     peaks = [float(s[k]) for s in steps for k in ("perf/max_memory_allocated_gb",) if k in s]
     return {
-        **step_summary(times, warmup),
+        "phases_s": phase_medians(steps, PHASES, warmup),
+        "verl_steps_logged": len(steps),
         "response_length_mean": mean_len[len(mean_len) // 2] if mean_len else None,
         "framework_peak_gb": max(peaks) if peaks else None,
     }
 
 
-def run(job: Job, n_agents: int, agent: int, model: str, legacy: bool, work: Path) -> dict[str, Any]:
+def run(
+    job: Job, n_agents: int, agent: int | None, model: str, legacy: bool, recompute: bool, work: Path
+) -> dict[str, Any]:
     train_file = write_train_file(job, n_agents, agent, work / "train.parquet")
     metrics_file = work / "verl_metrics.jsonl"
     overrides = verl_overrides(
-        job, n_agents, model, str(train_file), str(work), legacy, flash_attn_installed()
+        job, n_agents, model, str(train_file), str(work), legacy, flash_attn_installed(), agent, recompute
     )
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics_file), "HYDRA_FULL_ERROR": "1"}
-    _, out = run_logged(cmd, env, "run_verl")
+    env = {
+        **os.environ,
+        "VERL_FILE_LOGGER_PATH": str(metrics_file),
+        "HYDRA_FULL_ERROR": "1",
+        "PYTHONUNBUFFERED": "1",  # each step line reaches the pipe when printed (the step clock)
+        "RAY_DEDUP_LOGS": "0",  # Ray forwards the TaskRunner's lines as they come, never folded
+    }
+    _, out, step_ends = run_logged(cmd, env, "run_verl", STEP_LINE)
+    out.update(step_summary_from_ends(step_ends, job.warmup_steps))
     if metrics_file.exists():
         out.update(read_metrics(metrics_file, job.warmup_steps))
-    out["rows_per_step"] = job.rows_per_step(n_agents)
+    out["rows_per_step"] = rows_of_run(job, n_agents, agent)
     if out.get("response_length_mean"):
         out["response_tokens_per_step"] = out["response_length_mean"] * out["rows_per_step"]
     return out
@@ -177,11 +259,22 @@ def run(job: Job, n_agents: int, agent: int, model: str, legacy: bool, work: Pat
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = runner_parser(__doc__)
     p.add_argument("--legacy-trainer", action="store_true", help="trainer.use_v1=False (no TransferQueue)")
+    p.add_argument("--recompute-old-log-probs", action="store_true",
+                   help="verl's default: pi_old from one more forward over every row (not vLLM's log-probs)")
     p.add_argument("--print-command", action="store_true", help="print the overrides and exit")
     args, job = parse_runner_args(p, argv)
+    recompute = args.recompute_old_log_probs
     if args.print_command:
         overrides = verl_overrides(
-            job, args.agents, args.model, "TRAIN.parquet", "OUT", args.legacy_trainer, flash_attn_installed()
+            job,
+            args.agents,
+            args.model,
+            "TRAIN.parquet",
+            "OUT",
+            args.legacy_trainer,
+            flash_attn_installed(),
+            args.agent,
+            recompute,
         )
         print("\n".join(overrides))
         return {}
@@ -189,16 +282,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "framework": "verl",
         "agents": args.agents,
         "agent": args.agent,
-        "trainer": "legacy (main_ppo_v0)" if args.legacy_trainer else "v1",
+        "shared": args.shared,
+        "trainer": "legacy (main_ppo_v0)" if args.legacy_trainer else "v1 (sync)",
+        "strategy": "fsdp2",
         "attention": "flash_attention_2" if flash_attn_installed() else "sdpa (flash-attn not installed)",
+        "passes": verl_passes(job, recompute),
         "versions": versions("verl", "torch", "transformers", "peft", "vllm", "ray", "tensordict"),
+        **gpu_identity(),
     }
 
     def measure() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="peers_verl_") as work:
-            return run(job, args.agents, args.agent, args.model, args.legacy_trainer, Path(work))
+            return run(job, args.agents, args.agent, args.model, args.legacy_trainer, recompute, Path(work))
 
     return measure_and_emit(result, measure)
+
 
 if __name__ == "__main__":
     main()

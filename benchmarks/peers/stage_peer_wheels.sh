@@ -17,6 +17,17 @@
 # wheel (markers for python 3.12 on linux x86_64, no extras) is met by the peer's own set, by the GPU image
 # or roll_ma's staged stack (PROVIDED below), or is a documented "# not-staged:" name of its requirements
 # file. A requirement met by none fails the script and is listed.
+#
+# The import check (optional; declared requirements miss what a run imports late, e.g. vLLM's OpenAI server
+# that verl starts): IMPORT_CHECK_PY=/path/to/python3.12, a local Python 3.12 holding the GPU image's
+# packages (torch 2.11, transformers, peft, accelerate, numpy, msgpack, requests, uvloop, einops, ...).
+# import_check.py installs each peer's staged wheels, common/ and roll_ma's staged sets (ROLL_MA_WHEELS:
+# stage_wheels.sh's bundle/wheels.tar, default /tmp/stagework/bundle/wheels.tar, or a folder of its wheels)
+# into temporary --target folders, in the device's PYTHONPATH order, and imports the modules of the
+# requirements file's "# import-check:" lines; a ModuleNotFoundError fails the script, listing each missing
+# name and the module that needed it (other import errors, e.g. no GPU here, are notes). E.g.
+#   SETS="vllm rl proj" bash ../shared/device/stage_wheels.sh
+#   IMPORT_CHECK_PY=/tmp/py312/bin/python PEERS=verl CHECK_ONLY=1 bash benchmarks/peers/stage_peer_wheels.sh
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=${REPO:-$(git -C "$HERE" rev-parse --show-toplevel)}
@@ -134,6 +145,11 @@ if common:
     print(f"common: {len(common)} wheels, {sum(w.stat().st_size for w in common) / 2**20:.1f} MiB")
 sys.exit(1 if failed else 0)
 PY
+
+if [ -n "${IMPORT_CHECK_PY:-}" ]; then
+  $PY "$HERE/import_check.py" --python "$IMPORT_CHECK_PY" --bundle "$W/bundle" \
+    --roll-ma-wheels "${ROLL_MA_WHEELS:-/tmp/stagework/bundle/wheels.tar}" $PEERS
+fi
 
 [ -n "${CHECK_ONLY:-}" ] && exit 0
 # one uncompressed tar (peer/wheel.whl), split into equal parts <= CHUNK_MAX, in ignored folders .pwN

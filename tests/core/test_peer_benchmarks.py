@@ -20,6 +20,7 @@ import pytest
 PEERS = Path(__file__).resolve().parents[2] / "benchmarks" / "peers"
 sys.path[:0] = [str(PEERS), str(PEERS.parent)]
 
+import import_check  # noqa: E402
 import job as peer_job  # noqa: E402
 import rewards  # noqa: E402
 import run_all  # noqa: E402
@@ -128,6 +129,92 @@ def test_verl_overrides_compose_with_verls_own_config(job):
     assert (arr["actor"]["kl_loss_type"], arr["actor"]["loss_agg_mode"]) == ("low_var_kl", "token-mean")
     assert cfg["trainer"]["n_gpus_per_node"] == 1 and cfg["trainer"]["total_training_steps"] == job.steps
     assert cfg["reward"]["custom_reward_function"]["name"] == "verl_compute_score"
+    # FSDP2 for the actor and the reference (ppo_lora.rst), weights loaded in the job's bf16
+    assert arr["actor"]["strategy"] == arr["ref"]["strategy"] == "fsdp2"
+    dtypes = [arr[role]["fsdp_config"]["model_dtype"] for role in ("actor", "ref")]
+    assert dtypes == ["bfloat16", "bfloat16"]
+    assert arr["rollout"]["dtype"] == "bfloat16"
+    # the shared run: one adapter, every seat's prompts of a step in one batch (= one optimizer step)
+    shared = run_verl.verl_overrides(job, 3, "/m", "/t.parquet", "/o", flash_attn=False, agent=None)
+    assert "data.train_batch_size=24" in shared and "actor_rollout_ref.actor.ppo_mini_batch_size=24" in shared
+
+
+def _config_has(cfg: dict, dotted: str) -> bool:
+    node = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def test_every_verl_override_key_is_in_verls_config(job):
+    """Each override names a key of verl's own flattened config (its _generated_ppo_trainer.yaml); a key
+    added with "+" (not in verl's schema) must hang under a key that is."""
+    root = _package_dir("verl")
+    if root is None:
+        pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1 is enough for this check)")
+    import yaml
+
+    cfg = yaml.safe_load((root / "trainer" / "config" / "_generated_ppo_trainer.yaml").read_text())
+    for flash_attn, legacy, agent in [(False, True, 0), (True, False, None)]:
+        overrides = run_verl.verl_overrides(job, 3, "/m", "/t.parquet", "/o", legacy, flash_attn, agent)
+        keys = [o.split("=", 1)[0] for o in overrides]
+        assert [k for k in keys if not k.startswith("+") and not _config_has(cfg, k)] == []
+        added = [k[1:].rpartition(".")[0] for k in keys if k.startswith("+")]
+        assert [k for k in added if not _config_has(cfg, k)] == []
+    assert not _config_has(cfg, "actor_rollout_ref.actor.fsdp_config.model_dtypo")
+
+
+def test_import_check_lists_the_modules_a_verl_run_imports_and_names_what_is_missing(tmp_path):
+    modules = import_check.import_check_modules(PEERS / "requirements-verl.txt")
+    # the vLLM OpenAI server verl starts (and the /metrics route build_app adds) are on the list
+    server = ["vllm.entrypoints.openai.api_server", "vllm.entrypoints.serve.instrumentator.metrics"]
+    for name in ["verl.trainer.main_ppo", "verl.workers.rollout.vllm_rollout.vllm_async_server", *server]:
+        assert name in modules
+    # a chain: chain_a needs the missing pkg_one, and once that is stubbed, the missing pkg_two.sub
+    (tmp_path / "chain_a.py").write_text("import pkg_one\nfrom pkg_one import thing\nimport pkg_two.sub\n")
+    mods = ["json", "chain_a", "no_such_module_xyz"]
+    results, _ = import_check.import_modules(sys.executable, mods, str(tmp_path), tmp_path)
+    assert [(r["module"], r["missing"]) for r in results] == [
+        ("json", []),
+        ("chain_a", ["pkg_one", "pkg_two"]),  # pkg_two's stub is a package: pkg_two.sub is stubbed too
+        ("no_such_module_xyz", ["no_such_module_xyz"]),
+    ]
+
+
+def test_verl_step_line_matches_once_per_step_through_rays_prefix():
+    lines = [
+        "(TaskRunnerV1 pid=41) step:1 - actor/entropy:0.5 - timing_s/gen:3.0 - timing_s/step:9.5",
+        "step:2 - timing_s/gen:2.0 - timing_s/step:6.25 - response_length/mean:200.0",
+        "(TaskRunnerV1 pid=41) step:0 - val-core/seat_game/reward/mean@1:0.5",  # a validation line
+        "(TaskRunnerV1 pid=41) global_step:3 - timing_s/step:1.0",
+        "Training Progress:  29%|██▊       | 2/7 [00:20<00:50, 10.0s/it]",
+    ]
+    assert [bool(run_verl.STEP_LINE.search(line)) for line in lines] == [True, True, False, False, False]
+
+
+def test_verl_phases_come_from_its_file_logger(job, tmp_path):
+    rows = [
+        {"timing_s/step": 10.0 + i, "timing_s/gen": 4.0, "timing_s/old_log_prob": 1.0,
+         "timing_s/ref": 0.5 + i, "timing_s/update_actor": 3.0, "timing_s/update_weights": 0.25,
+         "response_length/mean": 100.0 + i, "perf/max_memory_allocated_gb": 30.0 + i}
+        for i in range(4)
+    ]  # fmt: skip
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": i + 1, "data": r}) + "\n" for i, r in enumerate(rows)))
+    out = run_verl.read_metrics(path, warmup=2)
+    phases = out["phases_s"]  # medians of steps 3 and 4
+    assert (phases["rollout"], phases["update"], phases["sync"]) == (4.0, 3.0, 0.25)
+    assert (phases["old_log_prob"], phases["ref"], phases["scoring"]) == (1.0, 3.0, 4.0)
+    assert out["response_length_mean"] == 103.0 and out["framework_peak_gb"] == 33.0
+    passes = run_verl.verl_passes(job)
+    assert "old log-probs: none" in passes and "adapter off" in passes
+    assert "old log-probs: a separate forward" in run_verl.verl_passes(job, recompute_old_log_probs=True)
+    # the table's rows: no old-log-prob forward in any framework; verl's default only as a labelled variant
+    overrides = run_verl.verl_overrides(job, 3, "M", "T", "O")
+    assert "algorithm.rollout_correction.bypass_mode=True" in overrides
+    assert not any("bypass_mode" in o for o in run_verl.verl_overrides(job, 3, "M", "T", "O", recompute_old_log_probs=True))
 
 
 def _parser_options(path: Path) -> dict[str, list | None]:
