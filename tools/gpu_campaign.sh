@@ -193,11 +193,12 @@ PY
     # .pwN part per call there (install_peer_wheels.sh), the last call runs this. The run outlives the call:
     # it runs from a copy of the tree in its own process session; `peers_wait` reads it.
     bash benchmarks/peers/install_peer_wheels.sh
-    rm -rf /tmp/w && cp -r . /tmp/w && rm -rf /tmp/w/.wb* /tmp/w/.pw* && mkdir -p /tmp/peers_out
+    rm -rf /tmp/w && mkdir -p /tmp/w /tmp/peers_out && tar --exclude='./.wb*' --exclude='./.pw*' -cf - . | tar -xf - -C /tmp/w
     GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
     setsid nohup bash -c "cd /tmp/w && PYTHONPATH=/tmp/w:$PYTHONPATH timeout ${TOTAL:-1500} python \
       benchmarks/peers/run_all.py --sites /tmp/peers --out-dir /tmp/peers_out --gpus $GPUS --shared \
-      --frameworks '${FW:-roll_ma,trl,verl,trl_is@1,openrlhf@1}' --timeout ${RUN_TIMEOUT:-720}; echo DONE" \
+      --frameworks '${FW:-roll_ma,trl,verl,openrlhf@1,trl_is@1,verl_recompute@1}' --timeout ${RUN_TIMEOUT:-600}; \
+      echo DONE" \
       > /tmp/peers_out/run_all.log 2>&1 < /dev/null &
     sleep 5; log "started run_all on GPUs $GPUS"; tail -3 /tmp/peers_out/run_all.log ;;
   peers_wait)  # wait up to WAIT s for the background run_all, then the table so far and every log to $OUT
