@@ -313,8 +313,9 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
 def plan_runs(frameworks: list[tuple[str, set[int] | None]], agents: list[int], shared: bool
               ) -> list[tuple[str, int, int | None, bool]]:
     """Every run of the table, as (framework, N, agent, shared): the frameworks' own rows first, the
-    longest first among them (the GPUs then finish close together), then OpenRLHF, then the labelled
-    variants (a run_all stopped by its time limit loses those first)."""
+    longest first among them (a whole step's rows in one run, the slowest framework first: the GPUs then
+    finish close together), then OpenRLHF, then the labelled variants (a run_all stopped by its time limit
+    loses those first)."""
     runs = []
     for n in agents:
         for framework, only in frameworks:
@@ -325,10 +326,12 @@ def plan_runs(frameworks: list[tuple[str, set[int] | None]], agents: list[int], 
             ]
             if shared and n > 1:
                 runs.append((framework, n, None, True))
-    def order(run: tuple[str, int, int | None, bool]) -> tuple[int, int]:
-        group = 2 if run[0] in VARIANTS else (1 if run[0] == "openrlhf" else 0)
-        size = (run[0] == "roll_ma") * 2 + (run[2] is None)  # roll_ma's runs are the longest
-        return group, -size
+    def order(run: tuple[str, int, int | None, bool]) -> tuple[int, int, int]:
+        framework, n, agent, _ = run
+        group = 2 if framework in VARIANTS else (1 if framework == "openrlhf" else 0)
+        whole_step = framework == "roll_ma" or agent is None or n == 1  # every row of a step in one run
+        slowest_first = ("verl", "roll_ma", "trl").index(framework) if framework in ("verl", "roll_ma", "trl") else 3
+        return group, -whole_step, slowest_first  # 2026-11-27: verl's 192-row runs took > 600 s, TRL's 4 min
 
     return sorted(runs, key=order)
 
