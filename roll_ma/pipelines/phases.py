@@ -68,7 +68,8 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
 
     out_dir = Path(cfg.trainer.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    resume_from = ckpt.latest_checkpoint(out_dir) if cfg.trainer.resume == "auto" else None
+    # the newest checkpoint that matches its manifest, as the RL loop resumes; damaged newer ones set aside
+    resume_from = ckpt.resume_checkpoint(out_dir) if cfg.trainer.resume == "auto" else None
     if cfg.trainer.resume == "never":
         _set_aside_previous_run(out_dir)
     ckpt.prune(out_dir, cfg.trainer.keep_last)
