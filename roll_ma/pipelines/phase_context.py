@@ -69,6 +69,7 @@ class PhaseContext:
     step: int = 0
     results: dict[str, dict[str, float]] = field(default_factory=dict)  # eval metrics by phase name
     signature: dict[str, Any] | None = None  # what each checkpoint records of the config (resume compares it)
+    saved_step: int = 0  # the step of the newest checkpoint, written or resumed from
 
     @property
     def agent_ids(self) -> dict[str, int]:
@@ -131,6 +132,12 @@ class PhaseContext:
     def log(self, metrics: dict[str, Any]) -> None:
         self.tracker.log(metrics, self.step)
 
+    def save_due(self) -> bool:
+        """A ``trainer.save_every`` step passed since the last checkpoint (checkpoints only where asked: those
+        steps and the end of the run; a built DPO iteration or a phase end takes the save of a step inside)."""
+        every = self.cfg.trainer.save_every
+        return bool(every) and self.step // every > self.saved_step // every
+
     def save(self, phase: int, progress: dict[str, Any]) -> None:
         """An atomic checkpoint: trainer state, data cursor, the phase to run and its progress."""
         from roll_ma import checkpoint as ckpt
@@ -145,6 +152,7 @@ class PhaseContext:
             "config": self.cfg.name,
         }
         ckpt.finish_checkpoint(tmp, self.step, state, self.cfg.trainer.keep_last, self.signature)
+        self.saved_step = self.step
 
     def evaluate(self, label: str) -> dict[str, float]:
         from roll_ma.pipelines.evaluation import evaluate

@@ -11,11 +11,14 @@ What a run does (``run_phases``):
    (``phase_dpo.py``) train every agent on its own rows, each with its own optimizer, fresh at the
    phase's start (as a new trainer would be). The rollout engines get the trained adapters before
    anything is generated again.
-3. Checkpoints hold the adapters (and their frozen copies), optimizer states, the data cursor, the
-   phase and its progress: ``trainer.resume=auto`` continues a run where it stopped, inside a phase.
+3. Checkpoints (every ``trainer.save_every`` steps and at the end) hold the adapters (and their frozen
+   copies), optimizer states, the data cursor, the phase and its progress: ``trainer.resume=auto``
+   continues a run where it stopped, inside a phase, from the same manifest-checked checkpoint the RL
+   loop would take.
 
 ``metrics.jsonl``'s step counts optimizer steps over the whole run (agent/<name>/sft_loss,
-agent/<name>/rewards/margins, ...); eval lines carry the step they ran at.
+agent/<name>/rewards/margins, ...), one line per step: what is measured between steps (an eval, a phase's
+timing, the rows the next phase built) joins the line of the step before it (step 0: before any training).
 """
 
 from __future__ import annotations
@@ -108,7 +111,8 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
             dataclasses.asdict(cfg),
             resume_step=step if resume_from is not None else None,
         )
-        ctx = PhaseContext(cfg, workers, planner, tracker, seats, out_dir, step, results, signature)
+        ctx = PhaseContext(cfg, workers, planner, tracker, seats, out_dir, step, results, signature,
+                           saved_step=step)
         ctx.sync()  # the rollout serves what the trainer holds (the checkpoint's adapters on resume)
         runners = phase_runners()
         for phase in phases[start:]:
@@ -117,7 +121,8 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
             seconds = time.perf_counter() - began
             ctx.log({f"timing/phase/{phase.name}": seconds, "phase": phase.index})
             print(f"[roll_ma] phase {phase.name} done in {seconds:.0f} s", flush=True)
-            ctx.save(phase.index + 1, {})
+            if ctx.save_due() or phase is phases[-1]:  # checkpoints: every save_every steps and the end
+                ctx.save(phase.index + 1, {})
         tracker.close()
         print_summary(ctx, phases)
         return ctx.results
@@ -134,4 +139,8 @@ def print_summary(ctx: PhaseContext, phases: list[Phase]) -> None:
             f"{headline(ctx.results[name], k)}",
             flush=True,
         )
-    print(f"[roll_ma] done: metrics {ctx.out_dir / 'metrics.jsonl'}", flush=True)
+    from roll_ma import checkpoint as ckpt
+
+    last = ckpt.latest_checkpoint(ctx.out_dir)
+    print(f"[roll_ma] done: metrics {ctx.out_dir / 'metrics.jsonl'}"
+          + (f", checkpoint {last[1]}" if last else ""), flush=True)
