@@ -105,12 +105,17 @@ class Tracker:
                 resume="allow",
             )
 
+    @property
+    def last_step(self) -> int | None:
+        """The step of the file's last line (None: no line yet)."""
+        return None if self._last is None else self._last.get("step")
+
     def log(self, metrics: dict[str, Any], step: int) -> None:
         """Write ``metrics`` as the line of ``step``; the step of the last line: added to that line."""
         # wall_time: when the step ended (seconds since the epoch), as TensorBoard's events keep it; the
         # side-by-side benchmark times every framework as the wall time between consecutive step ends
         new = {k: _clean(v) for k, v in metrics.items()}
-        if self._last is not None and self._last.get("step") == step:
+        if self.last_step == step:
             row = {**self._last, **new, "wall_time": round(time.time(), 3)}
             self._replace_last_line(row)
         else:
@@ -119,7 +124,7 @@ class Tracker:
             self._jsonl.flush()
             os.fsync(self._jsonl.fileno())  # a SIGKILL right after must not lose a logged step
         self._last = row
-        scalars = {k: v for k, v in new.items() if isinstance(v, (int, float))}  # the other sinks: what is new
+        scalars = {k: v for k, v in new.items() if isinstance(v, (int, float))}  # the other sinks: the new
         if self._tb is not None:
             for k, v in scalars.items():
                 self._tb.add_scalar(k, v, step)

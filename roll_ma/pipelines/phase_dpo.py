@@ -15,7 +15,8 @@ Pairs (``dpo.source``):
   wrong refinements of one context, the critic's feedback followed by a right vs a wrong
   refinement); (4) ``dpo.steps_per_iteration`` train steps; (5) sync the adapters into the
   rollout engines. A checkpoint closes an iteration in which a ``trainer.save_every`` step
-  fell; a run resumed inside an iteration repeats it from its start (the same problems and, with the same adapters, the same samples).
+  fell; a run resumed inside an iteration repeats it from its start (the same problems and, with
+  the same adapters, the same samples).
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def iteration(ctx: PhaseContext, phase: Phase, it: int) -> None:
         )
         train_on_pairs(ctx, phase, rows, schedule, 0, checkpoints=False)
         ctx.sync()
-        ctx.log(metrics)  # joins the line of the iteration's last step
+    # the line of the iteration's last step (no pairs: of the step the run is at; dpo/iteration says which)
+    ctx.log(metrics)
     shown = " ".join(f"{name} {int(metrics[f'dpo/pairs/{name}'])}" for name in phase.agents)
     print(
         f"[roll_ma] dpo {phase.name} iteration {it + 1}/{d.iterations}: pairs {shown}; sampled "

@@ -45,7 +45,7 @@ def run_sft_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> 
             for name, i in ctx.agent_ids.items()
             if name in phase.agents
         }
-        ctx.log({**metrics, **counts, "phase": phase.index})
+        ctx.log_ahead({**metrics, **counts, "phase": phase.index})
         per_agent = ", ".join(f"{key.split('/')[1]} {int(v)}" for key, v in counts.items())
         print(
             f"[roll_ma] sft {phase.name}: {len(rows)} rows from {phase.sft.source} ({per_agent})", flush=True

@@ -17,8 +17,9 @@ What a run does (``run_phases``):
    loop would take.
 
 ``metrics.jsonl``'s step counts optimizer steps over the whole run (agent/<name>/sft_loss,
-agent/<name>/rewards/margins, ...), one line per step: what is measured between steps (an eval, a phase's
-timing, the rows the next phase built) joins the line of the step before it (step 0: before any training).
+agent/<name>/rewards/margins, ...), one line per step: what a phase measures after a step (an eval,
+its timing) joins that step's line (step 0: before any training), the rows a phase builds join the
+line of its first step.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
             began = time.perf_counter()
             runners[phase.objective](ctx, phase, progress if phase.index == start else {})
             seconds = time.perf_counter() - began
+            ctx.flush_ahead()  # a phase that took no step: what it measured joins the current line
             ctx.log({f"timing/phase/{phase.name}": seconds, "phase": phase.index})
             print(f"[roll_ma] phase {phase.name} done in {seconds:.0f} s", flush=True)
             if ctx.save_due() or phase is phases[-1]:  # checkpoints: every save_every steps and the end

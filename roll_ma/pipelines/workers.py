@@ -9,9 +9,10 @@ from typing import Any
 
 from roll_ma.config.schema import AgentConfig, RunConfig
 from roll_ma.config.validate_resources import gpus_per_worker
-from roll_ma.distributed.cluster import Cluster
+from roll_ma.distributed.cluster import Cluster, shutdown_clusters
 from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
 from roll_ma.distributed.resources import ResourceManager
+from roll_ma.distributed.shm_transfer import remove_orphans
 from roll_ma.strategies.micro_batches import MicroBatching
 
 
@@ -32,9 +33,7 @@ class RunWorkers:
         return self.resources.colocated("rollout", "train")
 
     def shutdown(self) -> None:
-        for c in (self.env, self.rollout, self.reference, self.train):
-            if c is not None:
-                c.shutdown()
+        shutdown_clusters([self.env, self.rollout, self.reference, self.train])  # one wait for all
         self.resources.release()
 
 
@@ -82,6 +81,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
     from roll_ma.workers.train_worker import TrainWorker
     from roll_ma.workers.workflow_worker import WorkflowWorker
 
+    remove_orphans()  # what a killed run on this machine left in /dev/shm (each worker sweeps its node too)
     ref_workers = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
     resources = ResourceManager.from_config(
         cfg.resources,
@@ -143,8 +143,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
             },
         )
     except BaseException:
-        for c in built:
-            c.shutdown()
+        shutdown_clusters(built)
         resources.release()
         raise
     workers = RunWorkers(rollout, train, reference, envs, resources)
@@ -183,8 +182,7 @@ class TeacherWorkers:
     env: Cluster
 
     def shutdown(self) -> None:
-        for c in (self.env, self.rollout):
-            c.shutdown()
+        shutdown_clusters([self.env, self.rollout])
 
 
 def build_teacher(cfg: RunConfig, seats: list[str], resources: ResourceManager) -> TeacherWorkers:

@@ -122,6 +122,9 @@ class RolloutWorker(Worker):
             self.strategy.shutdown()
             self.strategy = None
 
+    def close(self) -> None:
+        self.shutdown_engine()  # vLLM: its engine process and the adapter folder in /dev/shm
+
     def _ready(self) -> Any:
         if self.strategy is None:
             raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")

@@ -207,6 +207,9 @@ class TrainWorker(Worker):
             return [metrics, None, 0.0]
         return [metrics, *self.export_adapters([policy], dtype, transport)]
 
+    def close(self) -> None:
+        self._segments.release()  # exports no engine has read yet
+
     @register(Dispatch.RANK_ZERO)
     def release_exports(self, segments: list[str] | None = None) -> int:
         """Delete the shared-memory files of exports the engines have installed (None: all of them)."""

@@ -118,7 +118,8 @@ def test_the_check_compares_the_checkpoint_the_run_will_resume_from(tmp_path, no
     """A damaged newest checkpoint is skipped by resume; the check looks past it, as resume does."""
     old = config(tmp_path)
     save_checkpoint(old, step=4)
-    newest = tmp_path / "out" / "checkpoints" / save_checkpoint(config(tmp_path, overrides=["lora.rank=64"]), 5)
+    other = config(tmp_path, overrides=["lora.rank=64"])
+    newest = tmp_path / "out" / "checkpoints" / save_checkpoint(other, 5)
     (newest / "rng.pt").write_bytes(b"cut short")
     notes: list[str] = []
     run_preflight(old, log=notes.append)  # step 4 matches this config: the damaged step 5 is not compared
