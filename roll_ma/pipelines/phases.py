@@ -66,7 +66,7 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
         _num_players,
         _set_aside_previous_run,
     )
-    from roll_ma.pipelines.workers import build_workers
+    from roll_ma.pipelines.workers import build_workers, process_env
     from roll_ma.preflight.checkpoint_compat import run_signature
     from roll_ma.tracking import Tracker
 
@@ -83,7 +83,7 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
         from roll_ma.models.random_weights import use_random_weights
 
         cfg = use_random_weights(cfg)  # benchmarks: model.path -> a random model of that architecture
-    init_ray(cfg.resources.ray_address)
+    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg))
     _check_cluster_gpus(cfg)
     seats = resolve_seats(cfg, _num_players(cfg, resolve_env_class))
     planner = EpisodePlanner(cfg.env, cfg.seed)

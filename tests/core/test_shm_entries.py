@@ -29,9 +29,9 @@ def test_entries_of_dead_processes_are_swept_and_live_ones_kept(tmp_path):
     (tmp_path / "roll_ma_lora_qx2tlg8t").mkdir()  # an older roll_ma's, without a pid: not ours to judge
     (tmp_path / "psm_1234").write_bytes(b"")  # someone else's
     assert remove_orphans(tmp_path) == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [f"roll_ma_sync_{alive}_ab12cd34_0_ff", f"roll_ma_lora_{alive}_x9", "roll_ma_lora_qx2tlg8t", "psm_1234"]
-    )
+    kept = [f"roll_ma_sync_{alive}_ab12cd34_0_ff", f"roll_ma_lora_{alive}_x9", "roll_ma_lora_qx2tlg8t",
+            "psm_1234"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
 
 
 def test_a_vllm_engines_adapter_folder_is_named_by_its_process_and_removed_on_close():
