@@ -171,8 +171,8 @@ def test_train_stops_the_ray_it_started_after_success_and_failure(tiny_model_dir
         caller.stdin.write("\n")
         caller.stdin.flush()
         _read_until(caller, r"^after failure: ", seen)
-        assert seen[-2:] == ["raised WorkerError\n", "after failure: ray initialised False\n"], \
-            "".join(seen)[-4000:]
+        assert "raised WorkerError\n" in seen, "".join(seen)[-4000:]
+        assert seen[-1] == "after failure: ray initialised False\n", "".join(seen)[-4000:]
         assert _wait_until_gone(tag, keep={caller.pid}) == {}
     finally:
         caller.kill()
