@@ -6,7 +6,7 @@ update (``timing/update``) and its whole step (``timing/step``) come from its me
 runs another checkout's code (e.g. the main branch, for a before/after pair); ``--env KEY=VALUE``
 adds variables to every run (e.g. ``OMP_WAIT_POLICY=PASSIVE``)::
 
-    python benchmarks/shared_cpu_runs.py --steps 5 --runs 2
+    python benchmarks/shared_cpu_runs.py --steps 5 --counts 1,2
     python benchmarks/shared_cpu_runs.py --repo /path/to/other/checkout --env OMP_WAIT_POLICY=PASSIVE
 """
 
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine, markdown_table
+from common import int_list, machine, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,14 +64,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="math_selfplay_tiny")
     p.add_argument("--steps", type=int, default=5, help="steps per run; the first is not counted")
-    p.add_argument("--runs", type=int, default=2, help="runs at once in the shared measurement")
+    p.add_argument("--counts", type=int_list, default=[1, 2], help="runs at once, one measurement each")
     p.add_argument("--repo", type=Path, default=REPO, help="the checkout whose code runs")
     p.add_argument("--env", action="append", default=[], help="KEY=VALUE for every run (repeatable)")
     p.add_argument("--out", help="write the rows as JSON here")
     p.add_argument("overrides", nargs="*", help="key=value overrides of every run")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="shared_cpu_runs_") as tmp:
-        rows = [measure(args, n, Path(tmp)) for n in (1, args.runs)]
+        rows = [measure(args, n, Path(tmp)) for n in args.counts]
     print(markdown_table(list(rows[0]), rows))
     summary = {"config": args.config, "repo": str(args.repo), "env": args.env, "rows": rows}
     print("JSON " + json.dumps(summary))
