@@ -86,6 +86,14 @@ def short(text: str) -> str:
     return "\n".join(lines[:MAX_WHAT_LINES] + ([f"  ... ({more} more lines in the log)"] if more > 0 else []))
 
 
+def fix_for(err: BaseException | None) -> str:
+    """The fix of an exception roll_ma does not know, where its type tells it (a package a worker lacks)."""
+    if isinstance(err, ModuleNotFoundError) and err.name:
+        return (f"install {err.name.split('.')[0]} in the Python environment the workers run in (on a Ray "
+                "cluster: on every node), or remove the import; the log file below has the full traceback")
+    return UNKNOWN_FIX
+
+
 def summarize(header: str, exception_text: str, traceback_text: str, fix: str = UNKNOWN_FIX) -> str:
     """The console form of an exception that is not a ``RollMaError``: what (its type and message), where
     (from the traceback), the fix."""
@@ -122,6 +130,12 @@ def log_dir(output_dir: str | os.PathLike | None) -> Path:
         except OSError:
             pass
     return Path(tempfile.gettempdir())
+
+
+def run_log(output_dir: str | os.PathLike | None) -> Path:
+    """The run's log file, ``<output_dir>/logs/run.log``: what the workers print (engine, Ray, library logs;
+    ``distributed/worker_output.py``), appended to by every run and resume in that directory."""
+    return log_dir(output_dir) / "run.log"
 
 
 def write_log(err: BaseException, directory: str | os.PathLike) -> Path:

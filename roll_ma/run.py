@@ -43,6 +43,7 @@ def run_config(cfg: RunConfig) -> dict[str, Any]:
     itself is stopped too (a Ray the caller started stays)."""
     import ray
 
+    from roll_ma.distributed.ray_env import shutdown_ray
     from roll_ma.error_report import attach_log
     from roll_ma.errors import PreflightError, RollMaError
     from roll_ma.interrupts import sigterm_as_interrupt
@@ -58,8 +59,8 @@ def run_config(cfg: RunConfig) -> dict[str, Any]:
             attach_log(err, cfg.trainer.output_dir)
             raise
         finally:
-            if ours and ray.is_initialized():
-                ray.shutdown()
+            if ours:
+                shutdown_ray()
 
 
 def resolve_config(config_or_path: str | os.PathLike | Mapping | RunConfig, **overrides: Any) -> RunConfig:

@@ -152,26 +152,49 @@ class Tracker:
             self._wandb.finish()
 
 
+def _rate(tokens_per_s: float) -> str:
+    """A tokens/s figure for the console: 812, 12.3k, 1.45M."""
+    for div, unit in ((1e6, "M"), (1e3, "k")):
+        if tokens_per_s >= div:
+            return f"{tokens_per_s / div:.3g}{unit}"
+    return f"{tokens_per_s:.0f}"
+
+
+def step_line(step: int, max_steps: int, metrics: dict[str, Any], agent_names: list[str]) -> str:
+    """The step's headline: its time in seconds, rollout and train tokens/s, each agent's mean reward (the
+    figure it is trained on), the episodes and turns played, e.g.
+    ``step 1/3  13.9 s  rollout 812 tok/s  train 1.2k tok/s  reward solver=0.41 critic=0.12  (128 episodes,
+    338 turns)``."""
+    parts = [f"step {step}/{max_steps}"]
+    if "timing/step" in metrics:
+        parts.append(f"{metrics['timing/step']:.1f} s")
+    for name, key in (("rollout", "system/rollout_tokens_per_s"), ("train", "system/train_tokens_per_s")):
+        if isinstance(metrics.get(key), (int, float)):
+            parts.append(f"{name} {_rate(metrics[key])} tok/s")
+    rewards = [f"{name}={metrics[f'agent/{name}/reward']:.3g}" for name in agent_names
+               if isinstance(metrics.get(f"agent/{name}/reward"), (int, float))]
+    if rewards:
+        parts.append("reward " + " ".join(rewards))
+    played = [f"{int(metrics[k])} {word}" for k, word in (("rollout/episodes", "episodes"),
+                                                         ("rollout/turns", "turns")) if k in metrics]
+    if played:
+        parts.append(f"({', '.join(played)})")
+    return "  ".join(parts)
+
+
 def console_summary(step: int, max_steps: int, metrics: dict[str, Any], agent_names: list[str]) -> str:
-    """One compact block per step: per-agent reward / loss / adapter version, timing, eval."""
+    """One compact block per step: the step line (``step_line``), then per agent its reward, loss, KL, grad
+    norm, adapter version, log-prob gap and format errors; the critic; the evaluation."""
 
     def fmt(v: Any) -> str:
         return f"{v:.3g}" if isinstance(v, float) else str(v)
 
-    lines = [
-        f"step {step}/{max_steps}  "
-        + "  ".join(
-            f"{k.split('/', 1)[1]}={fmt(metrics[k])}"
-            for k in ("timing/step", "rollout/episodes", "rollout/turns")
-            if k in metrics
-        )
-    ]
+    lines = [step_line(step, max_steps, metrics, agent_names)]
     for name in agent_names:
         p = f"agent/{name}/"
         parts = [
             f"{k}={fmt(metrics[p + k])}"
-            for k in (
-                "reward",
+            for k in (  # the reward is on the step line
                 "policy_loss",
                 "kl",
                 "grad_norm",

@@ -3,7 +3,7 @@
 # device command (results under $OUT, at most 8 files per part). On the lent GPU machine:
 #   source tools/device_install.sh; bash tools/gpu_campaign.sh tests|pipelines|multilora1|multilora2|extra|graphs
 # (scaling7b / scaling7b_tp: the multi-GPU throughput sweep and a tensor-parallel engine, issue 25;
-#  peers: the side-by-side job with TRL, verl and OpenRLHF, issue 32)
+#  peers_start / peers_wait: the side-by-side job with TRL, verl and OpenRLHF on every GPU at once, issue 36)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -188,14 +188,24 @@ PY
     wait
     for r in before after; do cp /tmp/runs/$r/metrics.jsonl "$OUT/${r}_metrics.jsonl" 2>/dev/null; \
       grep -E "^step|Error|error" "$OUT/$r.log" | tail -6; done ;;
-  peers)  # issue 32: benchmarks/peers/job.yaml through roll_ma and the peers on one GPU, one chunk per call
-    # on one warm machine (a 7B run: engine start + 4 steps, estimated ~4-6 min): FW=roll_ma AGENTS=1 (then 3), or
-    # FW=trl|verl|openrlhf AGENTS=1|3 with AGENT=k (one per-agent run) or PEER_RUNS=1 (row estimated as N x
-    # one run). Peer wheels: benchmarks/peers/stage_peer_wheels.sh here, one .pwN part per call there.
+  peers_start)  # issue 36: the whole side-by-side table on one machine, every GPU at once, in the background
+    # (a 4-GPU kind: ~15 runs of 7 steps, one per GPU at a time). Peer wheels: stage_peer_wheels.sh here, one
+    # .pwN part per call there (install_peer_wheels.sh), the last call runs this. The run outlives the call:
+    # it runs from a copy of the tree in its own process session; `peers_wait` reads it.
     bash benchmarks/peers/install_peer_wheels.sh
-    timeout ${TIMEOUT:-580} python benchmarks/peers/run_all.py --sites /tmp/peers --out-dir /tmp/peers_out \
-      --frameworks "${FW:-roll_ma}" ${AGENTS:+--agents $AGENTS} ${AGENT:+--agent $AGENT} \
-      ${PEER_RUNS:+--peer-runs $PEER_RUNS} --timeout ${RUN_TIMEOUT:-540} > "$OUT/peers_${FW:-roll_ma}.log" 2>&1
-    tail -5 "$OUT/peers_${FW:-roll_ma}.log"; cp -r /tmp/peers_out "$OUT/peers" ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b|peers"; exit 2 ;;
+    rm -rf /tmp/w && cp -r . /tmp/w && rm -rf /tmp/w/.wb* /tmp/w/.pw* && mkdir -p /tmp/peers_out
+    GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
+    setsid nohup bash -c "cd /tmp/w && PYTHONPATH=/tmp/w:$PYTHONPATH timeout ${TOTAL:-1500} python \
+      benchmarks/peers/run_all.py --sites /tmp/peers --out-dir /tmp/peers_out --gpus $GPUS --shared \
+      --frameworks '${FW:-roll_ma,trl,verl,trl_is@1,openrlhf@1}' --timeout ${RUN_TIMEOUT:-720}; echo DONE" \
+      > /tmp/peers_out/run_all.log 2>&1 < /dev/null &
+    sleep 5; log "started run_all on GPUs $GPUS"; tail -3 /tmp/peers_out/run_all.log ;;
+  peers_wait)  # wait up to WAIT s for the background run_all, then the table so far and every log to $OUT
+    end=$(( $(date +%s) + ${WAIT:-540} ))
+    while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^DONE' /tmp/peers_out/run_all.log 2>/dev/null; do sleep 10; done
+    grep '\[run_all\]' /tmp/peers_out/run_all.log | tail -40; cat /tmp/peers_out/peers.md 2>/dev/null
+    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
+    cp /tmp/peers_out/peers.json /tmp/peers_out/peers.md /tmp/peers_out/run_all.log "$OUT"/ 2>/dev/null
+    tar -czf "$OUT/peer_logs.tgz" -C /tmp/peers_out $(cd /tmp/peers_out && ls *.log) 2>/dev/null ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b|peers_start|peers_wait"; exit 2 ;;
 esac

@@ -176,9 +176,10 @@ def check(job: Job) -> Job:
             f"episodes.turns={e.turns} is not a multiple of agents {bad}: every agent must act the same "
             "number of turns per episode (peers train one agent per run on a fixed share of each step)"
         )
-    if job.warmup_steps < 0 or job.steps <= job.warmup_steps:
+    if job.warmup_steps < 1 or job.steps <= job.warmup_steps:
         problems.append(
-            f"steps={job.steps} must exceed warmup_steps={job.warmup_steps} (median over the rest)"
+            f"steps={job.steps} must exceed warmup_steps={job.warmup_steps} >= 1 (median over the rest; "
+            "step 1 is never timed: a step's time is the wall time since the previous step's end)"
         )
     if e.group_size < 2:
         problems.append("episodes.group_size must be >= 2 (GRPO compares samples of one prompt)")

@@ -1,22 +1,29 @@
-"""Run the side-by-side job through roll_ma and each peer, one run after another, and write the table.
+"""Run the side-by-side job through roll_ma and each peer and write the table: one machine, one clock.
 
 For every N in the job's ``agents``: roll_ma once (all N agents in one run), each peer N times (one run
-per agent, on that agent's share of the same episodes). A peer's row sums its runs' median step times
-and response tokens (the work of one roll_ma step) and takes the largest GPU peak. The GPU peak of every
-run is sampled from ``nvidia-smi`` (the whole GPU, every process: engines and Ray workers included).
+per agent, on that agent's share of the same episodes); with ``--shared`` (N > 1) also one run per
+framework where ONE adapter serves every seat (the prompt names the seat): roll_ma with all agents on
+one adapter, a peer trained once on every seat's prompts, which is how most peer users train a team. A
+peer's row sums its runs' median step times (and min, max), response tokens and phase timers.
+
+Runs go to the GPUs of ``--gpus`` at once, one run per GPU (pinned by CUDA_VISIBLE_DEVICES), longest
+first; each run's GPU name, driver and host are recorded, its memory peak is read from its own GPU only
+(nvidia-smi -i), and vs_roll_ma is computed only between rows measured on the same GPU model. Results are
+saved after every run (peers.json, peers.md), so a run_all started in the background can be read while
+it goes on.
 
 Each framework runs in its own Python environment: ``--sites DIR`` holds one folder per peer (DIR/trl,
-DIR/verl, DIR/openrlhf: its staged pins, stage_peer_wheels.sh) that goes first on that peer's PYTHONPATH,
-then DIR/common (the wheels all staged peers share).
+DIR/verl, DIR/openrlhf: its staged pins, stage_peer_wheels.sh) whose site-packages goes first on that
+peer's PYTHONPATH, then DIR/common's (the wheels all staged peers share).
 
-    # GPU: the random Qwen2.5-7B is built once; results and every run's log under --out-dir, where each
-    # call adds its runs to the table (a device call lasts <= 10 min: one 7B run or two per call)
-    R="python benchmarks/peers/run_all.py --sites /tmp/peers --out-dir /tmp/peers_out"
-    $R --frameworks roll_ma                          # roll_ma at N = 1 and 3
-    $R --frameworks trl --agents 3 --agent 0         # one peer run per call ...
-    $R --frameworks verl --agents 3 --peer-runs 1    # ... or 1 of the N runs, the row estimated as N x it
+    # GPU (4 GPUs: every run of the table at once where it can), the random Qwen2.5-7B built once:
+    python benchmarks/peers/run_all.py --sites /tmp/peers --gpus 0,1,2,3 --shared \
+        --frameworks roll_ma,trl,verl,trl_is@1,openrlhf@1 --out-dir /tmp/peers_out
     # CPU check of the driver itself: roll_ma and TRL (no vLLM) on a tiny model, the job shrunk
     python benchmarks/peers/run_all.py --device cpu --smoke --frameworks roll_ma,trl --agents 3 --out-dir /tmp
+
+A framework name may carry ``@N[+N]`` (``openrlhf@1``): only those N. ``trl_is`` is TRL with its default
+importance-sampling correction on (one more scoring pass per step than the others run).
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ import argparse
 import datetime
 import json
 import os
+import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,32 +49,41 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from job import Job, is_oom, load_job, read_result  # noqa: E402
 
-FRAMEWORKS = ("roll_ma", "trl", "verl", "openrlhf")
-RUNNERS = {f: HERE / f"run_{f}.py" for f in FRAMEWORKS}
+FRAMEWORKS = ("roll_ma", "trl", "trl_is", "verl", "openrlhf")
+RUNNERS = {f: HERE / f"run_{f.split('_is')[0]}.py" for f in FRAMEWORKS}
+EXTRA_ARGS = {"trl_is": ["--is-correction"]}  # a labelled variant: TRL's default IS correction on
+PHASES = ("rollout", "scoring", "old_log_probs", "update", "sync")
 COLUMNS = [
     "framework",
     "agents",
+    "adapters",
     "runs",
     "step_s",
+    "step_min_s",
+    "step_max_s",
     "vs_roll_ma",
     "tokens_per_s",
+    "phases",
+    "gpu",
     "gpu_peak_gb",
-    "oom",
     "status",
 ]
 
 
 class GpuPeak:
-    """The largest ``memory.used`` nvidia-smi reports while it runs (None without nvidia-smi)."""
+    """The largest ``memory.used`` nvidia-smi reports for GPU ``gpu`` while it runs (None without
+    nvidia-smi or GPU): that GPU only, whatever runs on the others."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpu: str | None) -> None:
+        self.gpu = gpu
         self.peak_mib: float | None = None
         self._proc: subprocess.Popen | None = None
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> GpuPeak:
-        if shutil.which("nvidia-smi"):
-            cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-lms", "500"]
+        if self.gpu is not None and shutil.which("nvidia-smi"):
+            cmd = ["nvidia-smi", "-i", self.gpu, "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                   "-lms", "500"]  # fmt: skip
             self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
             self._thread = threading.Thread(target=self._read, daemon=True)
             self._thread.start()
@@ -93,14 +111,16 @@ class GpuPeak:
 def runner_command(
     framework: str, n_agents: int, agent: int | None, model: str, args: argparse.Namespace
 ) -> list[str]:
+    """The runner's command line of one run (``agent`` None: roll_ma's one run, or a shared-adapter run)."""
     cmd = [sys.executable, str(RUNNERS[framework]), "--agents", str(n_agents), "--model", model]
     if args.job:
         cmd += ["--job", args.job]
-    if agent is not None:
-        cmd += ["--agent", str(agent)]
-    if framework in ("roll_ma", "trl"):
+    if framework != "roll_ma":
+        cmd += ["--agent", str(agent)] if agent is not None else ["--shared"]
+    cmd += EXTRA_ARGS.get(framework, [])
+    if framework.startswith(("roll_ma", "trl")):
         cmd += ["--device", args.device] + (["--smoke"] if args.smoke else [])
-    if framework == "trl" and args.device == "cpu":
+    if framework.startswith("trl") and args.device == "cpu":
         cmd.append("--no-vllm")
     if framework == "openrlhf":
         cmd.append("--flash-attn-shim")
@@ -111,19 +131,40 @@ DISTRIBUTED_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MAS
                     "CROSS_RANK", "CROSS_SIZE")
 
 
-def runner_env(framework: str, sites: Path | None) -> dict[str, str]:
+def runner_env(framework: str, sites: Path | None, gpu: str | None = None) -> dict[str, str]:
     """The environment of one run: the peer's own site folder first, then the repo (job.py imports
-    roll_ma's SeatGame), then what the caller had (the staged roll_ma stack)."""
+    roll_ma's SeatGame), then what the caller had (the staged roll_ma stack); pinned to GPU ``gpu``."""
     # no rendezvous of the caller's: a process that already ran torch.distributed (a test session that
     # built DeepSpeed engines) left RANK / WORLD_SIZE behind, and each peer's launcher sets its own
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARS}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    site = framework.split("_is")[0]
     paths = [str(REPO)]
-    if sites is not None and (sites / framework).is_dir():  # its own pins, then those all peers share
-        paths[:0] = [str(sites / framework)] + (
-            [str(sites / "common")] if (sites / "common").is_dir() else []
-        )
+    # DIR/<peer>/site-packages (install_peer_wheels.sh): dill, hashing a datasets.Dataset, pickles by value
+    # any module outside a site-packages folder, and pyarrow by value does not pickle (MonthDayNano)
+    if sites is not None and (sites / site / "site-packages").is_dir():  # its pins, then the shared
+        paths[:0] = [str(sites / name / "site-packages") for name in (site, "common")
+                     if (sites / name / "site-packages").is_dir()]
     env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     return env
+
+
+LIVE_SESSIONS: set[int] = set()  # process groups of the runs in flight (one per GPU)
+
+
+def kill_session(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_all_runs(*_: Any) -> None:
+    """run_all itself stopped (an outer `timeout`, SIGTERM): take every run in flight down with it."""
+    for pid in list(LIVE_SESSIONS):
+        kill_session(pid)
+    sys.exit(143)
 
 
 def run_process(cmd: list[str], env: dict[str, str], timeout: int) -> tuple[str, int | None]:
@@ -132,106 +173,158 @@ def run_process(cmd: list[str], env: dict[str, str], timeout: int) -> tuple[str,
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
-
-    def kill_session(*_: Any) -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def on_term(*_: Any) -> None:  # run_all itself stopped (an outer `timeout`): take the run down with it
-        kill_session()
-        sys.exit(143)
-
-    previous = signal.signal(signal.SIGTERM, on_term)
+    LIVE_SESSIONS.add(proc.pid)
     try:
         output, _ = proc.communicate(timeout=timeout)
         code: int | None = proc.returncode
     except subprocess.TimeoutExpired:
-        kill_session()
+        kill_session(proc.pid)
         output, _ = proc.communicate()
         code = None
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    kill_session()  # the session's leftovers (its leader has exited)
+        kill_session(proc.pid)  # the session's leftovers (its leader has exited)
+        LIVE_SESSIONS.discard(proc.pid)
     return output, code
 
 
+def run_tag(framework: str, n_agents: int, agent: int | None, shared: bool) -> str:
+    who = "_shared" if shared else (f"_agent{agent}" if agent is not None else "")
+    return f"{framework}_{n_agents}agents{who}"
+
+
 def run_one(
-    framework: str, n_agents: int, agent: int | None, model: str, args: argparse.Namespace
+    framework: str, n_agents: int, agent: int | None, shared: bool, model: str, args: argparse.Namespace,
+    gpu: str | None = None,
 ) -> dict[str, Any]:
-    """One runner process: its result line, its log file, the GPU peak seen while it ran."""
+    """One runner process on GPU ``gpu``: its result line, its log file, the GPU peak seen while it ran."""
     cmd = runner_command(framework, n_agents, agent, model, args)
-    tag = f"{framework}_{n_agents}agents" + (f"_agent{agent}" if agent is not None else "")
+    if shared and framework == "roll_ma":
+        cmd.append("--shared")
+    tag = run_tag(framework, n_agents, agent, shared)
     log_path = Path(args.out_dir) / f"{tag}.log"
-    print(f"[run_all] {tag}: {' '.join(cmd)}", flush=True)
+    print(f"[run_all] {tag} on GPU {gpu}: {' '.join(cmd)}", flush=True)
     start = time.perf_counter()
-    with GpuPeak() as gpu:
-        output, code = run_process(cmd, runner_env(framework, args.sites), args.timeout)
+    with GpuPeak(gpu) as peak:
+        output, code = run_process(cmd, runner_env(framework, args.sites, gpu), args.timeout)
     log_path.write_text(output[-200_000:])  # the tail: engines log a lot, and the device returns few MB
     result = read_result(output) or {
-        "framework": framework,
-        "agents": n_agents,
-        "agent": agent,
-        "oom": is_oom(output),
         "error": f"no result line (exit code {code}; timeout {args.timeout} s)"
         if code is None
         else f"no result line (exit code {code})",
+        "oom": is_oom(output),
     }
-    result.update(gpu_peak_gb=gpu.peak_gb, wall_s=round(time.perf_counter() - start, 1), log=str(log_path))
+    # the run's identity as this driver planned it (a runner's own fields cannot mislabel a row)
+    result.update(framework=framework, agents=n_agents, agent=agent, shared=shared, host=socket.gethostname())
+    result.update(gpu_peak_gb=peak.peak_gb, wall_s=round(time.perf_counter() - start, 1), log=str(log_path))
+    if gpu is not None:
+        result.setdefault("gpu_index", gpu)
     print(f"[run_all] {tag}: step_s={result.get('step_s')} error={result.get('error')}", flush=True)
     return result
 
 
-def combine(framework: str, n_agents: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One table row. roll_ma: its one run. A peer: its N per-agent runs summed (step time, response
-    tokens), the largest GPU peak, the first error. With only k < N of them measured (``--peer-runs``;
-    the runs differ only in their prompts' text), the sum is estimated as N / k times theirs."""
-    expected = 1 if framework == "roll_ma" else n_agents
-    steps = [r.get("step_s") for r in runs]
-    tokens = [r.get("response_tokens_per_step") for r in runs]
+def _sum(values: list[Any]) -> float | None:
+    return round(sum(values), 3) if values and all(v is not None for v in values) else None
+
+
+def combine(framework: str, n_agents: int, shared: bool, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table row. roll_ma, or any shared-adapter run: its one run. A peer: its N per-agent runs
+    summed (median, min and max step time, response tokens, each phase), the largest GPU peak, the first
+    error; a row missing any of its runs has no step time."""
+    expected = 1 if (framework == "roll_ma" or shared) else n_agents
     errors = [r["error"] for r in runs if r.get("error")]
-    complete = bool(runs) and all(s is not None for s in steps)
-    scale = expected / len(runs) if runs else 1.0
-    step_s = scale * sum(steps) if complete else None
+    complete = len(runs) == expected and all(r.get("step_s") is not None for r in runs)
+    step_s = _sum([r.get("step_s") for r in runs]) if complete else None
+    tokens = _sum([r.get("response_tokens_per_step") for r in runs])
+    phases = {}
+    for name in sorted({k for r in runs for k, v in (r.get("phases_s") or {}).items() if v is not None}):
+        phases[name] = _sum([(r.get("phases_s") or {}).get(name) for r in runs])
+    names = sorted({r.get("gpu_name") or "?" for r in runs})
+    hosts = sorted({r.get("host") or "?" for r in runs})
     peaks = [r["gpu_peak_gb"] for r in runs if r.get("gpu_peak_gb") is not None]
-    status = errors[0] if errors else ("ok" if complete else "incomplete")
-    if complete and not errors and len(runs) < expected:
-        status = f"ok, estimated from {len(runs)} of {expected} runs"
+    status = errors[0] if errors else ("ok" if complete else f"incomplete: {len(runs)} of {expected} runs")
+    if complete and len(hosts) > 1:
+        status = f"ok, runs from {len(hosts)} machines"
     return {
         "framework": framework,
         "agents": n_agents,
+        "adapters": "1 shared" if shared else ("1" if n_agents == 1 else "1 per agent"),
+        "shared": shared,
         "runs": f"{len(runs)}/{expected}",
-        "step_s": round(step_s, 3) if step_s else None,
-        "tokens_per_s": round(scale * sum(tokens) / step_s, 1) if step_s and all(tokens) else None,
+        "step_s": step_s,
+        "step_min_s": _sum([r.get("step_min_s") for r in runs]) if complete else None,
+        "step_max_s": _sum([r.get("step_max_s") for r in runs]) if complete else None,
+        "tokens_per_s": round(tokens / step_s, 1) if step_s and tokens else None,
+        "phases_s": phases or None,
+        "phases": ", ".join(f"{k} {v:.2f}" for k, v in phases.items() if v is not None) or None,
+        "gpu": names[0] if len(names) == 1 else "mixed: " + ", ".join(names),
         "gpu_peak_gb": max(peaks) if peaks else None,
         "oom": any(r.get("oom") for r in runs),
         "status": status,
+        "settings": next((r["settings"] for r in runs if r.get("settings")), None),
+        "passes": next((r["passes"] for r in runs if r.get("passes")), None),
     }
 
 
+def run_key(r: dict[str, Any]) -> tuple[str, int, int | None, bool]:
+    return r["framework"], r["agents"], r.get("agent"), bool(r.get("shared"))
+
+
 def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The table: one row per (N, framework) that has runs, in the order N, then FRAMEWORKS."""
-    keys = sorted({(r["agents"], r["framework"]) for r in runs}, key=lambda k: (k[0], FRAMEWORKS.index(k[1])))
-    rows = [combine(f, n, [r for r in runs if (r["agents"], r["framework"]) == (n, f)]) for n, f in keys]
+    """The table: one row per (N, per-agent or shared, framework) that has runs, N first."""
+    keys = sorted({(r["agents"], bool(r.get("shared")), r["framework"]) for r in runs},
+                  key=lambda k: (k[0], k[1], FRAMEWORKS.index(k[2])))  # fmt: skip
+    rows = [
+        combine(f, n, sh, [r for r in runs if (r["agents"], bool(r.get("shared")), r["framework"]) == (n, sh, f)])
+        for n, sh, f in keys
+    ]
     add_ratios(rows)
     return rows
 
 
 def merge_runs(previous: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``previous`` runs (of earlier calls with the same --out-dir) with those of this call added; a run
-    of the same (framework, N, agent) is replaced."""
-    key = lambda r: (r["framework"], r["agents"], r.get("agent"))  # noqa: E731
-    fresh = {key(r) for r in new}
-    return [r for r in previous if key(r) not in fresh] + list(new)
+    of the same (framework, N, agent, shared) is replaced."""
+    fresh = {run_key(r) for r in new}
+    return [r for r in previous if run_key(r) not in fresh] + list(new)
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
-    """vs_roll_ma = the row's step time / roll_ma's at the same N (> 1: roll_ma is faster)."""
-    ours = {r["agents"]: r["step_s"] for r in rows if r["framework"] == "roll_ma" and r["step_s"]}
+    """vs_roll_ma = the row's step time / roll_ma's at the same N and adapter layout (> 1: roll_ma is
+    faster), only where both rows ran on one GPU model (a row of mixed GPUs gets none)."""
+    ours = {(r["agents"], r["shared"]): r for r in rows if r["framework"] == "roll_ma" and r["step_s"]}
     for r in rows:
-        base = ours.get(r["agents"])
-        r["vs_roll_ma"] = round(r["step_s"] / base, 2) if base and r["step_s"] else None
+        base = ours.get((r["agents"], r["shared"]))
+        same_gpu = base is not None and base["gpu"] == r["gpu"] and not r["gpu"].startswith("mixed")
+        r["vs_roll_ma"] = round(r["step_s"] / base["step_s"], 2) if same_gpu and r["step_s"] else None
+
+
+def plan_runs(frameworks: list[tuple[str, set[int] | None]], agents: list[int], shared: bool
+              ) -> list[tuple[str, int, int | None, bool]]:
+    """Every run of the table, as (framework, N, agent, shared), the longest first (more rows a run
+    first: the GPUs then finish close together)."""
+    runs = []
+    for n in agents:
+        for framework, only in frameworks:
+            if only is not None and n not in only:
+                continue
+            runs += [(framework, n, None, False)] if framework == "roll_ma" else [
+                (framework, n, a, False) for a in range(n)
+            ]
+            if shared and n > 1:
+                runs.append((framework, n, None, True))
+    size = lambda r: (r[0] == "roll_ma") * 2 + (r[2] is None)  # noqa: E731 - roll_ma's runs are the longest
+    return sorted(runs, key=size, reverse=True)
+
+
+def parse_frameworks(text: str) -> list[tuple[str, set[int] | None]]:
+    """``roll_ma,trl,openrlhf@1`` -> [(name, only these N or None)]; unknown names are refused."""
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, _, only = item.partition("@")
+        if name not in FRAMEWORKS:
+            raise ValueError(f"--frameworks {name!r}: known are {', '.join(FRAMEWORKS)}")
+        out.append((name, {int(n) for n in only.split("+")} if only else None))
+    return out
 
 
 def build_model(job: Job, device: str, out_dir: Path) -> str:
@@ -258,10 +351,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from common import markdown_table
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma list, run in this order")
+    p.add_argument("--frameworks", default="roll_ma,trl,verl,openrlhf",
+                   help="comma list; a name may end in @N[+N] (only those N); known: " + ", ".join(FRAMEWORKS))
     p.add_argument("--agents", default=None, help="comma list of N (default: the job's agents)")
+    p.add_argument("--shared", action="store_true", help="also one shared-adapter run per framework, N > 1")
     p.add_argument("--model", default=None, help="model directory (default: built from the job)")
     p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
+    p.add_argument("--gpus", default="0", help="GPUs to run on at once, one run each (e.g. 0,1,2,3)")
     p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
     p.add_argument("--smoke", action="store_true", help="roll_ma and TRL on the job shrunk to CPU size")
     p.add_argument(
@@ -269,55 +365,57 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument("--timeout", type=int, default=3600, help="seconds per runner process")
     p.add_argument(
-        "--peer-runs",
-        type=int,
-        default=None,
-        help="run only the first K agents of each peer and estimate the row as N / K times their sum "
-        "(the per-agent runs differ only in their prompts' text); default: all N",
-    )
-    p.add_argument("--agent", type=int, default=None, help="run only this agent's peer runs (a chunk)")
-    p.add_argument(
         "--out-dir",
         required=True,
         help="results (peers.json, peers.md) and every run's log; runs of earlier calls there are kept",
     )
     args = p.parse_args(argv)
-    frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
-    unknown = sorted(set(frameworks) - set(FRAMEWORKS))
-    if unknown:
-        p.error(f"--frameworks {unknown}: known are {', '.join(FRAMEWORKS)}")
+    try:
+        frameworks = parse_frameworks(args.frameworks)
+    except ValueError as exc:
+        p.error(str(exc))
     job = load_job(args.job) if args.job else load_job()
     agents = [int(n) for n in args.agents.split(",")] if args.agents else list(job.agents)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model = args.model or build_model(job, args.device, out_dir)
-    new = []
-    for n in agents:
-        for framework in frameworks:
-            per_agent = list(range(n if args.peer_runs is None else min(n, args.peer_runs)))
-            if args.agent is not None:
-                per_agent = [a for a in per_agent if a == args.agent]
-            new += [
-                run_one(framework, n, a, model, args)
-                for a in ([None] if framework == "roll_ma" else per_agent)
-            ]
+    gpus: list[str | None] = [g.strip() for g in args.gpus.split(",")] if args.device == "cuda" else [None]
+    todo: queue.Queue = queue.Queue()
+    for run in plan_runs(frameworks, agents, args.shared):
+        todo.put(run)
     saved = out_dir / "peers.json"
-    previous = json.loads(saved.read_text()).get("runs", []) if saved.exists() else []
-    runs = merge_runs(previous, new)
-    rows = table_rows(runs)
-    table = markdown_table(COLUMNS, rows)
-    stamp = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    summary = {
-        "date": stamp,
-        "job": job.source,
-        "model": model,
-        "device": args.device,
-        "rows": rows,
-        "runs": runs,
-    }
-    saved.write_text(json.dumps(summary, indent=1))
-    (out_dir / "peers.md").write_text(table + "\n")
-    print(table, flush=True)
+    lock = threading.Lock()
+    summary: dict[str, Any] = {}
+
+    def record(result: dict[str, Any]) -> None:
+        """Merge one finished run into peers.json / peers.md (the table so far)."""
+        previous = json.loads(saved.read_text()).get("runs", []) if saved.exists() else []
+        runs = merge_runs(previous, [result])
+        rows = table_rows(runs)
+        stamp = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        summary.update(date=stamp, job=job.source, model=model, device=args.device, rows=rows, runs=runs)
+        saved.write_text(json.dumps(summary, indent=1))
+        (out_dir / "peers.md").write_text(markdown_table(COLUMNS, rows) + "\n")
+
+    def worker(gpu: str | None) -> None:
+        while True:
+            try:
+                framework, n, agent, shared = todo.get_nowait()
+            except queue.Empty:
+                return
+            result = run_one(framework, n, agent, shared, model, args, gpu)
+            with lock:
+                record(result)
+
+    previous = signal.signal(signal.SIGTERM, stop_all_runs)
+    threads = [threading.Thread(target=worker, args=(g,)) for g in gpus]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    signal.signal(signal.SIGTERM, previous)
+    if summary:
+        print(markdown_table(COLUMNS, summary["rows"]), flush=True)
     return summary
 
 

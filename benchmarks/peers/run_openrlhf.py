@@ -38,9 +38,12 @@ from job import (  # noqa: E402
     flash_attn_installed,
     measure_and_emit,
     parse_runner_args,
+    gpu_identity,
+    phase_medians,
+    rows_of_run,
     run_logged,
     runner_parser,
-    step_summary,
+    step_summary_from_ends,
     versions,
 )
 
@@ -48,10 +51,11 @@ STEP_LINE = re.compile(r"Global step (\d+): (\{.*\})")
 
 
 def openrlhf_args(
-    job: Job, n_agents: int, model: str, data_file: str, out_dir: str, flash_attn: bool
+    job: Job, n_agents: int, model: str, data_file: str, out_dir: str, flash_attn: bool, shared: bool = False
 ) -> list[str]:
-    """The train_ppo_ray arguments of one agent's run."""
-    prompts, rows, g, gpu = job.prompts_per_step(n_agents), job.rows_per_step(n_agents), job.grpo, job.gpu
+    """The train_ppo_ray arguments of one agent's run (``shared``: every seat's prompts, one adapter)."""
+    rows, g, gpu = rows_of_run(job, n_agents, None if shared else 0), job.grpo, job.gpu
+    prompts = rows // job.episodes.group_size
     micro = min(rows, job.train.micro_batch_rows)
     args = [
         "--actor.num_nodes", "1",
@@ -133,7 +137,7 @@ def write_flash_attn_shim(root: Path) -> Path:
     return root
 
 
-def write_prompts(job: Job, n_agents: int, agent: int, path: Path) -> Path:
+def write_prompts(job: Job, n_agents: int, agent: int | None, path: Path) -> Path:
     """The agent's prompts of every step, in step order, one JSON object per line ({"prompt": messages})."""
     with path.open("w") as f:
         for step in agent_prompts(job, n_agents, agent):
@@ -154,7 +158,7 @@ def parse_steps(output: str) -> list[dict[str, float]]:
     return [steps[k] for k in sorted(steps)]
 
 
-def run(job: Job, n_agents: int, agent: int, model: str, shim: bool, work: Path) -> dict[str, Any]:
+def run(job: Job, n_agents: int, agent: int | None, model: str, shim: bool, work: Path) -> dict[str, Any]:
     data = write_prompts(job, n_agents, agent, work / "prompts.jsonl")
     flash = flash_attn_installed()
     env = dict(os.environ)
@@ -166,15 +170,18 @@ def run(job: Job, n_agents: int, agent: int, model: str, shim: bool, work: Path)
         sys.executable,
         "-m",
         "openrlhf.cli.train_ppo_ray",
-        *openrlhf_args(job, n_agents, model, str(data), str(work), flash),
+        *openrlhf_args(job, n_agents, model, str(data), str(work), flash, shared=agent is None),
     ]
-    output, outcome = run_logged(cmd, env, "run_openrlhf")
+    output, outcome, step_ends = run_logged(cmd, env, "run_openrlhf", STEP_LINE)
     steps = parse_steps(output)
-    times = [s["timing/step_total"] for s in steps if "timing/step_total" in s]
     lengths = sorted(s["response_length"] for s in steps[job.warmup_steps :] if "response_length" in s)
-    rows = job.rows_per_step(n_agents)
+    rows = rows_of_run(job, n_agents, agent)
     out: dict[str, Any] = {
-        **step_summary(times, job.warmup_steps),
+        **step_summary_from_ends(step_ends, job.warmup_steps),
+        # OpenRLHF's own per-step timers, every one it logs (its names change between releases)
+        "phases_s": phase_medians(
+            steps, {k: k for k in sorted({k for s in steps for k in s if k.startswith("timing/")})}, job.warmup_steps
+        ),
         "rows_per_step": rows,
         "response_tokens_per_step": lengths[len(lengths) // 2] * rows if lengths else None,
         **outcome,
@@ -196,7 +203,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.print_command:
         print(
             " ".join(
-                openrlhf_args(job, args.agents, args.model, "PROMPTS.jsonl", "OUT", flash_attn_installed())
+                openrlhf_args(
+                    job, args.agents, args.model, "PROMPTS.jsonl", "OUT", flash_attn_installed(), args.shared
+                )
             )
         )
         return {}
@@ -204,9 +213,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "framework": "openrlhf",
         "agents": args.agents,
         "agent": args.agent,
+        "shared": args.shared,
         "versions": versions(
             "openrlhf", "torch", "transformers", "peft", "vllm", "ray", "deepspeed", "flash-attn"
         ),
+        **gpu_identity(),
     }
 
     def measure() -> dict[str, Any]:

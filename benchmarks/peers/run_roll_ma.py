@@ -1,9 +1,13 @@
-"""roll_ma on the side-by-side job: ONE run trains all N agents (one LoRA adapter each on one base).
+"""roll_ma on the side-by-side job: ONE run trains all N agents (one LoRA adapter each on one base), or
+with --shared one adapter that every seat uses.
 
 The run is roll_ma's own pipeline (``roll_ma.pipelines.run_pipeline``) on benchmarks/seat_game.py's
 SeatGame, configured as the shipped 7B configs are (examples/math/math_selfplay_7b.yaml: vLLM with CUDA
-graphs colocated with DeepSpeed, sleep level 1, token-budget micro-batches, the reference = the base
-with adapters off). Prints one ``JSON {...}`` result line (job.emit).
+graphs colocated with DeepSpeed, sleep level 1, rows packed without padding through variable-length
+flash attention, 8k-token micro-batches without activation checkpointing, the reference = the base with
+adapters off, pi_old from the update's own forward). Step times are the wall time between consecutive
+step ends (each metrics line's ``wall_time``), as every runner here measures. Prints one ``JSON {...}``
+result line (job.emit).
 
     python benchmarks/peers/run_roll_ma.py --agents 3 --model /path/to/random-qwen2.5-7b --device cuda
     python benchmarks/peers/run_roll_ma.py --agents 3 --model /path/to/tiny --device cpu --smoke
@@ -22,19 +26,46 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # job.py; seat_game.py and pipelin
 
 from job import (  # noqa: E402
     Job,
+    gpu_identity,
     measure_and_emit,
     parse_runner_args,
+    phase_medians,
     runner_parser,
     shrink_for_smoke,
-    step_summary,
+    step_summary_from_ends,
     versions,
 )
 
 GRAPH_SIZES = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256]  # as math_selfplay_7b.yaml
+# math_selfplay_7b.yaml's trainer settings: its measured best on one 80 GB GPU (docs/benchmarks.md)
+UPDATE_TOKENS = 8192  # per micro-batch, no activation checkpointing (66.5 GB peak at 7B)
+SCORE_TOKENS = 32768  # reference log-probs: no activations kept
+PHASES = {  # the table's phases -> roll_ma's own timers (metrics.jsonl; pipelines STAGES)
+    "rollout": "timing/rollout",
+    "sleep": "timing/sleep",
+    "scoring": "timing/reference",
+    "old_log_probs": "timing/old_log_probs",
+    "advantages": "timing/advantages",
+    "update": "timing/update",
+    "sync": "timing/sync",
+    "record": "timing/record",
+    "unaccounted": "timing/unaccounted",
+}
 
 
-def run_config(job: Job, n_agents: int, model: str, device: str, out_dir: str) -> Any:
-    """The validated RunConfig of the job with N agents."""
+def settings(cuda: bool) -> str:
+    """What this runner sets, for the table."""
+    if not cuda:
+        return "CPU smoke: hf generate, padded rows"
+    return (
+        f"vLLM colocated, CUDA graphs, sleep level 1; DeepSpeed ZeRO-0 bf16; packed rows (varlen flash "
+        f"attention); {UPDATE_TOKENS}-token micro-batches, no activation checkpointing; reference = base "
+        "with adapters off; pi_old from the update's own forward (no old-log-prob pass)"
+    )
+
+
+def run_config(job: Job, n_agents: int, model: str, device: str, out_dir: str, shared: bool = False) -> Any:
+    """The validated RunConfig of the job with N agents (``shared``: one adapter all seats use)."""
     from roll_ma.config import ConfigError, RunConfig, to_dataclass
     from roll_ma.config.validate import validate
 
@@ -59,10 +90,11 @@ def run_config(job: Job, n_agents: int, model: str, device: str, out_dir: str) -
         "zero_stage": 0,
         "micro_batch_size": job.train.micro_batch_rows,
     }
-    if cuda:  # the token budget is the GPU configs' way; the CPU smoke keeps rows
+    if cuda:  # the shipped 7B config's way; the CPU smoke keeps padded rows
         train.update(
-            max_tokens_per_micro_batch=job.train.micro_batch_tokens,
-            score_max_tokens_per_micro_batch=2 * job.train.micro_batch_tokens,
+            max_tokens_per_micro_batch=UPDATE_TOKENS,
+            score_max_tokens_per_micro_batch=SCORE_TOKENS,
+            remove_padding=True,
         )
     g = job.grpo
     raw = {
@@ -72,7 +104,7 @@ def run_config(job: Job, n_agents: int, model: str, device: str, out_dir: str) -
             "path": model,
             "dtype": job.dtype,
             "max_prompt_tokens": job.prompt.max_prompt_tokens,
-            "gradient_checkpointing": cuda and job.train.gradient_checkpointing,
+            "gradient_checkpointing": False,  # as math_selfplay_7b: 8k-token micro-batches fit without it
         },
         "lora": {
             "rank": job.lora.rank,
@@ -80,7 +112,9 @@ def run_config(job: Job, n_agents: int, model: str, device: str, out_dir: str) -
             "dropout": job.lora.dropout,
             "target_modules": list(job.lora.target_modules),
         },
-        "agents": [{"name": f"agent{i}"} for i in range(n_agents)],
+        "agents": [
+            {"name": f"agent{i}", **({"adapter": "shared"} if shared else {})} for i in range(n_agents)
+        ],
         "env": {
             "name": "seat_game:SeatGame",
             "kwargs": {"players": n_agents, "turns": e.turns, "prompt_words": job.prompt.filler_words},
@@ -120,8 +154,8 @@ def run_config(job: Job, n_agents: int, model: str, device: str, out_dir: str) -
     return cfg
 
 
-def measure(job: Job, n_agents: int, model: str, device: str) -> dict[str, Any]:
-    """Run the pipeline and read its metrics: step times, tokens, the GPU memory it saw."""
+def measure(job: Job, n_agents: int, model: str, device: str, shared: bool) -> dict[str, Any]:
+    """Run the pipeline and read its metrics: step ends, its own phase timers, tokens, the GPU memory."""
     from pipeline_scaling import summarize_run
 
     from roll_ma.distributed.ray_env import init_ray, shutdown_ray
@@ -135,23 +169,22 @@ def measure(job: Job, n_agents: int, model: str, device: str) -> dict[str, Any]:
     init_ray(env_vars={"PYTHONPATH": os.environ["PYTHONPATH"]})
     try:
         with tempfile.TemporaryDirectory(prefix="peers_roll_ma_") as out_dir:
-            run_pipeline(run_config(job, n_agents, model, device, out_dir))
+            run_pipeline(run_config(job, n_agents, model, device, out_dir, shared))
             metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
     finally:
         shutdown_ray()
-    steps = step_summary([m["timing/step"] for m in metrics if "timing/step" in m], job.warmup_steps)
+    steps = step_summary_from_ends([m["wall_time"] for m in metrics], job.warmup_steps)
     timed = metrics[job.warmup_steps :]
     tokens = sorted(m.get("rollout/response_tokens", 0.0) for m in timed)
     rows = sorted(m.get("rollout/turns", 0.0) for m in timed)
     parts = summarize_run(metrics, n_agents)
     return {
         **steps,
+        "own_step_s": parts.get("step_s"),  # roll_ma's own timer of the step, beside the common clock
+        "phases_s": phase_medians(metrics, PHASES, job.warmup_steps),
         "rows_per_step": rows[len(rows) // 2] if rows else None,
         "response_tokens_per_step": tokens[len(tokens) // 2] if tokens else None,
         "framework_peak_gb": parts.get("gpu_peak_gb"),
-        "parts_s": {
-            k: parts.get(k) for k in ("rollout_s", "reference_s", "old_log_probs_s", "update_s", "sync_s")
-        },
     }
 
 
@@ -171,10 +204,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "framework": "roll_ma",
         "agents": args.agents,
         "agent": None,  # all agents in this run
+        "shared": args.shared,
         "rows_per_step_planned": job.rows_per_step(1),
+        "settings": settings(args.device == "cuda"),
+        "passes": "generation; reference (adapters off); update (pi_old from its own forward)",
         "versions": versions("torch", "transformers", "peft", "vllm", "deepspeed", "ray"),
+        **(gpu_identity() if args.device == "cuda" else {}),
     }
-    return measure_and_emit(result, lambda: measure(job, args.agents, args.model, args.device))
+    return measure_and_emit(result, lambda: measure(job, args.agents, args.model, args.device, args.shared))
+
 
 if __name__ == "__main__":
     main()

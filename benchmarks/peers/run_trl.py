@@ -1,21 +1,37 @@
 """TRL 1.16 on the side-by-side job: ``GRPOTrainer`` with a PEFT LoRA and vLLM in colocate mode, as TRL's
 GRPO docs show it (a model path, ``reward_funcs``, a conversational ``prompt`` dataset, ``peft_config``,
 ``GRPOConfig(use_vllm=True, vllm_mode="colocate")``). TRL trains one policy per run: run_all.py runs it
-once per agent, each on that agent's prompts of the same episodes (job.agent_prompts).
+once per agent, each on that agent's prompts of the same episodes (job.agent_prompts), or once with
+--shared on every seat's prompts (one adapter for all seats).
 
-One TRL step = one generation batch = one optimizer step: the agent's prompts of one job step, each
+One TRL step = one generation batch = one optimizer step: the run's prompts of one job step, each
 sampled group_size times (per_device_train_batch_size x gradient_accumulation_steps rows). The GRPO
 settings are the ones that make TRL's loss roll_ma's (tests/train/test_trl_grpo_parity.py): loss_type
 "dapo" for token_mean ("grpo" for seq_mean), beta = kl_coef, use_bias_correction_kl=False.
 
+The forward passes of a step are roll_ma's: generation, reference log-probs (beta > 0: TRL runs the
+policy with the adapter disabled), the training micro-batches. TRL's default
+vllm_importance_sampling_correction=True adds one more: the policy's log-probs of every row before the
+update, to reweight by pi / pi_vLLM; it is off here (--is-correction turns it back on). With it off and
+one generation per optimizer step (steps_per_generation = gradient_accumulation_steps, num_iterations=1)
+TRL skips the old log-probs and takes the ratio against the detached current ones.
+
+Micro-batches are sized by tokens, as the others' token budgets: TRL splits a step by rows and pads each
+micro-batch to its longest prompt and longest completion, so per_device_train_batch_size is the largest
+divisor of the step's rows whose rows x (longest prompt of the run with the chat template + max_new_tokens)
+fit job.train.micro_batch_tokens (micro_batch_rows).
+
+Step time is the wall time between consecutive ``on_step_end`` callbacks (job.step_summary_from_ends).
+
     python benchmarks/peers/run_trl.py --agents 3 --agent 0 --model /path/to/random-qwen2.5-7b
-    python benchmarks/peers/run_trl.py --agents 3 --agent 0 --model /path/to/tiny --device cpu --smoke
+    python benchmarks/peers/run_trl.py --agents 3 --agent 0 --model /path/to/tiny --device cpu --no-vllm \
+        --smoke
 """
 
 from __future__ import annotations
 
-import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -28,28 +44,53 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from job import (  # noqa: E402
     Job,
     agent_prompts,
+    gpu_identity,
     measure_and_emit,
     parse_runner_args,
+    phase_medians,
+    rows_of_run,
     runner_parser,
     shrink_for_smoke,
-    step_summary,
+    step_summary_from_ends,
     versions,
 )
 from rewards import trl_reward  # noqa: E402
 
 LOSS_TYPE = {"token_mean": "dapo", "seq_mean": "grpo"}  # roll_ma loss_agg -> TRL loss_type (same objective)
+PHASES_NOTE = (
+    "TRL 1.16 logs no per-phase timers: its profiling timers (vLLM.generate, sync_weights, each reward) "
+    "go only to wandb / mlflow / trackio. Its log has one per step, step_time (trl_step_time_s): the time "
+    "inside training_step summed over the step's micro-batches (generation and scoring included, the "
+    "optimizer step not)."
+)
 
 
-def grpo_config(job: Job, n_agents: int, device: str, use_vllm: bool, out_dir: str) -> Any:
-    """The GRPOConfig of one agent's run."""
+def micro_batch_rows(rows: int, row_tokens: int, budget: int) -> int:
+    """The largest divisor of ``rows`` (TRL's micro-batches split a step evenly) whose padded size,
+    that many rows of ``row_tokens`` tokens, fits the token ``budget``; 1 when no row fits."""
+    return max((d for d in range(1, rows + 1) if rows % d == 0 and d * row_tokens <= budget), default=1)
+
+
+def longest_prompt_tokens(model: str, prompts: list[list[dict[str, str]]]) -> int:
+    """Tokens of the longest prompt with the model's chat template and the generation prompt, as TRL
+    feeds a conversational prompt to the policy."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in prompts]
+    return max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+
+
+def grpo_config(
+    job: Job, rows: int, micro: int, device: str, use_vllm: bool, is_correction: bool, out_dir: str
+) -> Any:
+    """The GRPOConfig of one run: ``rows`` per step in micro-batches of ``micro`` rows."""
     from trl import GRPOConfig
 
     if job.grpo.kl_estimator != "k3":
         raise ValueError(
             f"{job.source}: TRL's KL term is k3 only; grpo.kl_estimator={job.grpo.kl_estimator!r}"
         )
-    rows = job.rows_per_step(n_agents)
-    micro = math.gcd(rows, job.train.micro_batch_rows)  # TRL splits a step by rows: a divisor of the step
     cuda = device == "cuda"
     return GRPOConfig(
         output_dir=out_dir,
@@ -78,11 +119,30 @@ def grpo_config(job: Job, n_agents: int, device: str, use_vllm: bool, out_dir: s
         vllm_gpu_memory_utilization=job.gpu.rollout_memory_fraction,
         vllm_enable_sleep_mode=job.gpu.sleep_rollout,
         vllm_max_model_length=job.prompt.max_prompt_tokens + job.generation.max_new_tokens,
+        vllm_importance_sampling_correction=is_correction,
         logging_steps=1,
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
     )
+
+
+def trl_passes(cfg: Any) -> str:
+    """The passes TRL 1.16 runs per step under ``cfg`` (GRPOTrainer._generate_and_score_completions)."""
+    is_correction = cfg.use_vllm and cfg.vllm_importance_sampling_correction
+    misaligned = cfg.gradient_accumulation_steps % (cfg.steps_per_generation * cfg.num_iterations) != 0
+    passes = ["vLLM generation" if cfg.use_vllm else "transformers generation"]
+    if is_correction:
+        passes.append("old log-probs (for the vLLM importance-sampling correction)")
+    elif misaligned:
+        passes.append("old log-probs (generation and optimizer steps misaligned)")
+    else:
+        passes.append("no old log-probs (one generation per optimizer step: ratio to the detached current)")
+    if cfg.beta != 0.0:
+        passes.append("reference log-probs (adapter disabled)")
+    passes.append(f"vLLM importance-sampling correction {'on' if is_correction else 'off'}")
+    passes.append(f"{cfg.gradient_accumulation_steps} training micro-batches (forward + backward)")
+    return "; ".join(passes)
 
 
 def peft_config(job: Job) -> Any:
@@ -99,56 +159,63 @@ def peft_config(job: Job) -> Any:
 
 
 def step_recorder() -> Any:
-    """A TrainerCallback that keeps each optimizer step's wall time and each logged completion length."""
+    """A TrainerCallback that keeps each optimizer step's end (time.monotonic()) and each step's log."""
     from transformers import TrainerCallback
 
     class StepRecorder(TrainerCallback):
         def __init__(self) -> None:
-            self.times: list[float] = []
-            self.lengths: list[float] = []
-            self._last = 0.0
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self._last = time.perf_counter()
+            self.ends: list[float] = []
+            self.logs: list[dict[str, float]] = []
 
         def on_step_end(self, args, state, control, **kwargs):
-            # generation (and the weight push to vLLM) happens inside the step's first micro-batch
-            now = time.perf_counter()
-            self.times.append(now - self._last)
-            self._last = now
+            self.ends.append(time.monotonic())
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "completions/mean_length" in logs:
-                self.lengths.append(float(logs["completions/mean_length"]))
+            if logs and "completions/mean_length" in logs:  # a step's log (not the run's summary)
+                self.logs.append(dict(logs))
 
     return StepRecorder()
 
 
-def measure(job: Job, n_agents: int, agent: int, model: str, device: str, use_vllm: bool) -> dict[str, Any]:
+def measure(
+    job: Job, n_agents: int, agent: int | None, model: str, device: str, use_vllm: bool, is_correction: bool
+) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    rows = [{"prompt": messages} for step in agent_prompts(job, n_agents, agent) for messages in step]
+    prompts = [messages for step in agent_prompts(job, n_agents, agent) for messages in step]
+    rows = rows_of_run(job, n_agents, agent)
+    prompt_tokens = longest_prompt_tokens(model, prompts)
+    row_tokens = prompt_tokens + job.generation.max_new_tokens  # a padded row: longest prompt + completion
+    micro = micro_batch_rows(rows, row_tokens, job.train.micro_batch_tokens)
     recorder = step_recorder()
     with tempfile.TemporaryDirectory(prefix="peers_trl_") as out_dir:
+        args = grpo_config(job, rows, micro, device, use_vllm, is_correction, out_dir)
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=trl_reward,
-            args=grpo_config(job, n_agents, device, use_vllm, out_dir),
-            train_dataset=Dataset.from_list(rows),
+            args=args,
+            train_dataset=Dataset.from_list([{"prompt": messages} for messages in prompts]),
             peft_config=peft_config(job),
             callbacks=[recorder],
         )
         trainer.train()
-    steps = step_summary(recorder.times, job.warmup_steps)
-    lengths = sorted(recorder.lengths[job.warmup_steps :])
-    mean_len = lengths[len(lengths) // 2] if lengths else None
+    timed = recorder.logs[job.warmup_steps :]
+    lengths = [float(s["completions/mean_length"]) for s in timed]
+    mean_len = statistics.median(lengths) if lengths else None
+    trl_timers = phase_medians(recorder.logs, {"step_time": "step_time"}, job.warmup_steps)
     cuda = torch.cuda.is_available()
     return {
-        **steps,
-        "rows_per_step": job.rows_per_step(n_agents),
-        "response_tokens_per_step": mean_len * job.rows_per_step(n_agents) if mean_len else None,
+        **step_summary_from_ends(recorder.ends, job.warmup_steps),
+        "phases_s": None,
+        "phases_note": PHASES_NOTE,
+        "trl_step_time_s": trl_timers["step_time"],
+        "passes": trl_passes(args),
+        "rows_per_step": rows,
+        "micro_batch_rows": micro,
+        "prompt_tokens_max": prompt_tokens,
+        "response_tokens_per_step": mean_len * rows if mean_len else None,
         "framework_peak_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
     }
 
@@ -159,6 +226,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--no-vllm", dest="vllm", action="store_false", help="generate with transformers (CPU smoke)"
     )
+    p.add_argument(
+        "--is-correction",
+        action="store_true",
+        help="TRL's default vllm_importance_sampling_correction=True: one more scoring pass a step",
+    )
     p.add_argument("--smoke", action="store_true", help="the job shrunk to a CPU-sized check")
     args, job = parse_runner_args(p, argv)
     if args.device == "cpu":
@@ -168,11 +240,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "framework": "trl",
         "agents": args.agents,
         "agent": args.agent,
+        "shared": args.shared,
         "rollout": "vllm colocate" if args.vllm else "transformers generate",
+        "is_correction": args.vllm and args.is_correction,
         "versions": versions("trl", "torch", "transformers", "peft", "accelerate", "vllm", "datasets"),
+        **gpu_identity(),
     }
     return measure_and_emit(
-        result, lambda: measure(job, args.agents, args.agent, args.model, args.device, args.vllm))
+        result,
+        lambda: measure(job, args.agents, args.agent, args.model, args.device, args.vllm, args.is_correction),
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -34,7 +34,7 @@ from job import (  # noqa: E402
     parse_runner_args,
     run_logged,
     runner_parser,
-    step_summary,
+    step_summary_from_ends as step_summary,
     versions,
 )
 

@@ -9,7 +9,7 @@
 #   -> ignored folders .pw1 .. .pwN (one part <= CHUNK_MAX each; a part plus the working tree must stay
 #      under 64 MiB per device call), and the MiB of each peer's set. Then on the device, one part per call:
 #        source tools/device_install.sh; bash benchmarks/peers/install_peer_wheels.sh
-#      (the last part's call installs /tmp/peers/<peer>) and:
+#      (the last part's call installs /tmp/peers/<peer>/site-packages) and:
 #        python benchmarks/peers/run_all.py --sites /tmp/peers --out-dir $OUT/peers
 #   CHECK_ONLY=1: download and check, no parts written.
 #

@@ -100,7 +100,7 @@ class Cluster:
         self._methods = registered_methods(worker_cls)
         self._closable = callable(getattr(worker_cls, "close", None))  # Worker.close: shutdown_clusters
         resources = resources or ResourceManager.cpu_only()
-        remote_cls = ray.remote(worker_cls)
+        remote_cls = ray.remote(reporting_init_errors(worker_cls))
         tag = uuid.uuid4().hex[:6]
         self.workers = []
         self._keys = [f"{role}_{rank}_{tag}" for rank in range(num_workers)]  # actor names = report keys
@@ -120,6 +120,7 @@ class Cluster:
         try:
             started = self._call_ranks("ping", list(range(num_workers)), ((), {}), list)
             started.starting = True  # a timeout here names every rank that did not start
+            started.method = "__init__"  # what failed, when a rank's constructor raised (see ping)
             started.get(timeout=start_timeout_s)
             # rank 0 is the rendezvous point of torch.distributed inside the role
             addr, port = self._call_ranks("master_address", [0], ((), {}), lambda r: r[0]).get()
@@ -230,6 +231,30 @@ def shutdown_clusters(clusters: list[Cluster | None], close_timeout_s: float = C
             ray.wait(refs, num_returns=len(refs), timeout=close_timeout_s)
     for c in live:
         c._kill()
+
+
+def reporting_init_errors(worker_cls: type) -> type:
+    """``worker_cls`` whose constructor keeps an exception instead of raising it, and whose ``ping`` (the
+    Cluster's first call) raises it: the actor stays alive, the driver gets the error as from any call (the
+    same few lines), and Ray has no dying actor to dump on the console."""
+
+    class Reporting(worker_cls):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any):
+            self._roll_ma_init_error: Exception | None = None
+            try:
+                super().__init__(*args, **kwargs)
+            except Exception as err:  # noqa: BLE001 - raised again by ping, with its traceback
+                self._roll_ma_init_error = err
+
+        def ping(self) -> dict[str, Any]:
+            if self._roll_ma_init_error is not None:
+                raise self._roll_ma_init_error
+            return super().ping()
+
+    # Ray names an actor's class in its logs and state: keep the worker's own name
+    Reporting.__name__, Reporting.__qualname__ = worker_cls.__name__, worker_cls.__qualname__
+    Reporting.__module__ = worker_cls.__module__
+    return Reporting
 
 
 def _put_once(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

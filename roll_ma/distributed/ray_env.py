@@ -64,16 +64,25 @@ def auth_hint(address: str) -> str:
 
 
 def init_ray(
-    address: str | None = None, num_cpus: int | None = None, env_vars: dict[str, str] | None = None
+    address: str | None = None, num_cpus: int | None = None, env_vars: dict[str, str] | None = None,
+    log_file: str | os.PathLike | None = None,
 ) -> dict:
-    """Join ``address`` (or ``RAY_ADDRESS``) if given, else start a local Ray; returns its resources."""
+    """Join ``address`` (or ``RAY_ADDRESS``) if given, else start a local Ray; returns its resources.
+
+    ``log_file``: the run's log file; the workers' output goes there, but for progress and roll_ma's own
+    lines (``distributed/worker_output.py``), also when this process had joined a Ray already.
+    """
     import ray
+
+    from roll_ma.distributed.worker_output import route_worker_output
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if not all(getattr(s, "isatty", lambda: False)() for s in (sys.stdout, sys.stderr)):
         # actors' lines go to a file or pipe: Ray's coloured "(Actor pid=...)" prefixes would be escapes there
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     if ray.is_initialized():
+        if log_file is not None:
+            route_worker_output(log_file)
         return ray.cluster_resources()
     address = ray_address(address)
     ours = _python_sigterm_handler()
@@ -106,9 +115,10 @@ def init_ray(
     if ours is not None:  # ray.init replaced it by its own (roll_ma.interrupts says why that matters)
         signal.signal(signal.SIGTERM, ours)
     res = ray.cluster_resources()
+    routed = route_worker_output(log_file) if log_file is not None else None
     print(
         f"[roll_ma] {where}: {res.get('CPU', 0):.0f} CPUs, {res.get('GPU', 0):.0f} GPUs, "
-        f"{len(ray.nodes())} node(s)",
+        f"{len(ray.nodes())} node(s)" + (f"; the workers' logs go to {routed.log_path}" if routed else ""),
         flush=True,
     )
     return res
@@ -125,5 +135,8 @@ def _python_sigterm_handler() -> Any:
 def shutdown_ray() -> None:
     import ray
 
+    from roll_ma.distributed.worker_output import unroute_worker_output
+
+    unroute_worker_output()
     if ray.is_initialized():
         ray.shutdown()

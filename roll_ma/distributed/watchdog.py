@@ -207,23 +207,30 @@ def _result(role: str, rank: int, method: str, ref: Any) -> Any:
         raise actor_failure(role, rank, method, str(err), err.actor_init_failed) from None
 
 
+def failed_header(role: str, rank: int, method: str) -> str:
+    """The first words of a worker's failure: which worker, in which method (``__init__``: not started)."""
+    if method == "__init__":
+        return f"{role} worker rank {rank} failed to start (its __init__ raised)"
+    return f"{role} worker rank {rank} failed in {method}()"
+
+
 def task_failure(role: str, rank: int, method: str, cause: BaseException | None, tb: str) -> WorkerError:
     """The driver's error for an exception an actor's method raised (``cause``, with its traceback text)."""
-    from roll_ma.error_report import plain, summarize
+    from roll_ma.error_report import fix_for, plain, summarize
 
     tb = plain(tb)
     if isinstance(cause, WorkerError):  # the actor's own call into another worker failed: that one is named
         via = f"---- re-raised by {role} worker rank {rank} in {method}() ----"
         cause.details = f"{cause.details}\n{via}\n{tb}"
         return cause
-    header = f"{role} worker rank {rank} failed in {method}()"
+    header = failed_header(role, rank, method)
     if isinstance(cause, RollMaError):  # its message already says what, where and the fix
         message = f"{header}: {Exception.__str__(cause)}"
         details = "\n".join(filter(None, [cause.details, tb]))
         return WorkerError(role, rank, method, "", message, details=details)
     known = cause is not None and not type(cause).__module__.startswith("ray.")  # not Ray's stand-in
     text = f"{type(cause).__name__}: {cause}" if known else ""
-    return WorkerError(role, rank, method, "", summarize(header, text, tb), details=tb)
+    return WorkerError(role, rank, method, "", summarize(header, text, tb, fix_for(cause)), details=tb)
 
 
 def actor_failure(role: str, rank: int, method: str, text: str, in_init: bool) -> WorkerError:
@@ -233,7 +240,7 @@ def actor_failure(role: str, rank: int, method: str, text: str, in_init: bool) -
 
     text = plain(text)
     if in_init:
-        header = f"{role} worker rank {rank} failed to start (its __init__ raised)"
+        header = failed_header(role, rank, "__init__")
         return WorkerError(role, rank, method, "", summarize(header, "", text), details=text)
     said = [ln.strip() for ln in text.strip().splitlines() if ln.strip() and not ln.startswith("\t")]
     message = (f"{role} worker rank {rank} died in {method}(): {short(' '.join(said) or 'no reason given')}\n"

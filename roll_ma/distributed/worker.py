@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from roll_ma.distributed import activity
+from roll_ma.distributed.worker_output import worker_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -108,6 +109,7 @@ class Worker:
         key = self._actor_name()
         if key is not None:  # inside a Ray actor: report under its name, which the Cluster knows
             activity.install(key).note(f"{type(self).__name__}.__init__() started")
+            worker_logging()  # roll_ma's warnings in the form the driver keeps on the console
         os.environ.update(env_vars or {})
         os.environ["RANK"] = str(rank)
         os.environ["WORLD_SIZE"] = str(world_size)

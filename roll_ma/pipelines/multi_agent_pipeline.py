@@ -57,6 +57,14 @@ NO_ROWS_ERROR = (
 StepHook = Callable[[Any, int], "dict[str, float] | None"]
 
 
+# The step's named stages, one after another on the driver: with the bookkeeping between them (record)
+# they cover the step's wall time; timing/unaccounted is what none of them holds
+STAGES = (
+    "rollout", "sleep", "reference", "old_log_probs", "values", "advantages", "update", "joint_search", "sync",
+    "eval", "record",
+)  # fmt: skip
+
+
 class StepTimer:
     """Collects ``timing/<name>`` seconds for one step."""
 
@@ -85,6 +93,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     from roll_ma.algorithms.advantages import add_advantages
     from roll_ma.algorithms.gae import critic_metrics, last_turns_only, team_reward_metrics
     from roll_ma.distributed.ray_env import init_ray
+    from roll_ma.error_report import run_log
     from roll_ma.models.flops import ModelShape
     from roll_ma.packing import concat_padded
     from roll_ma.pipelines.adapter_sync import AdapterSync
@@ -120,7 +129,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         from roll_ma.models.random_weights import use_random_weights
 
         cfg = use_random_weights(cfg)  # model.path -> a random model of that architecture, built once
-    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg))
+    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg), log_file=run_log(out_dir))
     _check_cluster_gpus(cfg)
     from roll_ma.envs.registry import resolve_env_class
 
@@ -148,9 +157,10 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         gpus = {"reference": workers.ref_source.world_size, "old_log_probs": cfg.train.num_workers,
                 "values": cfg.train.num_workers, "update": cfg.train.num_workers}
 
-        start_step = 0
+        start_step, saved = 0, None  # saved: the newest checkpoint, named by the run's last line
         if resume_from is not None:
             start_step, path = resume_from
+            saved = path
             workers.train.load_checkpoint(str(path / "trainer"))
             planner.load_state_dict(ckpt.load_state(path)["planner"])
             print(f"[roll_ma] resumed from {path} (step {start_step})", flush=True)
@@ -179,6 +189,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         sleeps = workers.colocated() and cfg.rollout.sleep_level > 0  # the engine frees the GPU to train
         for step in range(start_step + 1, cfg.trainer.max_steps + 1):
             timer = StepTimer()
+            step_start = time.perf_counter()
             with timer("step"):
                 # 1. roll out: env workers x rollout workers (with k >= 1: mostly played already)
                 with timer("rollout"):
@@ -204,7 +215,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                     # the whole GPU with the engine awake, read by the trainer
                     metrics["system/gpu_used_gb_rollout"] = workers.train.gpu_memory_used_gb()
                 if sleeps:
-                    workers.rollout.sleep()  # frees the engine's GPU memory for the update
+                    with timer("sleep"):
+                        workers.rollout.sleep()  # frees the engine's GPU memory for the update
                 batch.meta_info.update(step=step, temperature=cfg.rollout.temperature)
                 scored_flops = forward_flops_of(batch, shape)  # a scoring pass: one forward over every row
                 pass_flops = {"reference": scored_flops, "values": scored_flops}
@@ -277,6 +289,7 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                     with timer("eval"):
                         rollouts.settle()  # the env workers finish the next step's rollout first
                         metrics.update(evaluate(workers, planner, seats, cfg.env.eval_opponent, step))
+            record_start = time.perf_counter()
             metrics.update(timer.times)
             metrics.update(timer.timeline)
             metrics.update(mfu_metrics(pass_flops, {p: timer.times.get(f"timing/{p}", 0.0) for p in gpus},
@@ -293,6 +306,12 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
             metrics["system/rollout_tokens_per_s"] = tokens / max(rollout_s, 1e-9)
             trained = sum(v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/tokens"))
             metrics["system/train_tokens_per_s"] = trained / max(metrics["timing/update"], 1e-9)
+            now = time.perf_counter()
+            metrics["timing/record"] = now - record_start  # metrics, per-rank gathers, MFU, the GPU query
+            metrics["timing/step_wall"] = now - step_start
+            metrics["timing/unaccounted"] = metrics["timing/step_wall"] - sum(
+                metrics.get(f"timing/{name}", 0.0) for name in STAGES
+            )
             tracker.log(metrics, step)
             if step % cfg.trainer.log_every == 0:
                 print(console_summary(step, cfg.trainer.max_steps, metrics, agent_names), flush=True)
@@ -302,19 +321,22 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
                 tmp = ckpt.begin_checkpoint(out_dir, step)
                 workers.train.save_checkpoint(str(tmp / "trainer"))
                 # the planner as before any rollout not yet trained on: a resume plays those episodes again
-                ckpt.finish_checkpoint(
+                saved = ckpt.finish_checkpoint(
                     tmp, step, {"planner": rollouts.planner_state(), "config": cfg.name},
                     cfg.trainer.keep_last, signature,
                 )
         tracker.close()
         plot = plot_rewards(out_dir / "metrics.jsonl", out_dir / "rewards.png", agent_names)
-        print(
-            f"[roll_ma] done: metrics {out_dir / 'metrics.jsonl'}" + (f", plot {plot}" if plot else ""),
-            flush=True,
-        )
+        print(done_line(saved, out_dir / "metrics.jsonl", plot), flush=True)
         return metrics
     finally:
         workers.shutdown()
+
+
+def done_line(checkpoint: Path | None, metrics_path: Path, plot: Path | None) -> str:
+    """The run's last line: where its checkpoint, metrics and plot are."""
+    parts = [f"checkpoint {checkpoint}" if checkpoint else "no checkpoint", f"metrics {metrics_path}"]
+    return "[roll_ma] done: " + ", ".join(parts + ([f"plot {plot}"] if plot else []))
 
 
 def rollout_timeline(parts: list[Any]) -> dict[str, float]:

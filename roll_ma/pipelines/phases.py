@@ -60,6 +60,7 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
     from roll_ma.config.validate import resolve_seats
     from roll_ma.distributed.ray_env import init_ray
     from roll_ma.envs.registry import resolve_env_class
+    from roll_ma.error_report import run_log
     from roll_ma.pipelines.episodes import EpisodePlanner
     from roll_ma.pipelines.multi_agent_pipeline import (
         _check_cluster_gpus,
@@ -83,7 +84,7 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
         from roll_ma.models.random_weights import use_random_weights
 
         cfg = use_random_weights(cfg)  # benchmarks: model.path -> a random model of that architecture
-    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg))
+    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg), log_file=run_log(cfg.trainer.output_dir))
     _check_cluster_gpus(cfg)
     seats = resolve_seats(cfg, _num_players(cfg, resolve_env_class))
     planner = EpisodePlanner(cfg.env, cfg.seed)

@@ -159,6 +159,9 @@ class VLLMInferStrategy:
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
         from vllm import LLM
 
+        from roll_ma.strategies.vllm_quiet import quiet_own_choices
+
+        quiet_own_choices()  # vLLM warns about chunked prefill off and LoRA requests: both are roll_ma's
         path = resolve_model_path(self.model_cfg.path)
         kwargs: dict[str, Any] = dict(
             model=path,

@@ -65,6 +65,19 @@ class EchoWorker(Worker):
                             "ids")
 
 
+class FailingWorker(Worker):
+    """Its constructor raises on rank 1: a plain exception, or with ``user_error`` one of roll_ma's."""
+
+    def __init__(self, user_error: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        if self.rank == 1 and user_error:
+            from roll_ma.errors import UserCodeError
+
+            raise UserCodeError("the env 'x.py:E' raised", "/x.py:3 in __init__", "fix x.py")
+        if self.rank == 1:
+            raise ValueError("bad setting on purpose")
+
+
 @pytest.fixture(scope="module")
 def cluster(ray_session):
     c = Cluster("echo", EchoWorker, 2, init_kwargs={"scale": 3.0})
@@ -161,6 +174,26 @@ def test_a_user_code_error_crosses_ray_whole(cluster):
         "echo worker rank 1 failed in fail_in_user_code(): agent 'a': pre_process of /h.py returned str 'x'",
         "  where: /h.py:1 in pre_process",
         "  fix: ids",
+    ]
+
+
+def test_a_worker_failing_in_its_constructor_is_reported_like_a_failed_call(ray_session):
+    """The constructor's exception comes back through the first call (the actor stays alive until the
+    cluster kills it): the same few lines as a call's failure, not an actor death."""
+    with pytest.raises(WorkerError) as err:
+        Cluster("boom", FailingWorker, 2)
+    lines = str(err.value).splitlines()
+    assert lines[0] == ("boom worker rank 1 failed to start (its __init__ raised): "
+                        "ValueError: bad setting on purpose")
+    assert lines[1].startswith(f"  where: {__file__}:") and lines[1].endswith(" in __init__")
+    assert lines[2].startswith("  fix: ") and len(lines) == 3
+    assert err.value.method == "__init__" and "test_distributed.py" in err.value.details
+    with pytest.raises(WorkerError) as err:
+        Cluster("boom", FailingWorker, 2, init_kwargs={"user_error": True})
+    assert str(err.value).splitlines() == [
+        "boom worker rank 1 failed to start (its __init__ raised): the env 'x.py:E' raised",
+        "  where: /x.py:3 in __init__",
+        "  fix: fix x.py",
     ]
 
 

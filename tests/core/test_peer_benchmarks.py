@@ -9,6 +9,7 @@ import ast
 import dataclasses
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import job as peer_job  # noqa: E402
 import rewards  # noqa: E402
 import run_all  # noqa: E402
 import run_openrlhf  # noqa: E402
+import run_trl  # noqa: E402
 import run_verl  # noqa: E402
 
 
@@ -60,8 +62,9 @@ def test_job_errors_name_the_file_and_the_key(tmp_path, job):
         peer_job.load_job(_write(tmp_path, job, lora__rank="16"))
     with pytest.raises(ValueError, match=r"episodes.turns=2 is not a multiple of agents \[3\]"):
         peer_job.load_job(_write(tmp_path, job, episodes__turns=2))
-    with pytest.raises(ValueError, match=r"steps=1 must exceed warmup_steps=1"):
-        peer_job.load_job(_write(tmp_path, job, steps=1))
+    w = job.warmup_steps
+    with pytest.raises(ValueError, match=rf"steps={w} must exceed warmup_steps={w} >= 1"):
+        peer_job.load_job(_write(tmp_path, job, steps=w))
 
 
 def test_game_seeds_are_those_roll_mas_planner_plays(job):
@@ -213,6 +216,36 @@ def test_openrlhf_reads_the_agents_prompts(job, tiny_model_dir, tmp_path):
     assert rewards.reward_func([prompt + "12ab"], [prompt], [label])["rewards"].tolist() == [0.5]
 
 
+def test_trl_micro_batches_are_the_largest_divisor_of_the_step_in_the_token_budget(job):
+    # a padded row = the longest prompt (~136 tokens with the chat template) + max_new_tokens (256)
+    row = 136 + job.generation.max_new_tokens
+    assert job.train.micro_batch_tokens == 16384 and row == 392
+    assert run_trl.micro_batch_rows(job.rows_per_step(1), row, job.train.micro_batch_tokens) == 32  # of 192
+    assert run_trl.micro_batch_rows(job.rows_per_step(3), row, job.train.micro_batch_tokens) == 32  # of 64
+    assert run_trl.micro_batch_rows(192, 512 + 256, 16384) == 16  # 24 x 768 > 16384: 16, not 21
+    assert run_trl.micro_batch_rows(6, 20000, 16384) == 1  # no row fits: one row a micro-batch
+
+
+def test_trl_passes_follow_its_config(job, tmp_path):
+    pytest.importorskip("trl")
+    args = dict(job=job, rows=192, micro=32, device="cpu", use_vllm=True, out_dir=str(tmp_path))
+    ours = run_trl.trl_passes(run_trl.grpo_config(is_correction=False, **args))
+    assert "no old log-probs" in ours and "correction off" in ours and "reference log-probs" in ours
+    assert "6 training micro-batches" in ours
+    trls = run_trl.trl_passes(run_trl.grpo_config(is_correction=True, **args))
+    assert "old log-probs (for the vLLM importance-sampling correction)" in trls and "correction on" in trls
+
+
+def test_each_peer_imports_its_own_site_packages_first(tmp_path):
+    # the folders are named site-packages: dill (datasets' fingerprint) pickles other modules by value
+    for name in ("trl", "common"):
+        (tmp_path / name / "site-packages").mkdir(parents=True)
+    paths = run_all.runner_env("trl", tmp_path)["PYTHONPATH"].split(os.pathsep)
+    own, shared = (str(tmp_path / name / "site-packages") for name in ("trl", "common"))
+    assert paths[:3] == [own, shared, str(run_all.REPO)]
+    assert str(run_all.REPO) == run_all.runner_env("verl", tmp_path)["PYTHONPATH"].split(os.pathsep)[0]
+
+
 def test_openrlhf_step_lines_are_read_through_rays_prefix():
     out = "\n".join(
         [
@@ -238,40 +271,64 @@ def test_flash_attn_stand_in_imports_and_refuses_to_compute(tmp_path):
 
 
 # ---------------------------------------------------------------------------- results
+def test_step_times_are_the_wall_time_between_step_ends():
+    # ends at 10, 19, 21, 24, 27, 31, 33 s: steps 2..7 took 9, 2, 3, 3, 4, 2 s; two warm-up steps
+    summary = peer_job.step_summary_from_ends([10.0, 19.0, 21.0, 24.0, 27.0, 31.0, 33.0], warmup=2)
+    assert summary["step_times_s"] == [None, 9.0, 2.0, 3.0, 3.0, 4.0, 2.0]
+    assert (summary["step_s"], summary["step_min_s"], summary["step_max_s"], summary["timed_steps"]) == (
+        3.0, 2.0, 4.0, 5,
+    )  # fmt: skip
+    # step 1 has no previous end: even without warm-up it is never timed
+    assert peer_job.step_summary_from_ends([5.0, 7.0], warmup=0)["timed_steps"] == 1
+    steps = [{"t/gen": 9.0}, {"t/gen": 1.0}, {"t/gen": 3.0}, {"t/gen": 2.0}, {}]
+    assert peer_job.phase_medians(steps, {"rollout": "t/gen", "sync": "t/sync"}, warmup=1) == {
+        "rollout": 2.0, "sync": None,
+    }  # fmt: skip
+
+
 def test_result_lines_and_the_combined_row():
     lines = "noise\nJSON " + json.dumps({"step_s": 2.0}) + "\nJSON " + json.dumps({"step_s": 3.0}) + "\ntail"
     assert peer_job.read_result(lines) == {"step_s": 3.0} and peer_job.read_result("none") is None
-    assert peer_job.step_summary([9.0, 2.0, 4.0, 3.0], warmup=1)["step_s"] == 3.0
     assert peer_job.is_oom("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
+    h100 = "NVIDIA H100 80GB HBM3"
     runs = [
-        {"framework": "trl", "agents": 2, "agent": 0, "step_s": 2.0, "response_tokens_per_step": 100.0,
-         "gpu_peak_gb": 50.0},
-        {"framework": "trl", "agents": 2, "agent": 1, "step_s": 3.0, "response_tokens_per_step": 150.0,
-         "gpu_peak_gb": 60.0, "oom": False},
-        {"framework": "roll_ma", "agents": 2, "step_s": 2.5, "response_tokens_per_step": 250.0},
+        {"framework": "trl", "agents": 2, "agent": 0, "step_s": 2.0, "step_min_s": 1.5, "step_max_s": 2.5,
+         "response_tokens_per_step": 100.0, "gpu_peak_gb": 50.0, "gpu_name": h100, "phases_s": {"rollout": 1.0}},
+        {"framework": "trl", "agents": 2, "agent": 1, "step_s": 3.0, "step_min_s": 2.0, "step_max_s": 4.0,
+         "response_tokens_per_step": 150.0, "gpu_peak_gb": 60.0, "oom": False, "gpu_name": h100,
+         "phases_s": {"rollout": 2.0}},
+        {"framework": "roll_ma", "agents": 2, "step_s": 2.5, "response_tokens_per_step": 250.0, "gpu_name": h100},
         {"framework": "verl", "agents": 2, "agent": 0, "step_s": None, "error": "ValueError: x", "oom": True},
-        {"framework": "openrlhf", "agents": 2, "agent": 0, "step_s": 4.0, "response_tokens_per_step": 100.0},
+        {"framework": "openrlhf", "agents": 2, "agent": 0, "step_s": 4.0, "response_tokens_per_step": 100.0,
+         "gpu_name": h100},
+        {"framework": "roll_ma", "agents": 2, "shared": True, "step_s": 2.0, "gpu_name": h100},
+        {"framework": "trl", "agents": 2, "agent": None, "shared": True, "step_s": 3.0, "gpu_name": "NVIDIA H200"},
     ]  # fmt: skip
-    ours, trl, verl, openrlhf = run_all.table_rows(runs)  # in the order roll_ma, trl, verl, openrlhf
-    assert (trl["step_s"], trl["tokens_per_s"], trl["gpu_peak_gb"], trl["vs_roll_ma"]) == (
-        5.0,
-        50.0,
-        60.0,
-        2.0,
-    )
+    ours, trl, verl, openrlhf, ours_shared, trl_shared = run_all.table_rows(runs)
+    assert (trl["step_s"], trl["step_min_s"], trl["step_max_s"], trl["tokens_per_s"]) == (5.0, 3.5, 6.5, 50.0)
+    assert (trl["gpu_peak_gb"], trl["vs_roll_ma"], trl["phases_s"], trl["gpu"]) == (60.0, 2.0, {"rollout": 3.0}, h100)
     assert (trl["runs"], trl["status"], ours["runs"], ours["vs_roll_ma"]) == ("2/2", "ok", "1/1", 1.0)
-    assert (verl["step_s"], verl["vs_roll_ma"], verl["oom"], verl["status"]) == (
-        None,
-        None,
-        True,
-        "ValueError: x",
-    )
-    # one of the two runs measured: the row is twice that run, and says so
-    assert (openrlhf["step_s"], openrlhf["tokens_per_s"], openrlhf["vs_roll_ma"]) == (8.0, 25.0, 3.2)
-    assert openrlhf["status"] == "ok, estimated from 1 of 2 runs"
-    # a later call's run replaces the same (framework, N, agent), keeps the others
+    assert (verl["step_s"], verl["vs_roll_ma"], verl["oom"], verl["status"]) == (None, None, True, "ValueError: x")
+    # one of the two runs measured: no step time, never an estimate
+    assert (openrlhf["step_s"], openrlhf["vs_roll_ma"], openrlhf["status"]) == (None, None, "incomplete: 1 of 2 runs")
+    # shared-adapter rows are one run each, compared with roll_ma's shared row, and only on the same GPU model
+    assert (ours_shared["adapters"], ours_shared["runs"], trl_shared["runs"]) == ("1 shared", "1/1", "1/1")
+    assert trl_shared["step_s"] == 3.0 and trl_shared["vs_roll_ma"] is None
+    # a later call's run replaces the same (framework, N, agent, shared), keeps the others
     merged = run_all.merge_runs(runs, [{"framework": "verl", "agents": 2, "agent": 0, "step_s": 6.0}])
     assert len(merged) == len(runs) and merged[-1]["step_s"] == 6.0
+
+
+def test_the_plan_runs_every_agent_of_every_peer_and_the_shared_rows():
+    frameworks = run_all.parse_frameworks("roll_ma,trl,openrlhf@1")
+    plan = run_all.plan_runs(frameworks, [1, 3], shared=True)
+    assert sorted(map(str, (r for r in plan if r[0] == "trl"))) == sorted(map(str, [
+        ("trl", 1, 0, False), ("trl", 3, 0, False), ("trl", 3, 1, False), ("trl", 3, 2, False), ("trl", 3, None, True),
+    ]))  # fmt: skip
+    assert [r for r in plan if r[0] == "openrlhf"] == [("openrlhf", 1, 0, False)]
+    assert plan[0][0] == "roll_ma" and ("roll_ma", 3, None, True) in plan
+    with pytest.raises(ValueError, match="known are"):
+        run_all.parse_frameworks("roll_ma,deepspeed-chat")
 
 
 @pytest.mark.slow
@@ -289,3 +346,4 @@ def test_driver_runs_roll_ma_and_trl_on_cpu(tmp_path):
     assert (tmp_path / "peers.md").read_text().startswith("| framework | agents |")
     runs = [r for r in summary["runs"] if r["framework"] == "trl"]
     assert all(r["rows_per_step"] == 2 and r["rollout"] == "transformers generate" for r in runs)
+    assert all(r["micro_batch_rows"] == 2 and "no old log-probs" in r["passes"] for r in runs)

@@ -82,3 +82,41 @@ def test_a_raising_task_step_raises_the_typed_error_from_train(ray_session, tmp_
     assert lines[3] == f"  full traceback: {err.value.log_path}" and len(lines) == 4
     assert Path(err.value.log_path).parent == tmp_path / "out" / "logs"
     assert f'File "{task}", line 7, in step' in Path(err.value.log_path).read_text()
+
+
+def test_a_worker_failing_in_its_constructor_ends_the_cli_run_with_one_message_and_no_ray_dump(tmp_path):
+    """An env whose module imports a package the workers lack: the env worker's __init__ raises. The console
+    shows our few lines (what, where, fix, log file), as for a failed call; none of Ray's actor-death dump."""
+    env_file = tmp_path / "my_env.py"
+    env_file.write_text(textwrap.dedent('''
+        import os
+
+        from roll_ma.envs.math_selfplay import MathSelfPlayEnv
+
+        if "RANK" in os.environ:  # in a worker process only: the driver's own import works
+            import package_only_on_my_laptop  # noqa: F401
+
+
+        class MyEnv(MathSelfPlayEnv):
+            pass
+    '''))
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [sys.executable, str(REPO / "start_pipeline.py"), "--config_name", "math_selfplay_tiny", *SMALL,
+         f"env.name={env_file}:MyEnv", f"trainer.output_dir={out}"],
+        capture_output=True, text=True, cwd=REPO, timeout=500, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    printed = res.stdout + res.stderr
+    assert res.returncode == 1, printed[-3000:]
+    for ray_dump in ("creation task", "Traceback", "ray::", "(EnvWorker pid=", "\x1b["):
+        assert ray_dump not in printed, printed[-3000:]
+    lines = res.stderr.strip().splitlines()[-4:]  # progress lines (off a terminal) may come before
+    assert lines[0] == ("error: env worker rank 0 failed to start (its __init__ raised): "
+                        "ModuleNotFoundError: No module named 'package_only_on_my_laptop'")
+    assert lines[1] == f"  where: {env_file}:7 in <module>"
+    assert lines[2].startswith("  fix: install package_only_on_my_laptop in the Python environment the")
+    log = Path(lines[3].removeprefix("  full traceback: "))
+    assert log.parent == out / "logs" and log.is_file()
+    assert f'File "{env_file}", line 7, in <module>' in log.read_text()
+    assert (out / "logs" / "run.log").is_file()  # the workers' output; named on the console's first line
+    assert f"the workers' logs go to {out / 'logs' / 'run.log'}" in res.stdout
