@@ -5,6 +5,7 @@ to success and to a failure, in a caller that lives on."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -78,16 +79,25 @@ def _read_until(proc: subprocess.Popen, pattern: str, seen: list[str]) -> None:
     pytest.fail(f"the run ended before {pattern!r}:\n{''.join(seen)[-4000:]}")
 
 
-def _config_dir(tmp_path: Path, model_dir: str, steps: int) -> Path:
-    cfg = toy_config(tmp_path, model_dir, AGENTS, trainer={"max_steps": steps, "resume": "auto"})
+def _config_dir(tmp_path: Path, model_dir: str, steps: int, **sections) -> Path:
+    cfg = toy_config(tmp_path, model_dir, AGENTS, trainer={"max_steps": steps, "resume": "auto"}, **sections)
     return write_config(tmp_path, cfg)
 
 
-def test_a_finished_cli_run_leaves_nothing_behind(tiny_model_dir, tmp_path):
+VLLM = pytest.param("vllm", marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                                      reason="vllm(-cpu) is not installed"))
+
+
+@pytest.mark.parametrize("backend", ["hf", VLLM])
+def test_a_finished_cli_run_leaves_nothing_behind(backend, tiny_model_dir, tmp_path):
+    # vllm (adapter_sync=disk): the engine's adapter folder lives in /dev/shm for the whole run
+    rollout = {"backend": backend, **({"adapter_sync": "disk"} if backend == "vllm" else {})}
     tag, seen = uuid.uuid4().hex, []
-    proc = _cli(_config_dir(tmp_path, tiny_model_dir, steps=2), tag)
+    proc = _cli(_config_dir(tmp_path, tiny_model_dir, steps=2, rollout=rollout), tag)
     _read_until(proc, r"step 1/2 ", seen)
     pids = set(_processes(tag))  # the driver, Ray's processes and every actor, mid-run
+    if backend == "vllm":
+        assert any(name.startswith("roll_ma_lora_") for name in _shm_entries(pids))
     rest, _ = proc.communicate(timeout=600)
     log = "".join(seen) + rest
     assert proc.returncode == 0, log[-4000:]
