@@ -143,7 +143,7 @@ def print_summary(ctx: PhaseContext, phases: list[Phase]) -> None:
             flush=True,
         )
     from roll_ma import checkpoint as ckpt
+    from roll_ma.pipelines.multi_agent_pipeline import done_line
 
-    last = ckpt.latest_checkpoint(ctx.out_dir)
-    print(f"[roll_ma] done: metrics {ctx.out_dir / 'metrics.jsonl'}"
-          + (f", checkpoint {last[1]}" if last else ""), flush=True)
+    last = ckpt.latest_checkpoint(ctx.out_dir)  # the end of the run always writes one
+    print(done_line(last[1] if last else None, ctx.out_dir / "metrics.jsonl", None), flush=True)
