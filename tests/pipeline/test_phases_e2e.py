@@ -176,8 +176,8 @@ def test_a_file_run_logs_each_step_once_saves_where_asked_and_resumes_past_a_dam
     log = capsys.readouterr().out
     assert [step for step, _ in ckpt.complete_checkpoints(out)] == [3, 4]
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
-    last = out / "checkpoints" / "step_000004"
-    assert log.rstrip().splitlines()[-1] == f"[roll_ma] done: checkpoint {last}, metrics {out / 'metrics.jsonl'}"
+    last, metrics = out / "checkpoints" / "step_000004", out / "metrics.jsonl"
+    assert log.rstrip().splitlines()[-1] == f"[roll_ma] done: checkpoint {last}, metrics {metrics}"
     # copies: the files are damaged below, and safetensors reads them through a memory map
     full = {a: {k: v.clone() for k, v in adapter_tensors_at(out, 4, a).items()} for a in ("actor", "critic")}
     lines = _lines(out)
