@@ -10,8 +10,9 @@ permissions. Everything is written into a temporary sibling directory first and 
 place after the marker, so a crash at any moment leaves either the previous complete
 checkpoint or the new one.
 
-Resume (``resume_checkpoint``) checks the newest complete checkpoint against its manifest and,
-if a file is missing, truncated or changed, moves it aside to ``damaged_step_NNNNNN`` (saying
+Resume checks the newest complete checkpoint against its manifest (``choose_resume``: the one
+choice the RL loop, the phases and the pre-flight check share) and, if a file is missing,
+truncated or changed, moves it aside (``resume_checkpoint``) to ``damaged_step_NNNNNN`` (saying
 which file and why) and takes the newest intact one instead; with none intact it stops with
 an error naming the directory and the fix.
 """
@@ -25,6 +26,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ import torch
 
 from roll_ma.checkpoint_manifest import (
     MARKER,
+    Verdict,
     check_checkpoint,
     same_permissions,
     write_manifest,
@@ -61,9 +64,41 @@ def complete_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
 
 
 def latest_checkpoint(output_dir: str | Path) -> tuple[int, Path] | None:
-    """The newest complete checkpoint, unchecked (resume uses ``resume_checkpoint``)."""
+    """The newest complete checkpoint, unchecked: never what a run resumes from (``choose_resume``)."""
     done = complete_checkpoints(output_dir)
     return done[-1] if done else None
+
+
+@dataclass(frozen=True)
+class ResumeChoice:
+    """What ``trainer.resume=auto`` would continue from, found without changing anything on disk."""
+
+    chosen: tuple[int, Path] | None  # (step, path) of the newest complete checkpoint matching its manifest
+    damaged: list[tuple[Path, str]]  # newer complete checkpoints that do not match, with the reason
+    note: str = ""  # about the chosen one (e.g. written before manifests existed: loaded unchecked)
+
+    def no_intact_message(self, output_dir: str | Path) -> str | None:
+        """The error when checkpoints exist but none is intact (None otherwise)."""
+        if self.chosen is not None or not self.damaged:
+            return None
+        details = "\n".join(f"  - {p.name}: {reason}" for p, reason in self.damaged)
+        return (
+            f"no intact checkpoint to resume from in {checkpoints_dir(output_dir)}:\n{details}\n"
+            "Start this run from scratch with trainer.resume=never (moves these checkpoints aside), "
+            "or give it another trainer.output_dir."
+        )
+
+
+def choose_resume(output_dir: str | Path) -> ResumeChoice:
+    """The one choice of checkpoint every resume makes (RL loop, phases, the pre-flight check): the newest
+    complete checkpoint whose files match its manifest. Reads only; ``resume_checkpoint`` acts on it."""
+    damaged: list[tuple[Path, str]] = []
+    for step, path in reversed(complete_checkpoints(output_dir)):
+        verdict = _verdict(path)
+        if verdict.ok:
+            return ResumeChoice((step, path), damaged, verdict.reason)
+        damaged.append((path, verdict.reason))
+    return ResumeChoice(None, damaged)
 
 
 def resume_checkpoint(
@@ -75,27 +110,34 @@ def resume_checkpoint(
     (kept for inspection, never pruned, never resumed from). Raises ``SystemExit`` naming the
     directory and the fix when checkpoints exist but none is intact (nothing is moved then).
     """
-    done = complete_checkpoints(output_dir)
-    damaged: list[tuple[Path, str]] = []
-    for step, path in reversed(done):
-        verdict = check_checkpoint(path)
-        if not verdict.ok:
-            damaged.append((path, verdict.reason))
-            continue
-        for bad, reason in damaged:
-            aside = _set_aside(bad)
-            log(f"[roll_ma] skipped the damaged checkpoint {bad.name}: {reason}; moved it to {aside}")
-        if verdict.reason:
-            log(f"[roll_ma] note: checkpoint {path.name}: {verdict.reason}")
-        return step, path
-    if damaged:
-        details = "\n".join(f"  - {p.name}: {reason}" for p, reason in damaged)
-        raise SystemExit(
-            f"error: no intact checkpoint to resume from in {checkpoints_dir(output_dir)}:\n{details}\n"
-            "Start this run from scratch with trainer.resume=never (moves these checkpoints aside), "
-            "or give it another trainer.output_dir."
-        )
-    return None
+    choice = choose_resume(output_dir)
+    message = choice.no_intact_message(output_dir)
+    if message:
+        raise SystemExit(f"error: {message}")
+    if choice.chosen is None:
+        return None
+    for bad, reason in choice.damaged:
+        aside = _set_aside(bad)
+        log(f"[roll_ma] skipped the damaged checkpoint {bad.name}: {reason}; moved it to {aside}")
+    if choice.note:
+        log(f"[roll_ma] note: checkpoint {choice.chosen[1].name}: {choice.note}")
+    return choice.chosen
+
+
+_VERDICTS: dict[tuple, Verdict] = {}  # the driver's memo: the pre-flight check and the resume read once
+
+
+def _verdict(path: Path) -> Verdict:
+    """``check_checkpoint``, remembered while no file of the checkpoint changes size or mtime (a resume
+    re-reads what the pre-flight check read a moment before: every byte of a large checkpoint, twice)."""
+    try:
+        stats = [(p, p.stat()) for p in path.rglob("*") if p.is_file()]
+    except OSError:  # a file went away while listing: check it for real
+        return check_checkpoint(path)
+    key = (str(path), tuple(sorted((str(p), st.st_size, st.st_mtime_ns) for p, st in stats)))
+    if key not in _VERDICTS:
+        _VERDICTS[key] = check_checkpoint(path)
+    return _VERDICTS[key]
 
 
 def _set_aside(path: Path) -> Path:

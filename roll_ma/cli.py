@@ -3,7 +3,8 @@
 Options and ``key=value`` overrides may come in any order; ``--cfg [job|hydra|all]`` prints the config
 and runs the pre-flight checks of a run (``roll_ma/cli_cfg.py``). A failure prints as a few lines (what,
 where, the fix; the log file with the full traceback for failures during the run) and the exit code says
-which kind: 2 the config or a check before the run, 1 the run itself, 130 interrupted.
+which kind: 2 the config or a check before the run, 1 the run itself, 130 interrupted (Ctrl-C), 143
+stopped by SIGTERM; both of the last print one line saying how to resume.
 """
 
 from __future__ import annotations
@@ -119,14 +120,15 @@ def run(cfg: Any) -> int:
     from roll_ma.config import ConfigError
     from roll_ma.error_report import error_prefix, unexpected
     from roll_ma.errors import PreflightError, RollMaError
+    from roll_ma.interrupts import exit_code, stopped_message
     from roll_ma.run import run_config
 
     ours = not ray.is_initialized()  # a Ray this run starts is stopped before its error is printed
 
-    def fail(message: Any, code: int) -> int:
+    def fail(message: Any, code: int, prefix: str | None = None) -> int:
         if ours and ray.is_initialized():  # why: actors' late log lines would otherwise follow the message
             ray.shutdown()
-        print(f"{error_prefix()} {message}", file=sys.stderr)
+        print(f"{prefix or error_prefix()} {message}", file=sys.stderr)
         return code
 
     try:
@@ -135,8 +137,9 @@ def run(cfg: Any) -> int:
         return fail(err, 2)
     except RollMaError as err:  # the message says what, where and the fix, and names the log file
         return fail(err, 1)
-    except KeyboardInterrupt:
-        return fail("interrupted", 130)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (roll_ma.interrupts): say how to resume
+        message = stopped_message(err, cfg.trainer.output_dir, cfg.trainer.resume)
+        return fail(message, exit_code(err), "[roll_ma]")
     except Exception as err:  # noqa: BLE001 - an error roll_ma does not know: its short form and a log file
         return fail(unexpected(err, cfg.trainer.output_dir), 1)
     return 0
@@ -146,12 +149,14 @@ class PlainStream:
     """A text stream that drops terminal escapes (colours, cursor moves) on their way to ``stream``."""
 
     def __init__(self, stream: TextIO):
-        self.stream = stream
-
-    def write(self, text: str) -> int:
         from roll_ma.error_report import plain
 
-        self.stream.write(plain(text))
+        self.stream = stream
+        # bound now: a progress bar closed while Python shuts down writes here after imports stopped working
+        self._plain = plain
+
+    def write(self, text: str) -> int:
+        self.stream.write(self._plain(text))
         return len(text)
 
     def isatty(self) -> bool:

@@ -36,18 +36,31 @@ def train(config_or_path: str | os.PathLike | Mapping | RunConfig, **overrides: 
 
 def run_config(cfg: RunConfig) -> dict[str, Any]:
     """Run a validated config; a ``RollMaError`` leaves its full traceback in a log file under
-    ``trainer.output_dir/logs`` and names it in its message (the CLI runs configs through this too)."""
+    ``trainer.output_dir/logs`` and names it in its message (the CLI runs configs through this too).
+
+    Whatever the ending (success, an error, Ctrl-C, SIGTERM: ``roll_ma.interrupts``), the run leaves
+    nothing behind: its workers are stopped (their shared-memory files deleted), and a Ray it started
+    itself is stopped too (a Ray the caller started stays)."""
+    import ray
+
+    from roll_ma.distributed.ray_env import shutdown_ray
     from roll_ma.error_report import attach_log
     from roll_ma.errors import PreflightError, RollMaError
+    from roll_ma.interrupts import sigterm_as_interrupt
     from roll_ma.pipelines import run_pipeline
 
-    try:
-        return run_pipeline(cfg)
-    except PreflightError:  # raised before anything ran: its message is the whole story
-        raise
-    except RollMaError as err:
-        attach_log(err, cfg.trainer.output_dir)
-        raise
+    ours = not ray.is_initialized()
+    with sigterm_as_interrupt():  # around the shutdown too: SIGTERM then is ignored, not fatal
+        try:
+            return run_pipeline(cfg)
+        except PreflightError:  # raised before anything ran: its message is the whole story
+            raise
+        except RollMaError as err:
+            attach_log(err, cfg.trainer.output_dir)
+            raise
+        finally:
+            if ours:
+                shutdown_ray()
 
 
 def resolve_config(config_or_path: str | os.PathLike | Mapping | RunConfig, **overrides: Any) -> RunConfig:

@@ -2,8 +2,10 @@
 
 Names follow one scheme: ``agent/<name>/...`` per agent, ``rollout/...``, ``eval/...``,
 ``timing/...`` (seconds), ``system/...`` (throughput, memory). One metrics.jsonl line per
-step; on resume the lines after the checkpoint's step are dropped first, so that every step
-appears exactly once.
+step: metrics logged again for the step of the last line join that line (a phase's timing after
+its last train step). On resume the lines after the checkpoint's step are dropped first, so that
+every step appears exactly once; a fresh run over an earlier run's metrics says that it replaces
+them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ def _clean(value: Any) -> Any:
     if hasattr(value, "item"):
         return _clean(value.item())
     return value
+
+
+def _ordered(row: dict[str, Any]) -> dict[str, Any]:
+    """step and wall_time first, then the metrics by name."""
+    return {"step": row["step"], "wall_time": row["wall_time"],
+            **{k: v for k, v in sorted(row.items()) if k not in ("step", "wall_time")}}
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -69,7 +77,14 @@ class Tracker:
         if resume_step is not None and self.jsonl_path.exists():
             truncate_metrics(self.jsonl_path, resume_step)
         elif resume_step is None and self.jsonl_path.exists():
+            earlier = read_metrics(self.jsonl_path)
             self.jsonl_path.unlink()  # a fresh run owns its metrics file
+            if earlier:
+                n = f"{len(earlier)} line" + "s" * (len(earlier) != 1)
+                print(f"[roll_ma] note: {self.jsonl_path} held {n} of an earlier run that left no checkpoint "
+                      "to resume from; this run starts afresh and replaces them", flush=True)
+        rows = read_metrics(self.jsonl_path)
+        self._last: dict[str, Any] | None = rows[-1] if rows else None  # the file's last line
         self._jsonl = open(self.jsonl_path, "a")
         self._tb = None
         self._wandb = None
@@ -90,23 +105,44 @@ class Tracker:
                 resume="allow",
             )
 
+    @property
+    def last_step(self) -> int | None:
+        """The step of the file's last line (None: no line yet)."""
+        return None if self._last is None else self._last.get("step")
+
     def log(self, metrics: dict[str, Any], step: int) -> None:
+        """Write ``metrics`` as the line of ``step``; the step of the last line: added to that line."""
         # wall_time: when the step ended (seconds since the epoch), as TensorBoard's events keep it; the
         # side-by-side benchmark times every framework as the wall time between consecutive step ends
-        row = {"step": step, "wall_time": round(time.time(), 3)}
-        row.update({k: _clean(v) for k, v in sorted(metrics.items())})
-        self._jsonl.write(json.dumps(row) + "\n")
-        self._jsonl.flush()
-        os.fsync(self._jsonl.fileno())  # a SIGKILL right after must not lose a logged step
-        scalars = {
-            k: v for k, v in row.items() if isinstance(v, (int, float)) and k not in ("step", "wall_time")
-        }
+        new = {k: _clean(v) for k, v in metrics.items()}
+        if self.last_step == step:
+            row = {**self._last, **new, "wall_time": round(time.time(), 3)}
+            self._replace_last_line(row)
+        else:
+            row = {"step": step, "wall_time": round(time.time(), 3), **new}
+            self._jsonl.write(json.dumps(_ordered(row)) + "\n")
+            self._jsonl.flush()
+            os.fsync(self._jsonl.fileno())  # a SIGKILL right after must not lose a logged step
+        self._last = row
+        scalars = {k: v for k, v in new.items() if isinstance(v, (int, float))}  # the other sinks: the new
         if self._tb is not None:
             for k, v in scalars.items():
                 self._tb.add_scalar(k, v, step)
             self._tb.flush()
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
+
+    def _replace_last_line(self, row: dict[str, Any]) -> None:
+        """Rewrite the file with ``row`` as its last line (atomic: a kill leaves the old file or the new)."""
+        self._jsonl.close()
+        lines = self.jsonl_path.read_text().splitlines(keepends=True)
+        tmp = self.jsonl_path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w") as f:
+            f.write("".join(lines[:-1]) + json.dumps(_ordered(row)) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.jsonl_path)
+        self._jsonl = open(self.jsonl_path, "a")
 
     def close(self) -> None:
         self._jsonl.close()

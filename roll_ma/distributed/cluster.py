@@ -26,6 +26,8 @@ from roll_ma.distributed.worker import Dispatch, registered_methods
 from roll_ma.packing import balanced_shares, concat_padded
 from roll_ma.protocol import DataProto
 
+CLOSE_TIMEOUT_S = 5.0  # short: a SIGTERM's grace period is spent here, and the next run sweeps what is left
+
 __all__ = ["Cluster", "PendingCall", "WorkerError", "WorkerStalled", "WorkerStartError"]
 
 
@@ -96,6 +98,7 @@ class Cluster:
         self.world_size = num_workers
         self.stall_timeout_s = stall_timeout_s
         self._methods = registered_methods(worker_cls)
+        self._closable = callable(getattr(worker_cls, "close", None))  # Worker.close: shutdown_clusters
         resources = resources or ResourceManager.cpu_only()
         remote_cls = ray.remote(reporting_init_errors(worker_cls))
         tag = uuid.uuid4().hex[:6]
@@ -123,7 +126,7 @@ class Cluster:
             addr, port = self._call_ranks("master_address", [0], ((), {}), lambda r: r[0]).get()
             self._call_ranks("set_master", list(range(num_workers)), ((addr, port), {}), list).get()
         except BaseException:
-            self.shutdown()  # actors still waiting for resources would otherwise stay queued in Ray
+            self.shutdown(close_timeout_s=0)  # actors still waiting for resources would stay queued in Ray
             raise
 
     # ------------------------------------------------------------------ calling
@@ -200,7 +203,11 @@ class Cluster:
         view.world_size = len(mine)
         return view
 
-    def shutdown(self) -> None:
+    def shutdown(self, close_timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop the actors (``shutdown_clusters``); 0 s: kill them at once (actors that never started)."""
+        shutdown_clusters([self], close_timeout_s)
+
+    def _kill(self) -> None:
         import ray
 
         for w in self.workers:
@@ -208,6 +215,22 @@ class Cluster:
         if self.workers:
             activity.clear(self._keys)
         self.workers = []
+
+
+def shutdown_clusters(clusters: list[Cluster | None], close_timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+    """Stop every actor of ``clusters``: each first frees what it holds outside its process (``Worker.close``:
+    shared-memory files, an engine's processes), all at once, for up to ``close_timeout_s``; then Ray kills
+    them. An actor still busy with a call gets killed with its files, which the next run deletes
+    (``shm_transfer.remove_orphans``)."""
+    import ray
+
+    live = [c for c in clusters if c is not None and c.workers]
+    if close_timeout_s > 0:
+        refs = [w.close.remote() for c in live if c._closable for w in c.workers]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=close_timeout_s)
+    for c in live:
+        c._kill()
 
 
 def reporting_init_errors(worker_cls: type) -> type:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from typing import Any
 
 from roll_ma.distributed.resources import usable_cpus
@@ -83,6 +85,7 @@ def init_ray(
             route_worker_output(log_file)
         return ray.cluster_resources()
     address = ray_address(address)
+    ours = _python_sigterm_handler()
     env = {**WORKER_ENV, **(env_vars or {})}
     kwargs: dict[str, Any] = {
         "runtime_env": {"env_vars": env},
@@ -109,6 +112,8 @@ def init_ray(
         ray.init(address="local", num_cpus=num_cpus or max(2, usable_cpus()), include_dashboard=False,
                  **kwargs)
         where = "started a local Ray"
+    if ours is not None:  # ray.init replaced it by its own (roll_ma.interrupts says why that matters)
+        signal.signal(signal.SIGTERM, ours)
     res = ray.cluster_resources()
     routed = route_worker_output(log_file) if log_file is not None else None
     print(
@@ -117,6 +122,14 @@ def init_ray(
         flush=True,
     )
     return res
+
+
+def _python_sigterm_handler() -> Any:
+    """The SIGTERM handler a Python caller installed (``interrupts.sigterm_as_interrupt``), else None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    handler = signal.getsignal(signal.SIGTERM)
+    return handler if callable(handler) else None
 
 
 def shutdown_ray() -> None:

@@ -14,11 +14,16 @@ that another process owns.
 Lifetime: the process that writes a file owns it (``SegmentOwner``) and deletes it once the driver
 says the install is done, at the next export, or when it is closed; a new owner also deletes the
 files of owners whose process is gone (a killed run leaves nothing behind for long).
+
+Every roll_ma entry in /dev/shm carries its owner's pid (``roll_ma_sync_<pid>_...`` files,
+``roll_ma_lora_<pid>_...`` adapter folders of vLLM engines): ``remove_orphans`` deletes those of
+processes that are gone, at the start of every run and of every owner.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -29,6 +34,7 @@ import torch
 
 Entry = tuple[str, str, tuple[int, ...], int, int]  # name, dtype, shape, byte offset, byte count
 PREFIX = "roll_ma_sync"
+LORA_PREFIX = "roll_ma_lora"  # vLLM engines' adapter folders (strategies/vllm_adapters.py)
 
 
 @dataclass
@@ -101,11 +107,27 @@ class SegmentOwner:
         return len(gone)
 
     def _remove_orphans(self) -> None:
-        """Files of owners whose process has died (a run killed between an export and its release)."""
-        for path in self.root.glob(f"{PREFIX}_*"):
-            try:
-                pid = int(path.name.split("_")[3])
-            except (IndexError, ValueError):
+        remove_orphans(self.root)
+
+
+def remove_orphans(root: Path | None = None) -> int:
+    """Delete the roll_ma entries (``<prefix>_<pid>_...``) of processes that are gone: what a killed run
+    left (kill -9 gives no process a chance to clean up). Returns how many were removed."""
+    root = root or shm_dir()
+    removed = 0
+    for prefix in (PREFIX, LORA_PREFIX):
+        for path in root.glob(f"{prefix}_*"):
+            pid = path.name[len(prefix) + 1 :].split("_")[0]
+            if not pid.isdigit() or _alive(int(pid)):  # no pid: not ours to judge (an older roll_ma)
                 continue
-            if not _alive(pid):
-                path.unlink(missing_ok=True)
+            try:
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+                removed += 1
+            except FileNotFoundError:  # another process swept it first
+                pass
+            except OSError:  # another user's: theirs to sweep
+                pass
+    return removed

@@ -161,6 +161,10 @@ class Worker:
         os.environ["MASTER_PORT"] = str(port)
         activity.note("started: waiting for its first call")
 
+    def close(self) -> None:
+        """Free what this worker holds outside its own process (shared-memory files, an engine's processes);
+        the Cluster calls it before it kills the actor. Roles that hold such things override it."""
+
     def ping(self) -> dict[str, Any]:
         return {
             "role": self.role,

@@ -69,6 +69,8 @@ class PhaseContext:
     step: int = 0
     results: dict[str, dict[str, float]] = field(default_factory=dict)  # eval metrics by phase name
     signature: dict[str, Any] | None = None  # what each checkpoint records of the config (resume compares it)
+    saved_step: int = 0  # the step of the newest checkpoint, written or resumed from
+    ahead: dict[str, Any] = field(default_factory=dict)  # metrics for the next step's line (``log_ahead``)
 
     @property
     def agent_ids(self) -> dict[str, int]:
@@ -129,7 +131,29 @@ class PhaseContext:
 
     # ------------------------------------------------------------------ bookkeeping
     def log(self, metrics: dict[str, Any]) -> None:
+        """``metrics`` into the line of the current step (one line per step). ``phase`` names the phase that
+        trained the line's step: what a later phase adds to that line (an eval, its timing) leaves it."""
+        if self.tracker.last_step == self.step:
+            metrics = {k: v for k, v in metrics.items() if k != "phase"}
+        elif self.ahead:  # a new line: the first step after the metrics measured ahead of it
+            metrics, self.ahead = {**self.ahead, **metrics}, {}
         self.tracker.log(metrics, self.step)
+
+    def log_ahead(self, metrics: dict[str, Any]) -> None:
+        """Metrics of what a phase prepared for its steps (the rows it built): they join the line of the next
+        step, or the current line when no step follows."""
+        self.ahead.update(metrics)
+
+    def flush_ahead(self) -> None:
+        if self.ahead:
+            ahead, self.ahead = self.ahead, {}
+            self.log(ahead)
+
+    def save_due(self) -> bool:
+        """A ``trainer.save_every`` step passed since the last checkpoint. Checkpoints only where asked: those
+        steps and the end of the run (a built DPO iteration, a phase's end: when a save step fell in it)."""
+        every = self.cfg.trainer.save_every
+        return bool(every) and self.step // every > self.saved_step // every
 
     def save(self, phase: int, progress: dict[str, Any]) -> None:
         """An atomic checkpoint: trainer state, data cursor, the phase to run and its progress."""
@@ -145,6 +169,7 @@ class PhaseContext:
             "config": self.cfg.name,
         }
         ckpt.finish_checkpoint(tmp, self.step, state, self.cfg.trainer.keep_last, self.signature)
+        self.saved_step = self.step
 
     def evaluate(self, label: str) -> dict[str, float]:
         from roll_ma.pipelines.evaluation import evaluate

@@ -14,8 +14,9 @@ Pairs (``dpo.source``):
   ``dpo.branches`` times; (3) build the pairs (``reflection_data.build_pairs``: the actor's right vs
   wrong refinements of one context, the critic's feedback followed by a right vs a wrong
   refinement); (4) ``dpo.steps_per_iteration`` train steps; (5) sync the adapters into the
-  rollout engines. A checkpoint closes every iteration; a run resumed inside an iteration repeats
-  it from its start (the same problems and, with the same adapters, the same samples).
+  rollout engines. A checkpoint closes an iteration in which a ``trainer.save_every`` step
+  fell; a run resumed inside an iteration repeats it from its start (the same problems and, with
+  the same adapters, the same samples).
 """
 
 from __future__ import annotations
@@ -35,8 +36,7 @@ def run_dpo_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> 
         ctx.workers.train.reset_optimizers(phase.lr)  # a new phase: a new optimizer, as a new trainer
         if phase.dpo.reference != "base":
             ctx.workers.train.snapshot_reference()
-        progress = {"started": True, "iteration": 0, "steps_done": 0}
-        ctx.save(phase.index, progress)
+        progress = {"started": True, "iteration": 0, "steps_done": 0}  # the next checkpoint records it
     if phase.dpo.source == "file":
         pairs = file_pairs(ctx, phase)
         schedule = agent_schedule(
@@ -46,7 +46,8 @@ def run_dpo_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> 
     else:
         for it in range(int(progress.get("iteration", 0)), phase.dpo.iterations):
             iteration(ctx, phase, it)
-            ctx.save(phase.index, {"started": True, "iteration": it + 1})
+            if ctx.save_due() and it + 1 < phase.dpo.iterations:  # the last one: run_phases saves
+                ctx.save(phase.index, {"started": True, "iteration": it + 1})
     ctx.sync()
 
 
@@ -89,9 +90,9 @@ def iteration(ctx: PhaseContext, phase: Phase, it: int) -> None:
         schedule = agent_schedule(
             _agents_of(rows), d.batch_size, 1, (ctx.cfg.seed, tag), steps=d.steps_per_iteration
         )
-        last = train_on_pairs(ctx, phase, rows, schedule, 0, checkpoints=False)
-        metrics.update(last)
+        train_on_pairs(ctx, phase, rows, schedule, 0, checkpoints=False)
         ctx.sync()
+    # the line of the iteration's last step (no pairs: of the step the run is at; dpo/iteration says which)
     ctx.log(metrics)
     shown = " ".join(f"{name} {int(metrics[f'dpo/pairs/{name}'])}" for name in phase.agents)
     print(
@@ -154,13 +155,12 @@ def train_on_pairs(
         for k in range(start, len(schedule)):
             metrics = ctx.train(pairs.select_idxs(schedule[k]), "dpo", dpo=settings)
             seen.append(metrics)
-            if checkpoints:  # a file phase logs and checkpoints step by step
-                ctx.log({**metrics, "phase": phase.index})
+            ctx.log({**metrics, "phase": phase.index})
+            if checkpoints:  # a file phase reports and checkpoints step by step
                 if (k + 1) % ctx.cfg.trainer.log_every == 0 or k + 1 == len(schedule):
                     shown = summary(metrics, phase.agents)
                     print(f"[roll_ma] dpo {phase.name} {k + 1}/{len(schedule)}: {shown}", flush=True)
-                every = ctx.cfg.trainer.save_every
-                if every and ctx.step % every == 0 and k + 1 < len(schedule):
+                if ctx.save_due() and k + 1 < len(schedule):
                     ctx.save(phase.index, {"started": True, "steps_done": k + 1})
     if not seen:
         return {}

@@ -45,13 +45,12 @@ def run_sft_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> 
             for name, i in ctx.agent_ids.items()
             if name in phase.agents
         }
-        ctx.log({**metrics, **counts, "phase": phase.index})
+        ctx.log_ahead({**metrics, **counts, "phase": phase.index})
         per_agent = ", ".join(f"{key.split('/')[1]} {int(v)}" for key, v in counts.items())
         print(
             f"[roll_ma] sft {phase.name}: {len(rows)} rows from {phase.sft.source} ({per_agent})", flush=True
         )
-        progress = {"data_ready": True, "steps_done": 0}
-        ctx.save(phase.index, progress)
+        progress = {"data_ready": True, "steps_done": 0}  # the next checkpoint records it
     if len(rows) == 0:
         print(f"[roll_ma] sft {phase.name}: no rows to train on; the phase does nothing", flush=True)
         return
@@ -70,8 +69,7 @@ def run_sft_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> 
                 losses = " ".join(f"{n} {metrics[f'agent/{n}/sft_loss']:.3f}" for n in names
                                   if f"agent/{n}/sft_loss" in metrics)
                 print(f"[roll_ma] sft {phase.name} {k + 1}/{len(schedule)}: sft_loss {losses}", flush=True)
-            every = ctx.cfg.trainer.save_every
-            if every and ctx.step % every == 0 and k + 1 < len(schedule):
+            if ctx.save_due() and k + 1 < len(schedule):  # the phase's last step: run_phases saves
                 ctx.save(phase.index, {"data_ready": True, "steps_done": k + 1})
     ctx.sync()
 

@@ -11,11 +11,15 @@ What a run does (``run_phases``):
    (``phase_dpo.py``) train every agent on its own rows, each with its own optimizer, fresh at the
    phase's start (as a new trainer would be). The rollout engines get the trained adapters before
    anything is generated again.
-3. Checkpoints hold the adapters (and their frozen copies), optimizer states, the data cursor, the
-   phase and its progress: ``trainer.resume=auto`` continues a run where it stopped, inside a phase.
+3. Checkpoints (every ``trainer.save_every`` steps and at the end) hold the adapters (and their frozen
+   copies), optimizer states, the data cursor, the phase and its progress: ``trainer.resume=auto``
+   continues a run where it stopped, inside a phase, from the same manifest-checked checkpoint the RL
+   loop would take.
 
 ``metrics.jsonl``'s step counts optimizer steps over the whole run (agent/<name>/sft_loss,
-agent/<name>/rewards/margins, ...); eval lines carry the step they ran at.
+agent/<name>/rewards/margins, ...), one line per step: what a phase measures after a step (an eval,
+its timing) joins that step's line (step 0: before any training), the rows a phase builds join the
+line of its first step.
 """
 
 from __future__ import annotations
@@ -63,13 +67,14 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
         _num_players,
         _set_aside_previous_run,
     )
-    from roll_ma.pipelines.workers import build_workers
+    from roll_ma.pipelines.workers import build_workers, process_env
     from roll_ma.preflight.checkpoint_compat import run_signature
     from roll_ma.tracking import Tracker
 
     out_dir = Path(cfg.trainer.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    resume_from = ckpt.latest_checkpoint(out_dir) if cfg.trainer.resume == "auto" else None
+    # the newest checkpoint that matches its manifest, as the RL loop resumes; damaged newer ones set aside
+    resume_from = ckpt.resume_checkpoint(out_dir) if cfg.trainer.resume == "auto" else None
     if cfg.trainer.resume == "never":
         _set_aside_previous_run(out_dir)
     ckpt.prune(out_dir, cfg.trainer.keep_last)
@@ -79,7 +84,7 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
         from roll_ma.models.random_weights import use_random_weights
 
         cfg = use_random_weights(cfg)  # benchmarks: model.path -> a random model of that architecture
-    init_ray(cfg.resources.ray_address, log_file=run_log(cfg.trainer.output_dir))
+    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg), log_file=run_log(cfg.trainer.output_dir))
     _check_cluster_gpus(cfg)
     seats = resolve_seats(cfg, _num_players(cfg, resolve_env_class))
     planner = EpisodePlanner(cfg.env, cfg.seed)
@@ -108,16 +113,19 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
             dataclasses.asdict(cfg),
             resume_step=step if resume_from is not None else None,
         )
-        ctx = PhaseContext(cfg, workers, planner, tracker, seats, out_dir, step, results, signature)
+        ctx = PhaseContext(cfg, workers, planner, tracker, seats, out_dir, step, results, signature,
+                           saved_step=step)
         ctx.sync()  # the rollout serves what the trainer holds (the checkpoint's adapters on resume)
         runners = phase_runners()
         for phase in phases[start:]:
             began = time.perf_counter()
             runners[phase.objective](ctx, phase, progress if phase.index == start else {})
             seconds = time.perf_counter() - began
+            ctx.flush_ahead()  # a phase that took no step: what it measured joins the current line
             ctx.log({f"timing/phase/{phase.name}": seconds, "phase": phase.index})
             print(f"[roll_ma] phase {phase.name} done in {seconds:.0f} s", flush=True)
-            ctx.save(phase.index + 1, {})
+            if ctx.save_due() or phase is phases[-1]:  # checkpoints: every save_every steps and the end
+                ctx.save(phase.index + 1, {})
         tracker.close()
         print_summary(ctx, phases)
         return ctx.results
@@ -134,4 +142,8 @@ def print_summary(ctx: PhaseContext, phases: list[Phase]) -> None:
             f"{headline(ctx.results[name], k)}",
             flush=True,
         )
-    print(f"[roll_ma] done: metrics {ctx.out_dir / 'metrics.jsonl'}", flush=True)
+    from roll_ma import checkpoint as ckpt
+    from roll_ma.pipelines.multi_agent_pipeline import done_line
+
+    last = ckpt.latest_checkpoint(ctx.out_dir)  # the end of the run always writes one
+    print(done_line(last[1] if last else None, ctx.out_dir / "metrics.jsonl", None), flush=True)

@@ -9,9 +9,11 @@ from typing import Any
 
 from roll_ma.config.schema import AgentConfig, RunConfig
 from roll_ma.config.validate_resources import gpus_per_worker
-from roll_ma.distributed.cluster import Cluster
+from roll_ma.distributed.cluster import Cluster, shutdown_clusters
 from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
 from roll_ma.distributed.resources import ResourceManager
+from roll_ma.distributed.shm_transfer import remove_orphans
+from roll_ma.strategies.ds_utils import SHARERS_VAR
 from roll_ma.strategies.micro_batches import MicroBatching
 
 
@@ -32,9 +34,7 @@ class RunWorkers:
         return self.resources.colocated("rollout", "train")
 
     def shutdown(self) -> None:
-        for c in (self.env, self.rollout, self.reference, self.train):
-            if c is not None:
-                c.shutdown()
+        shutdown_clusters([self.env, self.rollout, self.reference, self.train])  # one wait for all
         self.resources.release()
 
 
@@ -48,11 +48,23 @@ def worker_env(cfg: RunConfig) -> dict[str, str]:
 def process_env(cfg: RunConfig) -> dict[str, str]:
     """Variables every actor process must have when it starts (libraries read them on import)."""
     env = {}
-    if cfg.resources.num_gpus == 0 and cfg.rollout.max_staleness > 0 and "OMP_WAIT_POLICY" not in os.environ:
-        # the rollout and the trainer compute at once on the same cores; OpenMP's default spin-wait
-        # then burns the cores the other process needs (a CPU step 12x slower: docs/studies/async_staleness)
+    if cfg.resources.num_gpus == 0 and "OMP_WAIT_POLICY" not in os.environ:
+        # OpenMP's default spin-wait keeps a worker's idle threads busy on the cores that another role (the
+        # rollout beside the trainer: docs/studies/async_staleness) or another run on the machine needs: two
+        # tiny CPU runs at once took 5-10x longer per update (docs/benchmarks.md, "Two runs on one machine")
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     return env
+
+
+def cpu_sharers(cfg: RunConfig, role: str) -> int:
+    """How many of the run's workers compute at the same time as one of ``role`` (CPU runs): each takes
+    that share of its node's cores as torch / OpenMP threads (``ds_utils.use_cpu_threads``). The ranks of
+    a role compute together; rollouts and the update also overlap with ``rollout.max_staleness`` > 0."""
+    ref = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
+    counts = {"train": cfg.train.num_workers, "rollout": cfg.rollout.num_workers, "reference": ref}
+    if cfg.rollout.max_staleness > 0 and role in ("train", "rollout"):
+        return counts["train"] + counts["rollout"]
+    return max(1, counts.get(role, 1))
 
 
 def cpu_placement(cfg: RunConfig) -> ResourceManager:
@@ -82,6 +94,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
     from roll_ma.workers.train_worker import TrainWorker
     from roll_ma.workers.workflow_worker import WorkflowWorker
 
+    remove_orphans()  # what a killed run on this machine left in /dev/shm (each worker sweeps its node too)
     ref_workers = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
     resources = ResourceManager.from_config(
         cfg.resources,
@@ -94,7 +107,8 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
     built: list[Cluster] = []
 
     def cluster(role: str, cls: type, n: int, res: ResourceManager, init_kwargs: dict) -> Cluster:
-        built.append(Cluster(role, cls, n, res, env_vars=env, init_kwargs=init_kwargs,
+        role_env = {**env, SHARERS_VAR: str(cpu_sharers(cfg, role))} if cfg.resources.num_gpus == 0 else env
+        built.append(Cluster(role, cls, n, res, env_vars=role_env, init_kwargs=init_kwargs,
                              start_timeout_s=cfg.resources.actor_start_timeout_s,
                              stall_timeout_s=cfg.trainer.stall_timeout_s))
         return built[-1]
@@ -143,8 +157,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
             },
         )
     except BaseException:
-        for c in built:
-            c.shutdown()
+        shutdown_clusters(built)
         resources.release()
         raise
     workers = RunWorkers(rollout, train, reference, envs, resources)
@@ -183,8 +196,7 @@ class TeacherWorkers:
     env: Cluster
 
     def shutdown(self) -> None:
-        for c in (self.env, self.rollout):
-            c.shutdown()
+        shutdown_clusters([self.env, self.rollout])
 
 
 def build_teacher(cfg: RunConfig, seats: list[str], resources: ResourceManager) -> TeacherWorkers:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roll_ma.checkpoint import SIGNATURE_FILE, complete_checkpoints
+from roll_ma.checkpoint import SIGNATURE_FILE, choose_resume
 from roll_ma.config.schema import RunConfig
 
 SIGNATURE_VERSION = 1
@@ -192,22 +192,25 @@ def resume_problems(cfg: RunConfig, log: Callable[[str], None] = print) -> list[
     if cfg.trainer.resume != "auto":
         return []
     out_dir = Path(cfg.trainer.output_dir)
-    for _, path in reversed(complete_checkpoints(out_dir)):
-        file = path / SIGNATURE_FILE
-        if not file.is_file():
-            log(f"[roll_ma] note: checkpoint {path.name} has no {SIGNATURE_FILE} (written by an older "
-                "roll_ma): its agents, adapters and LoRA settings are not compared with this config")
-            return []
-        try:
-            old = json.loads(file.read_text())
-        except (OSError, ValueError):
-            continue  # damaged: resume skips it too (checkpoint manifest), look at the one before
-        changes = compare(old, run_signature(cfg), cfg)
-        for c in (c for c in changes if c.note):
-            log(f"[roll_ma] note: resuming from {path.name}: {c}; {c.note}")
-        refused = [c for c in changes if not c.note]
-        if not refused:
-            return []
+    choice = choose_resume(out_dir)  # the checkpoint the run will load, chosen as the run chooses it
+    if choice.chosen is None:
+        message = choice.no_intact_message(out_dir)
+        return [message] if message else []
+    path = choice.chosen[1]
+    file = path / SIGNATURE_FILE
+    if not file.is_file():
+        log(f"[roll_ma] note: checkpoint {path.name} has no {SIGNATURE_FILE} (written by an older "
+            "roll_ma): its agents, adapters and LoRA settings are not compared with this config")
+        return []
+    try:
+        old = json.loads(file.read_text())
+    except ValueError as err:  # only a checkpoint loaded unchecked (no manifest) can get here
+        log(f"[roll_ma] note: checkpoint {path.name}: {SIGNATURE_FILE} does not parse ({err}); "
+            "its agents, adapters and LoRA settings are not compared with this config")
+        return []
+    changes = compare(old, run_signature(cfg), cfg)
+    refused = [c for c in changes if not c.note]
+    if refused:  # refused: the notes on what could have changed are beside the point
         lines = "\n".join(f"      {c}" for c in refused)
         return [
             f"trainer.output_dir={out_dir} holds a checkpoint of another config ({path.name}); "
@@ -215,4 +218,6 @@ def resume_problems(cfg: RunConfig, log: Callable[[str], None] = print) -> list[
             "    Start afresh with trainer.resume=never (moves the previous run's files aside), or give this "
             "run another trainer.output_dir."
         ]
+    for c in changes:
+        log(f"[roll_ma] note: resuming from {path.name}: {c}; {c.note}")
     return []

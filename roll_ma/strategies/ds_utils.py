@@ -38,6 +38,20 @@ def cpu_threads_per_rank(world_size: int) -> int:
     return max(1, usable_cpus() // max(1, world_size))
 
 
+SHARERS_VAR = "ROLL_MA_CPU_SHARERS"  # set per role by the pipeline (pipelines/workers.py: cpu_sharers)
+
+
+def use_cpu_threads(world_size: int) -> int:
+    """On CPU: this worker's torch threads, and OpenMP's / MKL's for libraries that start later, are its
+    share of the cores this process may use: split among the run's workers that compute at the same time
+    (``ROLL_MA_CPU_SHARERS``, set by the pipeline; else the ``world_size`` ranks of the role). Returns it."""
+    sharers = int(os.environ.get(SHARERS_VAR) or world_size)
+    threads = cpu_threads_per_rank(sharers)
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    return threads
+
+
 def _ensure_dist_env(rank: int, world_size: int) -> None:
     """Fill the torch.distributed variables DeepSpeed reads (without all five it tries MPI discovery)."""
     from roll_ma.distributed.worker import free_port

@@ -22,16 +22,17 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from roll_ma.distributed.shm_transfer import SharedTensors
+from roll_ma.distributed.shm_transfer import LORA_PREFIX, SharedTensors, remove_orphans, shm_dir
 from roll_ma.distributed.tensor_transfer import PackedTensors, as_tensor_dict, pack_tensors
 from roll_ma.models.adapters import AdapterSpec, peft_config_dict, write_adapter_config, write_adapter_dir
 
 
 def adapter_root() -> str:
-    """A private folder for adapter files, on tmpfs (/dev/shm) when there is one: syncs never hit disk."""
-    shm = Path("/dev/shm")
-    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-    return tempfile.mkdtemp(prefix="roll_ma_lora_", dir=base)
+    """A private folder for adapter files, on tmpfs (/dev/shm) when there is one: syncs never hit disk.
+    Named with this process's pid, so that the next run deletes it should this one be killed."""
+    base = shm_dir()
+    remove_orphans(base)
+    return tempfile.mkdtemp(prefix=f"{LORA_PREFIX}_{os.getpid()}_", dir=str(base))
 
 
 class EngineAdapters:

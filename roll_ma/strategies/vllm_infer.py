@@ -386,15 +386,16 @@ class VLLMInferStrategy:
         self.llm.reset_prefix_cache()
 
     def shutdown(self) -> None:
-        """Stop the engine and delete the adapter folder."""
+        """Delete the adapter folder (first: it is quick, and the engine's stop may be cut short), then stop
+        the engine."""
+        if self.adapters_served is not None:
+            self.adapters_served.close()
         if self.llm is not None:
             engine = getattr(self.llm, "llm_engine", None)
             client = getattr(engine, "engine_core", None)
+            self.llm = None
             if client is not None and hasattr(client, "shutdown"):
                 client.shutdown()
-            self.llm = None
-        if self.adapters_served is not None:
-            self.adapters_served.close()
 
     def _check_ready(self) -> None:
         if self.llm is None:

@@ -37,11 +37,10 @@ class ReferenceWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         from roll_ma.models.loading import load_base_model
-        from roll_ma.strategies.ds_utils import cpu_threads_per_rank, training_device
+        from roll_ma.strategies.ds_utils import training_device, use_cpu_threads
 
         if not torch.cuda.is_available():
-            # ranks share the machine's cores; oversubscribed threads slow every rank down
-            torch.set_num_threads(cpu_threads_per_rank(self.world_size))
+            use_cpu_threads(self.world_size)  # oversubscribed threads slow every worker on the machine down
         self.device = training_device()
         self.model = load_base_model(self.model_cfg, str(self.device), packed_rows=True)  # eval mode
         for p in self.model.parameters():

@@ -59,6 +59,10 @@ class RolloutWorker(Worker):
         from roll_ma.strategies import infer_strategy_class
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cpu":
+            from roll_ma.strategies.ds_utils import use_cpu_threads
+
+            use_cpu_threads(self.world_size)  # oversubscribed threads slow every worker on the machine down
         cls = infer_strategy_class(self.rollout_cfg.backend)
         self.strategy = cls(
             self.model_cfg, self.rollout_cfg, self.agent_specs, self.adapter_specs, self.seed, device
@@ -121,6 +125,9 @@ class RolloutWorker(Worker):
         if self.strategy is not None:
             self.strategy.shutdown()
             self.strategy = None
+
+    def close(self) -> None:
+        self.shutdown_engine()  # vLLM: its engine process and the adapter folder in /dev/shm
 
     def _ready(self) -> Any:
         if self.strategy is None:

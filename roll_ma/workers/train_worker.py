@@ -56,11 +56,10 @@ class TrainWorker(Worker):
         """Load the base, inject the adapters and build the engines (``total_steps``: lr decay horizon)."""
         from roll_ma.models.adapters import plan_adapters
         from roll_ma.strategies import train_strategy_class
-        from roll_ma.strategies.ds_utils import cpu_threads_per_rank
+        from roll_ma.strategies.ds_utils import use_cpu_threads
 
         if not torch.cuda.is_available():
-            # ranks share the machine's cores; oversubscribed threads slow every rank down
-            torch.set_num_threads(cpu_threads_per_rank(self.world_size))
+            use_cpu_threads(self.world_size)  # oversubscribed threads slow every worker on the machine down
         agent_specs, adapter_specs = plan_adapters(self.lora_cfg, self.agents)
         cls = train_strategy_class(self.train_cfg.strategy)
         self.strategy = cls(self.model_cfg, agent_specs, adapter_specs, self.train_cfg, self.algo_cfg,
@@ -206,6 +205,9 @@ class TrainWorker(Worker):
         if not changed:
             return [metrics, None, 0.0]
         return [metrics, *self.export_adapters([policy], dtype, transport)]
+
+    def close(self) -> None:
+        self._segments.release()  # exports no engine has read yet
 
     @register(Dispatch.RANK_ZERO)
     def release_exports(self, segments: list[str] | None = None) -> int:

@@ -308,3 +308,12 @@ def test_multilora_cost_script_on_cpu(tmp_path):
     assert lever["kwargs"]["lora_target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
     assert [r["adapters"] for r in lever["rows"]] == ["3 mixed", "3 mixed"]
     assert all(r["vs_baseline"] is None for r in data["rows"])  # no baseline measured
+
+
+@pytest.mark.slow
+def test_shared_cpu_runs_script(tmp_path):
+    out = tmp_path / "shared.json"
+    text = run_script("shared_cpu_runs.py", "--steps", "2", "--counts", "1", "--out", str(out),
+                      "env.groups_per_step=2", "env.group_size=2")
+    (row,) = json.loads(out.read_text())
+    assert row["runs at once"] == 1 and row["update s median"] > 0 and "| runs at once |" in text

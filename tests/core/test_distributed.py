@@ -260,11 +260,13 @@ def test_run_workers_shutdown_kills_every_cluster_then_releases_the_gpus():
 
     calls = []
 
-    class Recorder:
-        def __init__(self, name):
-            self.name = name
+    class Recorder:  # a Cluster as shutdown_clusters sees it: actors without a close() to wait for
+        _closable = False
 
-        def shutdown(self):
+        def __init__(self, name):
+            self.name, self.workers = name, ["actor"]
+
+        def _kill(self):
             calls.append(self.name)
 
         def release(self):
@@ -274,3 +276,37 @@ def test_run_workers_shutdown_kills_every_cluster_then_releases_the_gpus():
         Recorder("rollout"), Recorder("train"), None, Recorder("env"), Recorder("resources")
     ).shutdown()
     assert calls == ["env", "rollout", "train", "release"]
+
+
+class FileHoldingWorker(Worker):
+    """Holds a file outside its process, as a train worker holds shared-memory exports."""
+
+    def __init__(self, path: str = "", **kwargs):
+        super().__init__(**kwargs)
+        self.path = f"{path}.{self.rank}"
+        open(self.path, "w").close()
+
+    def close(self) -> None:
+        os.unlink(self.path)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def busy(self, seconds: float) -> None:
+        import time
+
+        time.sleep(seconds)
+
+
+def test_shutdown_lets_every_worker_free_what_it_holds_then_kills_a_busy_one(ray_session, tmp_path):
+    import ray
+
+    from roll_ma.distributed.cluster import shutdown_clusters
+
+    idle = Cluster("idle", FileHoldingWorker, 2, init_kwargs={"path": str(tmp_path / "idle")})
+    busy = Cluster("busy", FileHoldingWorker, 1, init_kwargs={"path": str(tmp_path / "busy")})
+    actor = busy.workers[0]
+    busy.async_busy(600)  # its close() waits behind this call: it is killed when the short wait is over
+    shutdown_clusters([idle, None, busy], close_timeout_s=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy.0"]  # the next run sweeps such files
+    assert idle.workers == [] and busy.workers == []
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.ping.remote(), timeout=60)

@@ -104,3 +104,30 @@ def test_a_checkpoint_from_before_signatures_resumes_with_a_note(tmp_path, no_ra
     run_preflight(config(tmp_path, overrides=["lora.rank=64"]), log=notes.append)
     assert notes == ["[roll_ma] note: checkpoint step_000004 has no run_signature.json (written by an older "
                      "roll_ma): its agents, adapters and LoRA settings are not compared with this config"]
+
+
+def test_a_refused_resume_prints_no_resuming_from_note_first(tmp_path, no_ray):
+    save_checkpoint(config(tmp_path))
+    notes: list[str] = []
+    with pytest.raises(PreflightError, match="lora.rank"):  # train.lr alone would resume with a note
+        run_preflight(config(tmp_path, overrides=["train.lr=1e-5", "lora.rank=64"]), log=notes.append)
+    assert notes == []
+
+
+def test_the_check_compares_the_checkpoint_the_run_will_resume_from(tmp_path, no_ray):
+    """A damaged newest checkpoint is skipped by resume; the check looks past it, as resume does."""
+    old = config(tmp_path)
+    save_checkpoint(old, step=4)
+    other = config(tmp_path, overrides=["lora.rank=64"])
+    newest = tmp_path / "out" / "checkpoints" / save_checkpoint(other, 5)
+    (newest / "rng.pt").write_bytes(b"cut short")
+    notes: list[str] = []
+    run_preflight(old, log=notes.append)  # step 4 matches this config: the damaged step 5 is not compared
+    assert notes == []
+    with pytest.raises(PreflightError, match=r"holds a checkpoint of another config \(step_000004\)"):
+        run_preflight(config(tmp_path, overrides=["lora.rank=64"]))
+    (tmp_path / "out" / "checkpoints" / "step_000004" / "state.json").write_text("{}")
+    with pytest.raises(PreflightError) as err:  # none intact: said before Ray, not after
+        run_preflight(old)
+    assert "no intact checkpoint to resume from" in str(err.value)
+    assert "step_000005: rng.pt is 9 bytes" in str(err.value) and "step_000004: state.json" in str(err.value)

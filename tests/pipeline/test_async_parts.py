@@ -3,6 +3,8 @@ the streaming sync updates and installs adapters, and what a checkpoint stores o
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -150,16 +152,40 @@ def test_async_config_checks():
     np.testing.assert_equal(load_config("math_selfplay_tiny").rollout.max_staleness, 0)
 
 
-def test_cpu_async_actors_start_with_passive_openmp_waits(monkeypatch):
+def test_cpu_actors_start_with_passive_openmp_waits_and_threads_split_by_the_workers_computing_at_once(
+    monkeypatch,
+):
     from roll_ma.config import load_config
-    from roll_ma.pipelines.workers import process_env
+    from roll_ma.pipelines.workers import cpu_sharers, process_env
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    sync = load_config("math_selfplay_tiny")
+    sync = load_config("math_selfplay_tiny", overrides=["train.num_workers=2"])
     async_cpu = load_config("math_selfplay_tiny", overrides=["rollout.max_staleness=1"])
     gpu_overrides = ["rollout.max_staleness=1", "rollout.sleep_level=0"]
     async_gpu = load_config("math_selfplay_7b", overrides=gpu_overrides, check_local_gpus=False)
-    assert process_env(async_cpu) == {"OMP_WAIT_POLICY": "PASSIVE"}
-    assert process_env(sync) == {} and process_env(async_gpu) == {}
+    assert process_env(async_cpu) == process_env(sync) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert process_env(async_gpu) == {}
+    # sync: the train ranks compute together, the rollout in turn; async: both at once
+    assert (cpu_sharers(sync, "train"), cpu_sharers(sync, "rollout")) == (2, 1)
+    assert cpu_sharers(async_cpu, "train") == cpu_sharers(async_cpu, "rollout") == 2
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's own setting wins
     assert process_env(async_cpu) == {}
+
+
+def test_a_cpu_worker_takes_its_share_of_the_cores_this_process_may_use(monkeypatch):
+    import torch
+
+    from roll_ma.strategies import ds_utils
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    monkeypatch.setenv(ds_utils.SHARERS_VAR, "3")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what Ray sets in an actor of 0.1 CPU
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    try:
+        assert ds_utils.use_cpu_threads(world_size=1) == 2 and torch.get_num_threads() == 2
+        assert os.environ["OMP_NUM_THREADS"] == os.environ["MKL_NUM_THREADS"] == "2"
+        monkeypatch.delenv(ds_utils.SHARERS_VAR)  # a worker built outside the pipeline: its role's ranks
+        assert ds_utils.use_cpu_threads(world_size=6) == 1
+    finally:
+        torch.set_num_threads(before)

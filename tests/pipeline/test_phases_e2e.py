@@ -161,3 +161,34 @@ def _lines(out: Path) -> list[tuple]:
         (r["step"], sorted((k, v) for k, v in r.items() if k.startswith("agent/") and not k.endswith("/lr")))
         for r in read_metrics(out / "metrics.jsonl")
     ]
+
+
+def test_a_file_run_logs_each_step_once_saves_where_asked_and_resumes_past_a_damaged_checkpoint(
+    tmp_path, tiny_model_dir, ray_session, capsys
+):
+    """SFT from a file, 4 steps, trainer.save_every=3: checkpoints at step 3 and at the end, one metrics line
+    per step; the newest checkpoint damaged, the rerun falls back to step 3 as the RL loop would."""
+    phases = [{"name": "sft", "objective": "sft"}]
+    cfg = load(tmp_path, reflection_config(tmp_path, tiny_model_dir, phases),
+               ["trainer.save_every=3", "trainer.resume=auto"])
+    out = Path(cfg.trainer.output_dir)
+    run_pipeline(cfg)
+    log = capsys.readouterr().out
+    assert [step for step, _ in ckpt.complete_checkpoints(out)] == [3, 4]
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
+    last, metrics = out / "checkpoints" / "step_000004", out / "metrics.jsonl"
+    assert log.rstrip().splitlines()[-1] == f"[roll_ma] done: checkpoint {last}, metrics {metrics}"
+    # copies: the files are damaged below, and safetensors reads them through a memory map
+    full = {a: {k: v.clone() for k, v in adapter_tensors_at(out, 4, a).items()} for a in ("actor", "critic")}
+    lines = _lines(out)
+
+    damaged = out / "checkpoints" / "step_000004" / "trainer/adapters/actor/adapter_model.safetensors"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    run_pipeline(cfg)
+    log = capsys.readouterr().out
+    assert "[roll_ma] skipped the damaged checkpoint step_000004" in log, log
+    assert f"resumed from {out / 'checkpoints' / 'step_000003'}" in log, log
+    assert (out / "checkpoints" / "damaged_step_000004").is_dir()
+    assert _lines(out) == lines, "step 4 ran again, logged once"
+    for adapter, tensors in full.items():
+        assert same_tensors(adapter_tensors_at(out, 4, adapter), tensors), adapter

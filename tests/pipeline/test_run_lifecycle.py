@@ -1,0 +1,189 @@
+"""A run leaves nothing behind, however it ends: no process it started, no Ray it started, no /dev/shm entry
+of its processes. Real subprocess runs of the tiny CPU config: through the CLI to success, Ctrl-C and
+SIGTERM (which ends like Ctrl-C: one line saying how to resume, exit 143), and through ``roll_ma.train``
+to success and to a failure, in a caller that lives on."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from pipeline_helpers import REPO, steps_logged, toy_config, write_config
+
+from roll_ma.distributed.shm_transfer import shm_dir
+
+pytestmark = pytest.mark.slow
+AGENTS = [{"name": "alice"}, {"name": "bob"}]
+TAG = "ROLL_MA_LIFECYCLE_TEST"  # in the environment of the run's driver, hence of every process it starts
+
+
+def _launch(cmd: list[str], tag: str, **kwargs) -> subprocess.Popen:
+    # its own session: a terminal's Ctrl-C reaches the driver and the Ray processes it started (killpg)
+    env = {**os.environ, TAG: tag, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def _cli(config_dir: Path, tag: str) -> subprocess.Popen:
+    return _launch([sys.executable, str(REPO / "start_pipeline.py"), "--config_path", str(config_dir),
+                    "--config_name", "toy"], tag)
+
+
+def _processes(tag: str) -> dict[int, str]:
+    """pid -> command line of every process whose environment holds the tag."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if f"{TAG}={tag}".encode() in (entry / "environ").read_bytes():
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def _wait_until_gone(tag: str, keep: set[int] = frozenset(), deadline_s: float = 60.0) -> dict[int, str]:
+    """Poll until no tagged process but ``keep`` is left (Ray's agents notice their raylet's end within
+    seconds); returns what is still there at the deadline."""
+    end = time.monotonic() + deadline_s
+    while True:
+        left = {pid: cmd for pid, cmd in _processes(tag).items() if pid not in keep}
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.5)
+
+
+def _shm_entries(pids: set[int]) -> list[str]:
+    """roll_ma's /dev/shm entries owned by one of ``pids`` (each name carries its owner's pid)."""
+    own = re.compile(r"^roll_ma_(?:sync|lora)_(\d+)_")
+    return [p.name for p in shm_dir().iterdir() if (m := own.match(p.name)) and int(m.group(1)) in pids]
+
+
+def _read_until(proc: subprocess.Popen, pattern: str, seen: list[str]) -> None:
+    """Read the run's output until a line matches (the event to act on: no polling)."""
+    wanted = re.compile(pattern)
+    for line in proc.stdout:
+        seen.append(line)
+        if wanted.search(line):
+            return
+    pytest.fail(f"the run ended before {pattern!r}:\n{''.join(seen)[-4000:]}")
+
+
+def _config_dir(tmp_path: Path, model_dir: str, steps: int, **sections) -> Path:
+    cfg = toy_config(tmp_path, model_dir, AGENTS, trainer={"max_steps": steps, "resume": "auto"}, **sections)
+    return write_config(tmp_path, cfg)
+
+
+VLLM = pytest.param("vllm", marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                                      reason="vllm(-cpu) is not installed"))
+
+
+@pytest.mark.parametrize("backend", ["hf", VLLM])
+def test_a_finished_cli_run_leaves_nothing_behind(backend, tiny_model_dir, tmp_path):
+    # vllm (adapter_sync=disk): the engine's adapter folder lives in /dev/shm for the whole run
+    rollout = {"backend": backend, **({"adapter_sync": "disk"} if backend == "vllm" else {})}
+    tag, seen = uuid.uuid4().hex, []
+    proc = _cli(_config_dir(tmp_path, tiny_model_dir, steps=2, rollout=rollout), tag)
+    _read_until(proc, r"step 1/2 ", seen)
+    pids = set(_processes(tag))  # the driver, Ray's processes and every actor, mid-run
+    if backend == "vllm":
+        assert any(name.startswith("roll_ma_lora_") for name in _shm_entries(pids))
+    rest, _ = proc.communicate(timeout=600)
+    log = "".join(seen) + rest
+    assert proc.returncode == 0, log[-4000:]
+    assert steps_logged(tmp_path / "out") == [1, 2]
+    assert _wait_until_gone(tag) == {}
+    assert _shm_entries(pids) == []
+
+
+@pytest.mark.parametrize("how", ["ctrl_c", "sigterm"])
+def test_an_interrupted_cli_run_says_how_to_resume_leaves_nothing_and_resumes(how, tiny_model_dir, tmp_path):
+    config_dir, out = _config_dir(tmp_path, tiny_model_dir, steps=3), tmp_path / "out"
+    tag, seen = uuid.uuid4().hex, []
+    proc = _cli(config_dir, tag)
+    _read_until(proc, r"step 2/3 ", seen)  # step 1's checkpoint is written: there is something to resume
+    pids = set(_processes(tag))
+    if how == "ctrl_c":
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal does: the whole foreground process group
+    else:
+        os.kill(proc.pid, signal.SIGTERM)  # what a scheduler does: the driver alone
+    rest, _ = proc.communicate(timeout=300)
+    log = "".join(seen) + rest
+    assert proc.returncode == (130 if how == "ctrl_c" else 143), log[-4000:]
+    what = "interrupted (Ctrl-C)" if how == "ctrl_c" else "stopped by SIGTERM"
+    last = log.rstrip().splitlines()[-1]
+    resume = rf"run the same command to resume from {re.escape(str(out / 'checkpoints'))}/step_00000[12]"
+    assert re.fullmatch(rf"\[roll_ma\] {re.escape(what)}; {resume} \(trainer.resume=auto\)", last), last
+    assert "Traceback" not in log and "SIGTERM received" not in log and "ImportError" not in log, rest[-4000:]
+    assert _wait_until_gone(tag) == {}
+    assert _shm_entries(pids) == []
+
+    again = _cli(config_dir, uuid.uuid4().hex)
+    log, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, log[-4000:]
+    assert "resumed from" in log and steps_logged(out) == [1, 2, 3], "every step exactly once"
+
+
+CALLER = textwrap.dedent('''
+    import os, sys, yaml
+    import ray
+    import roll_ma
+    from roll_ma.errors import RollMaError
+
+    ok, failing = yaml.safe_load(open(sys.argv[1])), yaml.safe_load(open(sys.argv[2]))
+    roll_ma.train(ok)
+    print("after success: ray initialised", ray.is_initialized(), flush=True)
+    sys.stdin.readline()  # the test looks for processes left, then lets this caller go on
+    try:
+        roll_ma.train(failing)
+    except RollMaError as err:
+        print("raised", type(err).__name__, flush=True)
+    print("after failure: ray initialised", ray.is_initialized(), flush=True)
+    sys.stdin.readline()
+''')
+
+
+def test_train_stops_the_ray_it_started_after_success_and_failure(tiny_model_dir, tmp_path):
+    import yaml
+
+    ok = toy_config(tmp_path / "ok", tiny_model_dir, AGENTS, trainer={"max_steps": 1})
+    task = tmp_path / "task.py"
+    task.write_text("class Grader:\n    def reset(self, problem):\n        return problem['problem']\n\n"
+                    "    def step(self, actions, ground_truth):\n        return '', 1 / 0, True\n")
+    failing = {
+        "model": {"path": tiny_model_dir, "max_prompt_tokens": 64},
+        "agents": [{"name": "solver"}, {"name": "judge"}],
+        "env": {"name": "marft", "path": f"{task}:Grader", "max_assistant_turns": 2, "groups_per_step": 2,
+                "group_size": 2, "data": {"source": "synthetic", "num_eval_problems": 2}},
+        "rollout": {"backend": "hf", "max_new_tokens": 4},
+        "reference": {"mode": "none"},
+        "trainer": {"max_steps": 1, "eval_every": 0, "output_dir": str(tmp_path / "failing")},
+    }
+    paths = [tmp_path / "ok.yaml", tmp_path / "failing.yaml"]
+    for path, cfg in zip(paths, [ok, failing]):
+        path.write_text(yaml.safe_dump(cfg))
+    tag, seen = uuid.uuid4().hex, []
+    caller = _launch([sys.executable, "-c", CALLER, *map(str, paths)], tag, stdin=subprocess.PIPE)
+    try:
+        _read_until(caller, r"^after success: ", seen)
+        assert seen[-1].strip() == "after success: ray initialised False", "".join(seen)[-4000:]
+        assert _wait_until_gone(tag, keep={caller.pid}) == {}
+        caller.stdin.write("\n")
+        caller.stdin.flush()
+        _read_until(caller, r"^after failure: ", seen)
+        assert "raised WorkerError\n" in seen, "".join(seen)[-4000:]
+        assert seen[-1] == "after failure: ray initialised False\n", "".join(seen)[-4000:]
+        assert _wait_until_gone(tag, keep={caller.pid}) == {}
+    finally:
+        caller.kill()
+        caller.communicate()
