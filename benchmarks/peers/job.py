@@ -278,7 +278,9 @@ def step_summary_from_ends(step_ends: list[float], warmup: int) -> dict[str, Any
     }
 
 
-def phase_medians(steps: list[dict[str, float]], names: dict[str, str], warmup: int) -> dict[str, float | None]:
+def phase_medians(
+    steps: list[dict[str, float]], names: dict[str, str], warmup: int
+) -> dict[str, float | None]:
     """The framework's own per-step phase timers, as the median over the timed steps: ``names`` maps
     the table's phase (rollout, scoring, update, sync, ...) to the framework's metric key."""
     out: dict[str, float | None] = {}
@@ -335,12 +337,19 @@ def runner_parser(doc: str | None, one_agent: bool = True) -> argparse.ArgumentP
     """The arguments every runner takes: N agents, the agent this run trains (peers: one policy a run)
     or --shared (one adapter for every seat), the model directory and the job file."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--agents", type=int, required=True,
-                   help="N agents of the job" + ("" if one_agent else ", all trained in this one run"))
+    p.add_argument(
+        "--agents",
+        type=int,
+        required=True,
+        help="N agents of the job" + ("" if one_agent else ", all trained in this one run"),
+    )
     if one_agent:
         p.add_argument("--agent", type=int, default=None, help="the agent this run trains (0..N-1)")
-    p.add_argument("--shared", action="store_true",
-                   help="one adapter for all N seats (the prompt names the seat): every seat's rows in this run")
+    p.add_argument(
+        "--shared",
+        action="store_true",
+        help="one adapter for all N seats (the prompt names the seat): every seat's rows in this run",
+    )
     p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
     p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
     return p
@@ -384,7 +393,9 @@ def run_logged(
     launcher's per-step log line) ends a step at the time it arrives (time.monotonic()). The output's
     tail is echoed for the record."""
     print(f"[{tag}] " + " ".join(cmd), flush=True)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
     assert proc.stdout is not None
     lines, step_ends = [], []
     for line in proc.stdout:
@@ -408,7 +419,11 @@ def gpu_identity() -> dict[str, str | None]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "-i", gpu, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30, check=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=30,
+            check=True,
         ).stdout.strip()
         name, driver = (v.strip() for v in out.split(",", 1))
         return {"gpu_name": name, "gpu_driver": driver}

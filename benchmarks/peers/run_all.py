@@ -139,8 +139,16 @@ def runner_command(
     return cmd
 
 
-DISTRIBUTED_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                    "CROSS_RANK", "CROSS_SIZE")
+DISTRIBUTED_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CROSS_RANK",
+    "CROSS_SIZE",
+)
 
 
 def runner_env(framework: str, sites: Path | None, gpu: str | None = None) -> dict[str, str]:
@@ -156,8 +164,11 @@ def runner_env(framework: str, sites: Path | None, gpu: str | None = None) -> di
     # DIR/<peer>/site-packages (install_peer_wheels.sh): dill, hashing a datasets.Dataset, pickles by value
     # any module outside a site-packages folder, and pyarrow by value does not pickle (MonthDayNano)
     if sites is not None and (sites / site / "site-packages").is_dir():  # its pins, then the shared
-        paths[:0] = [str(sites / name / "site-packages") for name in (site, "common")
-                     if (sites / name / "site-packages").is_dir()]
+        paths[:0] = [
+            str(sites / name / "site-packages")
+            for name in (site, "common")
+            if (sites / name / "site-packages").is_dir()
+        ]
     env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     return env
 
@@ -205,7 +216,12 @@ def run_tag(framework: str, n_agents: int, agent: int | None, shared: bool) -> s
 
 
 def run_one(
-    framework: str, n_agents: int, agent: int | None, shared: bool, model: str, args: argparse.Namespace,
+    framework: str,
+    n_agents: int,
+    agent: int | None,
+    shared: bool,
+    model: str,
+    args: argparse.Namespace,
     gpu: str | None = None,
 ) -> dict[str, Any]:
     """One runner process on GPU ``gpu``: its result line, its log file, the GPU peak seen while it ran."""
@@ -286,7 +302,9 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = sorted({(r["agents"], bool(r.get("shared")), r["framework"]) for r in runs},
                   key=lambda k: (k[0], k[1], FRAMEWORKS.index(k[2])))  # fmt: skip
     rows = [
-        combine(f, n, sh, [r for r in runs if (r["agents"], bool(r.get("shared")), r["framework"]) == (n, sh, f)])
+        combine(
+            f, n, sh, [r for r in runs if (r["agents"], bool(r.get("shared")), r["framework"]) == (n, sh, f)]
+        )
         for n, sh, f in keys
     ]
     add_ratios(rows)
@@ -310,8 +328,9 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
         r["vs_roll_ma"] = round(r["step_s"] / base["step_s"], 2) if same_gpu and r["step_s"] else None
 
 
-def plan_runs(frameworks: list[tuple[str, set[int] | None]], agents: list[int], shared: bool
-              ) -> list[tuple[str, int, int | None, bool]]:
+def plan_runs(
+    frameworks: list[tuple[str, set[int] | None]], agents: list[int], shared: bool
+) -> list[tuple[str, int, int | None, bool]]:
     """Every run of the table, as (framework, N, agent, shared): the frameworks' own rows first, the
     longest first among them (a whole step's rows in one run, the slowest framework first: the GPUs then
     finish close together), then OpenRLHF, then the labelled variants (a run_all stopped by its time limit
@@ -321,16 +340,21 @@ def plan_runs(frameworks: list[tuple[str, set[int] | None]], agents: list[int], 
         for framework, only in frameworks:
             if only is not None and n not in only:
                 continue
-            runs += [(framework, n, None, False)] if framework == "roll_ma" else [
-                (framework, n, a, False) for a in range(n)
-            ]
+            runs += (
+                [(framework, n, None, False)]
+                if framework == "roll_ma"
+                else [(framework, n, a, False) for a in range(n)]
+            )
             if shared and n > 1:
                 runs.append((framework, n, None, True))
+
     def order(run: tuple[str, int, int | None, bool]) -> tuple[int, int, int]:
         framework, n, agent, _ = run
         group = 2 if framework in VARIANTS else (1 if framework == "openrlhf" else 0)
         whole_step = framework == "roll_ma" or agent is None or n == 1  # every row of a step in one run
-        slowest_first = ("verl", "roll_ma", "trl").index(framework) if framework in ("verl", "roll_ma", "trl") else 3
+        slowest_first = (
+            ("verl", "roll_ma", "trl").index(framework) if framework in ("verl", "roll_ma", "trl") else 3
+        )
         return group, -whole_step, slowest_first  # 2026-11-27: verl's 192-row runs took > 600 s, TRL's 4 min
 
     return sorted(runs, key=order)
@@ -371,8 +395,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from common import markdown_table
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--frameworks", default="roll_ma,trl,verl,openrlhf",
-                   help="comma list; a name may end in @N[+N] (only those N); known: " + ", ".join(FRAMEWORKS))
+    p.add_argument(
+        "--frameworks",
+        default="roll_ma,trl,verl,openrlhf",
+        help="comma list; a name may end in @N[+N] (only those N); known: " + ", ".join(FRAMEWORKS),
+    )
     p.add_argument("--agents", default=None, help="comma list of N (default: the job's agents)")
     p.add_argument("--shared", action="store_true", help="also one shared-adapter run per framework, N > 1")
     p.add_argument("--model", default=None, help="model directory (default: built from the job)")

@@ -36,9 +36,9 @@ from job import (  # noqa: E402
     Job,
     agent_prompts,
     flash_attn_installed,
+    gpu_identity,
     measure_and_emit,
     parse_runner_args,
-    gpu_identity,
     phase_medians,
     rows_of_run,
     run_logged,
@@ -180,7 +180,9 @@ def run(job: Job, n_agents: int, agent: int | None, model: str, shim: bool, work
         **step_summary_from_ends(step_ends, job.warmup_steps),
         # OpenRLHF's own per-step timers, every one it logs (its names change between releases)
         "phases_s": phase_medians(
-            steps, {k: k for k in sorted({k for s in steps for k in s if k.startswith("timing/")})}, job.warmup_steps
+            steps,
+            {k: k for k in sorted({k for s in steps for k in s if k.startswith("timing/")})},
+            job.warmup_steps,
         ),
         "rows_per_step": rows,
         "response_tokens_per_step": lengths[len(lengths) // 2] * rows if lengths else None,
@@ -225,6 +227,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             return run(job, args.agents, args.agent, args.model, args.flash_attn_shim, Path(work))
 
     return measure_and_emit(result, measure)
+
 
 if __name__ == "__main__":
     main()

@@ -60,8 +60,8 @@ StepHook = Callable[[Any, int], "dict[str, float] | None"]
 # The step's named stages, one after another on the driver: with the bookkeeping between them (record)
 # they cover the step's wall time; timing/unaccounted is what none of them holds
 STAGES = (
-    "rollout", "sleep", "reference", "old_log_probs", "values", "advantages", "update", "joint_search", "sync",
-    "eval", "record",
+    "rollout", "sleep", "reference", "old_log_probs", "values", "advantages", "update", "joint_search",
+    "sync", "eval", "record",
 )  # fmt: skip
 
 

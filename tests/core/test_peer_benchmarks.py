@@ -214,7 +214,10 @@ def test_verl_phases_come_from_its_file_logger(job, tmp_path):
     # the table's rows: no old-log-prob forward in any framework; verl's default only as a labelled variant
     overrides = run_verl.verl_overrides(job, 3, "M", "T", "O")
     assert "algorithm.rollout_correction.bypass_mode=True" in overrides
-    assert not any("bypass_mode" in o for o in run_verl.verl_overrides(job, 3, "M", "T", "O", recompute_old_log_probs=True))
+    assert not any(
+        "bypass_mode" in o
+        for o in run_verl.verl_overrides(job, 3, "M", "T", "O", recompute_old_log_probs=True)
+    )
 
 
 def _parser_options(path: Path) -> dict[str, list | None]:
@@ -380,24 +383,41 @@ def test_result_lines_and_the_combined_row():
     h100 = "NVIDIA H100 80GB HBM3"
     runs = [
         {"framework": "trl", "agents": 2, "agent": 0, "step_s": 2.0, "step_min_s": 1.5, "step_max_s": 2.5,
-         "response_tokens_per_step": 100.0, "gpu_peak_gb": 50.0, "gpu_name": h100, "phases_s": {"rollout": 1.0}},
+         "response_tokens_per_step": 100.0, "gpu_peak_gb": 50.0, "gpu_name": h100,
+         "phases_s": {"rollout": 1.0}},
         {"framework": "trl", "agents": 2, "agent": 1, "step_s": 3.0, "step_min_s": 2.0, "step_max_s": 4.0,
          "response_tokens_per_step": 150.0, "gpu_peak_gb": 60.0, "oom": False, "gpu_name": h100,
          "phases_s": {"rollout": 2.0}},
-        {"framework": "roll_ma", "agents": 2, "step_s": 2.5, "response_tokens_per_step": 250.0, "gpu_name": h100},
+        {"framework": "roll_ma", "agents": 2, "step_s": 2.5, "response_tokens_per_step": 250.0,
+         "gpu_name": h100},
         {"framework": "verl", "agents": 2, "agent": 0, "step_s": None, "error": "ValueError: x", "oom": True},
         {"framework": "openrlhf", "agents": 2, "agent": 0, "step_s": 4.0, "response_tokens_per_step": 100.0,
          "gpu_name": h100},
         {"framework": "roll_ma", "agents": 2, "shared": True, "step_s": 2.0, "gpu_name": h100},
-        {"framework": "trl", "agents": 2, "agent": None, "shared": True, "step_s": 3.0, "gpu_name": "NVIDIA H200"},
+        {"framework": "trl", "agents": 2, "agent": None, "shared": True, "step_s": 3.0,
+         "gpu_name": "NVIDIA H200"},
     ]  # fmt: skip
     ours, trl, verl, openrlhf, ours_shared, trl_shared = run_all.table_rows(runs)
     assert (trl["step_s"], trl["step_min_s"], trl["step_max_s"], trl["tokens_per_s"]) == (5.0, 3.5, 6.5, 50.0)
-    assert (trl["gpu_peak_gb"], trl["vs_roll_ma"], trl["phases_s"], trl["gpu"]) == (60.0, 2.0, {"rollout": 3.0}, h100)
+    assert (trl["gpu_peak_gb"], trl["vs_roll_ma"], trl["phases_s"], trl["gpu"]) == (
+        60.0,
+        2.0,
+        {"rollout": 3.0},
+        h100,
+    )
     assert (trl["runs"], trl["status"], ours["runs"], ours["vs_roll_ma"]) == ("2/2", "ok", "1/1", 1.0)
-    assert (verl["step_s"], verl["vs_roll_ma"], verl["oom"], verl["status"]) == (None, None, True, "ValueError: x")
+    assert (verl["step_s"], verl["vs_roll_ma"], verl["oom"], verl["status"]) == (
+        None,
+        None,
+        True,
+        "ValueError: x",
+    )
     # one of the two runs measured: no step time, never an estimate
-    assert (openrlhf["step_s"], openrlhf["vs_roll_ma"], openrlhf["status"]) == (None, None, "incomplete: 1 of 2 runs")
+    assert (openrlhf["step_s"], openrlhf["vs_roll_ma"], openrlhf["status"]) == (
+        None,
+        None,
+        "incomplete: 1 of 2 runs",
+    )
     # shared-adapter rows are one run each, compared with roll_ma's shared row, and only on the same GPU model
     assert (ours_shared["adapters"], ours_shared["runs"], trl_shared["runs"]) == ("1 shared", "1/1", "1/1")
     assert trl_shared["step_s"] == 3.0 and trl_shared["vs_roll_ma"] is None
@@ -410,7 +430,8 @@ def test_the_plan_runs_every_agent_of_every_peer_and_the_shared_rows():
     frameworks = run_all.parse_frameworks("roll_ma,trl,openrlhf@1")
     plan = run_all.plan_runs(frameworks, [1, 3], shared=True)
     assert sorted(map(str, (r for r in plan if r[0] == "trl"))) == sorted(map(str, [
-        ("trl", 1, 0, False), ("trl", 3, 0, False), ("trl", 3, 1, False), ("trl", 3, 2, False), ("trl", 3, None, True),
+        ("trl", 1, 0, False), ("trl", 3, 0, False), ("trl", 3, 1, False), ("trl", 3, 2, False),
+        ("trl", 3, None, True),
     ]))  # fmt: skip
     assert [r for r in plan if r[0] == "openrlhf"] == [("openrlhf", 1, 0, False)]
     assert plan[0][0] == "roll_ma" and ("roll_ma", 3, None, True) in plan
