@@ -13,6 +13,13 @@ from roll_ma.cli import main
 from roll_ma.config import ConfigError, load_config
 
 
+@pytest.fixture(autouse=True)
+def own_folder(tmp_path, monkeypatch):
+    """Each test in a folder of its own: --cfg runs the pre-flight checks, and the demo's outputs/ in the
+    checkout (README's first command, at the configs' default trainer.output_dir) would be checked too."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.mark.parametrize("argv", [
     ["--config_name", "math_selfplay_tiny", "trainer.max_steps=3", "--cfg"],
     ["trainer.max_steps=3", "--cfg", "--config_name", "math_selfplay_tiny", "env.group_size=2"],

@@ -38,6 +38,9 @@ def empty_hub_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # a folder of its own: the demo's outputs/ in the checkout (README's first command) would add a resume
+    # problem to the config's default trainer.output_dir
+    monkeypatch.chdir(tmp_path)
     return cache
 
 
