@@ -316,8 +316,12 @@ def test_trl_micro_batches_are_the_largest_divisor_of_the_step_in_the_token_budg
     assert run_trl.micro_batch_rows(6, 20000, 16384) == 1  # no row fits: one row a micro-batch
 
 
-def test_trl_passes_follow_its_config(job, tmp_path):
+def test_trl_passes_follow_its_config(job, tmp_path, monkeypatch):
     pytest.importorskip("trl")
+    # GRPOConfig starts accelerate's state, which reads RANK / WORLD_SIZE: earlier tests in the session
+    # (tests/core/test_distributed.py) leave them behind, as run_all's runner_env knows
+    for name in run_all.DISTRIBUTED_VARS:
+        monkeypatch.delenv(name, raising=False)
     args = dict(job=job, rows=192, micro=32, device="cpu", use_vllm=True, out_dir=str(tmp_path))
     ours = run_trl.trl_passes(run_trl.grpo_config(is_correction=False, **args))
     assert "no old log-probs" in ours and "correction off" in ours and "reference log-probs" in ours
