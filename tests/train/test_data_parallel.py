@@ -126,7 +126,10 @@ def test_two_ranks_train_the_critic_like_one_rank(ray_session, make_strategy, ti
         moved = single.adapter_tensors(critics)  # 2 ranks == 1 rank must not hold by neither moving
         assert all(any(not torch.equal(before[n][k], moved[n][k]) for k in moved[n]) for n in critics)
         for key, value in want.items():
-            assert per_rank[0][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+            # a clip fraction counts tokens at |v - v_old| > clip: one token on the boundary (values agree to
+            # 1e-6 between layouts) flips it by 1/33; the weights below are the exact check
+            tol = 0.05 if key.endswith("clip_frac") else 1e-6
+            assert per_rank[0][key] == pytest.approx(value, rel=1e-4, abs=tol), key
 
         names = critics + ["a0", "a1", "a2"]
         got_w, want_w = cluster.adapter_tensors(names), single.adapter_tensors(names)
