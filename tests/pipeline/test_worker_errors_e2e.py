@@ -101,10 +101,13 @@ def test_a_worker_failing_in_its_constructor_ends_the_cli_run_with_one_message_a
             pass
     '''))
     out = tmp_path / "out"
+    # the driver is no worker: without the RANK / WORLD_SIZE that in-process DeepSpeed tests leave behind
+    dist_vars = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    driver_env = {**{k: v for k, v in os.environ.items() if k not in dist_vars}, "PYTHONUNBUFFERED": "1"}
     res = subprocess.run(
         [sys.executable, str(REPO / "start_pipeline.py"), "--config_name", "math_selfplay_tiny", *SMALL,
          f"env.name={env_file}:MyEnv", f"trainer.output_dir={out}"],
-        capture_output=True, text=True, cwd=REPO, timeout=500, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        capture_output=True, text=True, cwd=REPO, timeout=500, env=driver_env,
     )
     printed = res.stdout + res.stderr
     assert res.returncode == 1, printed[-3000:]
