@@ -121,14 +121,17 @@ class GpuPeak:
 
 
 def runner_command(
-    framework: str, n_agents: int, agent: int | None, model: str, args: argparse.Namespace
+    framework: str, n_agents: int, agent: int | None, shared: bool, model: str, args: argparse.Namespace
 ) -> list[str]:
-    """The runner's command line of one run (``agent`` None: roll_ma's one run, or a shared-adapter run)."""
+    """The runner's command line of one run: a peer's run trains ``agent``, or with ``shared`` one adapter
+    on every seat's rows; roll_ma's one run trains every agent (``shared``: on one adapter)."""
     cmd = [sys.executable, str(RUNNERS[framework]), "--agents", str(n_agents), "--model", model]
     if args.job:
         cmd += ["--job", args.job]
-    if framework != "roll_ma":
-        cmd += ["--agent", str(agent)] if agent is not None else ["--shared"]
+    if shared:
+        cmd.append("--shared")
+    elif framework != "roll_ma":
+        cmd += ["--agent", str(agent)]
     cmd += VARIANTS.get(framework, (framework, []))[1]
     if framework.startswith(("roll_ma", "trl")):
         cmd += ["--device", args.device] + (["--smoke"] if args.smoke else [])
@@ -225,9 +228,7 @@ def run_one(
     gpu: str | None = None,
 ) -> dict[str, Any]:
     """One runner process on GPU ``gpu``: its result line, its log file, the GPU peak seen while it ran."""
-    cmd = runner_command(framework, n_agents, agent, model, args)
-    if shared and framework == "roll_ma":
-        cmd.append("--shared")
+    cmd = runner_command(framework, n_agents, agent, shared, model, args)
     tag = run_tag(framework, n_agents, agent, shared)
     log_path = Path(args.out_dir) / f"{tag}.log"
     print(f"[run_all] {tag} on GPU {gpu}: {' '.join(cmd)}", flush=True)

@@ -5,6 +5,7 @@ is importable (installed without its dependencies is enough) and skip otherwise.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import importlib.util
@@ -441,6 +442,13 @@ def test_the_plan_runs_every_agent_of_every_peer_and_the_shared_rows():
     assert plan[0][0] == "roll_ma" and ("roll_ma", 3, None, True) in plan
     with pytest.raises(ValueError, match="known are"):
         run_all.parse_frameworks("roll_ma,deepspeed-chat")
+    # each planned run reaches its runner as that run: shared rows on one adapter, a peer's run on its agent
+    args = argparse.Namespace(job=None, device="cuda", smoke=False)
+    tail = lambda *run: run_all.runner_command(*run, "M", args)[2:]  # noqa: E731
+    assert "--shared" in tail("roll_ma", 3, None, True) and "--shared" not in tail("roll_ma", 3, None, False)
+    assert "--shared" in tail("trl", 3, None, True) and "--agent" not in tail("trl", 3, None, True)
+    assert tail("verl", 3, 1, False)[-2:] == ["--agent", "1"]
+    assert "--is-correction" in tail("trl_is", 1, 0, False)
 
 
 @pytest.mark.slow
