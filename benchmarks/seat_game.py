@@ -34,17 +34,22 @@ class SeatGame(MultiAgentEnv):
         self.seed, self.t, self.returns = seed, 0, [0.0] * self.num_players
         return self._turn()
 
-    def _seat(self) -> int:
-        return (self.seed + self.t) % self.num_players
+    def _seat(self, t: int | None = None) -> int:
+        return (self.seed + (self.t if t is None else t)) % self.num_players
 
-    def _turn(self) -> Turn:
-        p = self._seat()
+    def _turn(self, t: int | None = None) -> Turn:
+        t = self.t if t is None else t
+        p = self._seat(t)
         words = " ".join(FILLER[(self.seed + i) % len(FILLER)] for i in range(self.prompt_words))
         msgs = [
             {"role": "system", "content": f"You are seat {p} of {self.num_players}. Say digits."},
-            {"role": "user", "content": f"Game {self.seed}, turn {self.t}: {words}"},
+            {"role": "user", "content": f"Game {self.seed}, turn {t}: {words}"},
         ]
         return Turn(player=p, agent=self.seat_agents[p], messages=msgs)
+
+    def planned_turns(self) -> list[Turn]:
+        """A turn's prompt depends only on (seed, turn): every later turn is known now."""
+        return [self._turn(t) for t in range(self.t + 1, self.turns)]
 
     def step(self, action_text: str) -> StepResult:
         p = self._seat()

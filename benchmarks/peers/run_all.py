@@ -24,7 +24,9 @@ peer's PYTHONPATH, then DIR/common's (the wheels all staged peers share).
 
 A framework name may carry ``@N[+N]`` (``openrlhf@1``): only those N. Variants, each a peer's default
 that runs one more scoring pass per step than the table's rows: ``trl_is`` (TRL's importance-sampling
-correction on), ``verl_recompute`` (verl recomputes pi_old in a forward instead of vLLM's log-probs).
+correction on), ``verl_recompute`` (verl recomputes pi_old in a forward instead of vLLM's log-probs); and
+``roll_ma_turnwise``: roll_ma decoding one round per turn (env.decode_ahead=false), its rollout before
+SeatGame planned its turns.
 """
 
 from __future__ import annotations
@@ -50,12 +52,14 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from job import Job, is_oom, load_job, read_result  # noqa: E402
 
-# labelled variants: a peer's default where it runs one more scoring pass than the table's rows
+# labelled variants: a peer's default where it runs one more scoring pass than the table's rows, and
+# roll_ma's rollout of one round per turn (the before of env.decode_ahead)
 VARIANTS = {
     "trl_is": ("trl", ["--is-correction"]),  # TRL's default importance-sampling correction on
     "verl_recompute": ("verl", ["--recompute-old-log-probs"]),  # verl's default: pi_old recomputed
+    "roll_ma_turnwise": ("roll_ma", ["--turnwise"]),
 }
-FRAMEWORKS = ("roll_ma", "trl", "trl_is", "verl", "verl_recompute", "openrlhf")
+FRAMEWORKS = ("roll_ma", "roll_ma_turnwise", "trl", "trl_is", "verl", "verl_recompute", "openrlhf")
 
 
 def base_framework(framework: str) -> str:
@@ -130,7 +134,7 @@ def runner_command(
         cmd += ["--job", args.job]
     if shared:
         cmd.append("--shared")
-    elif framework != "roll_ma":
+    elif base_framework(framework) != "roll_ma":
         cmd += ["--agent", str(agent)]
     cmd += VARIANTS.get(framework, (framework, []))[1]
     if framework.startswith(("roll_ma", "trl")):
@@ -259,7 +263,7 @@ def combine(framework: str, n_agents: int, shared: bool, runs: list[dict[str, An
     """One table row. roll_ma, or any shared-adapter run: its one run. A peer: its N per-agent runs
     summed (median, min and max step time, response tokens, each phase), the largest GPU peak, the first
     error; a row missing any of its runs has no step time."""
-    expected = 1 if (framework == "roll_ma" or shared) else n_agents
+    expected = 1 if (base_framework(framework) == "roll_ma" or shared) else n_agents
     errors = [r["error"] for r in runs if r.get("error")]
     complete = len(runs) == expected and all(r.get("step_s") is not None for r in runs)
     step_s = _sum([r.get("step_s") for r in runs]) if complete else None
@@ -329,13 +333,25 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
         r["vs_roll_ma"] = round(r["step_s"] / base["step_s"], 2) if same_gpu and r["step_s"] else None
 
 
+# Minutes one run took on an H100 with 2026-11-27's job (start-up + 7 steps; verl starts in ~6.5 min):
+# (framework, whole step in one run) -> minutes. The plan starts the longest runs first.
+RUN_MINUTES = {
+    ("verl", True): 13.0,
+    ("verl", False): 9.0,
+    ("roll_ma", True): 6.2,
+    ("openrlhf", True): 3.9,
+    ("trl", True): 3.5,
+    ("trl", False): 2.1,
+}
+
+
 def plan_runs(
     frameworks: list[tuple[str, set[int] | None]], agents: list[int], shared: bool
 ) -> list[tuple[str, int, int | None, bool]]:
-    """Every run of the table, as (framework, N, agent, shared): the frameworks' own rows first, the
-    longest first among them (a whole step's rows in one run, the slowest framework first: the GPUs then
-    finish close together), then OpenRLHF, then the labelled variants (a run_all stopped by its time limit
-    loses those first)."""
+    """Every run of the table, as (framework, N, agent, shared), longest first (RUN_MINUTES: the GPUs
+    then finish close together) within three groups: the frameworks' own rows and roll_ma's variant,
+    then OpenRLHF, then the peers' labelled variants (a run_all stopped by its time limit loses those
+    first)."""
     runs = []
     for n in agents:
         for framework, only in frameworks:
@@ -343,20 +359,18 @@ def plan_runs(
                 continue
             runs += (
                 [(framework, n, None, False)]
-                if framework == "roll_ma"
+                if base_framework(framework) == "roll_ma"
                 else [(framework, n, a, False) for a in range(n)]
             )
             if shared and n > 1:
                 runs.append((framework, n, None, True))
 
-    def order(run: tuple[str, int, int | None, bool]) -> tuple[int, int, int]:
+    def order(run: tuple[str, int, int | None, bool]) -> tuple[int, float]:
         framework, n, agent, _ = run
-        group = 2 if framework in VARIANTS else (1 if framework == "openrlhf" else 0)
-        whole_step = framework == "roll_ma" or agent is None or n == 1  # every row of a step in one run
-        slowest_first = (
-            ("verl", "roll_ma", "trl").index(framework) if framework in ("verl", "roll_ma", "trl") else 3
-        )
-        return group, -whole_step, slowest_first  # 2026-11-27: verl's 192-row runs took > 600 s, TRL's 4 min
+        base = base_framework(framework)
+        group = 1 if base == "openrlhf" else (2 if framework in VARIANTS and base != "roll_ma" else 0)
+        whole_step = base == "roll_ma" or agent is None or n == 1  # every row of a step in one run
+        return group, -RUN_MINUTES.get((base, whole_step), 5.0)
 
     return sorted(runs, key=order)
 

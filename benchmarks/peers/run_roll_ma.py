@@ -53,19 +53,34 @@ PHASES = {  # the table's phases -> roll_ma's own timers (metrics.jsonl; pipelin
 }
 
 
-def settings(cuda: bool) -> str:
+def settings(cuda: bool, turnwise: bool = False) -> str:
     """What this runner sets, for the table."""
     if not cuda:
         return "CPU smoke: hf generate, padded rows"
+    decoding = (
+        "one generate call per turn (env.decode_ahead=false)"
+        if turnwise
+        else "an episode's turns decoded in one generate call (SeatGame plans its turns: env.decode_ahead)"
+    )
     return (
-        f"vLLM colocated, CUDA graphs, sleep level 1; DeepSpeed ZeRO-0 bf16; packed rows (varlen flash "
-        f"attention); {UPDATE_TOKENS}-token micro-batches, no activation checkpointing; reference = base "
+        f"vLLM colocated, CUDA graphs, sleep level 1; {decoding}; DeepSpeed ZeRO-0 bf16; "
+        f"packed rows (varlen flash attention); {UPDATE_TOKENS}-token micro-batches, no activation "
+        "checkpointing; reference = base "
         "with adapters off; pi_old from the update's own forward (no old-log-prob pass)"
     )
 
 
-def run_config(job: Job, n_agents: int, model: str, device: str, out_dir: str, shared: bool = False) -> Any:
-    """The validated RunConfig of the job with N agents (``shared``: one adapter all seats use)."""
+def run_config(
+    job: Job,
+    n_agents: int,
+    model: str,
+    device: str,
+    out_dir: str,
+    shared: bool = False,
+    turnwise: bool = False,
+) -> Any:
+    """The validated RunConfig of the job with N agents (``shared``: one adapter all seats use;
+    ``turnwise``: one generate call per turn, not the episode's planned turns at once)."""
     from roll_ma.config import ConfigError, RunConfig, to_dataclass
     from roll_ma.config.validate import validate
 
@@ -122,6 +137,7 @@ def run_config(job: Job, n_agents: int, model: str, device: str, out_dir: str, s
             "group_size": e.group_size,
             "max_turns": e.turns,
             "num_workers": 1,
+            "decode_ahead": not turnwise,
         },
         "rollout": rollout,
         "train": train,
@@ -154,7 +170,9 @@ def run_config(job: Job, n_agents: int, model: str, device: str, out_dir: str, s
     return cfg
 
 
-def measure(job: Job, n_agents: int, model: str, device: str, shared: bool) -> dict[str, Any]:
+def measure(
+    job: Job, n_agents: int, model: str, device: str, shared: bool, turnwise: bool
+) -> dict[str, Any]:
     """Run the pipeline and read its metrics: step ends, its own phase timers, tokens, the GPU memory."""
     from pipeline_scaling import summarize_run
 
@@ -169,7 +187,7 @@ def measure(job: Job, n_agents: int, model: str, device: str, shared: bool) -> d
     init_ray(env_vars={"PYTHONPATH": os.environ["PYTHONPATH"]})
     try:
         with tempfile.TemporaryDirectory(prefix="peers_roll_ma_") as out_dir:
-            run_pipeline(run_config(job, n_agents, model, device, out_dir, shared))
+            run_pipeline(run_config(job, n_agents, model, device, out_dir, shared, turnwise))
             metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
     finally:
         shutdown_ray()
@@ -194,6 +212,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--smoke", action="store_true", help="the job shrunk to a CPU-sized check (job.shrink_for_smoke)"
     )
+    p.add_argument(
+        "--turnwise", action="store_true", help="one generate call per turn (env.decode_ahead=false)"
+    )
     args, job = parse_runner_args(p, argv)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -206,12 +227,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "agent": None,  # all agents in this run
         "shared": args.shared,
         "rows_per_step_planned": job.rows_per_step(1),
-        "settings": settings(args.device == "cuda"),
+        "settings": settings(args.device == "cuda", args.turnwise),
         "passes": "generation; reference (adapters off); update (pi_old from its own forward)",
         "versions": versions("torch", "transformers", "peft", "vllm", "deepspeed", "ray"),
         **(gpu_identity() if args.device == "cuda" else {}),
     }
-    return measure_and_emit(result, lambda: measure(job, args.agents, args.model, args.device, args.shared))
+    return measure_and_emit(
+        result, lambda: measure(job, args.agents, args.model, args.device, args.shared, args.turnwise)
+    )
 
 
 if __name__ == "__main__":

@@ -195,6 +195,12 @@ class EnvConfig:
         "other players that greedy move next to the sampled one, so exploration does not blur "
         "the signal; envs that support it only (tiny_hanabi)",
     )
+    decode_ahead: bool = _f(
+        True,
+        "envs that plan their turns (prompts that never depend on a reply, MultiAgentEnv.planned_turns): "
+        "decode an episode's remaining turns in the same generate call as its current one; false: one "
+        "round per turn (the same rows and, with per-row seeds, the same samples)",
+    )
 
 
 @dataclass

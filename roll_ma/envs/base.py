@@ -114,6 +114,14 @@ class MultiAgentEnv(ABC):
     def builtin_action(self, policy: str, rng: random.Random) -> str:
         """A model-like text chosen by a built-in policy ("random", "scripted") for this turn."""
 
+    def planned_turns(self) -> list[Turn] | None:
+        """The turns that will follow the current one, for envs whose prompts never depend on a reply
+        (fixed by the seed): the env worker then decodes them in the same generate call as the current
+        turn, and checks each against what `step` returns. None (the default): turns depend on
+        replies and are decoded one round at a time.
+        """
+        return None
+
 
 def check_seat_agents(seat_agents: list[str] | None, num_players: int, env_name: str) -> list[str]:
     """Validate `seat_agents` against the number of seats; default: one agent per seat.

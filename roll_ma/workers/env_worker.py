@@ -3,6 +3,8 @@
 Each round it gathers the prompt of every episode waiting for a model move (whichever agent
 is to act), sends them to the rollout cluster in ONE generate call with each row's
 agent_id, feeds the answers back to the envs, and repeats until all its episodes are done.
+An env whose prompts never depend on a reply plans its turns (`planned_turns`): a round then
+decodes each episode's remaining turns at once (env.decode_ahead), and stepping checks each.
 Built-in opponents ("random", "scripted") move locally and produce no training rows.
 """
 
@@ -191,6 +193,7 @@ class EnvWorker(Worker):
             )
             episodes.append(_Episode(spec, env, turn, random.Random(spec.seed)))
         samples: list[TurnSample] = []
+        sample_rounds: list[int] = []  # the round of one turn per round that each sample would have had
         round_idx = 0
         bar = progress_bar(f"{'eval' if greedy else 'rollout'} step {step}, env worker {self.rank}",
                            len(episodes), "episode")
@@ -203,24 +206,35 @@ class EnvWorker(Worker):
             finished = len(episodes) - len(waiting)
             if not waiting:
                 break
-            prompts = [self._encode(ep.turn.messages) if ep.turn.prompt_ids is None
-                       else self._cut(ep.turn.prompt_ids) for ep in waiting]
+            # (episode, its turns to decode now): the current turn, then any it plans (decode_ahead)
+            rows = [(ep, [ep.turn, *self._turns_ahead(ep)]) for ep in waiting]
+            turns = [(ep, k, turn) for ep, planned in rows for k, turn in enumerate(planned)]
+            prompts = [self._encode(turn.messages) if turn.prompt_ids is None else self._cut(turn.prompt_ids)
+                       for _, _, turn in turns]
             request = DataProto.from_dict(
                 non_tensors={
                     "prompt_ids": [p for p, _ in prompts],
-                    "agent_id": [self.agent_ids[ep.turn.agent] for ep in waiting],
-                    "sample_seed": [sample_seed(ep.spec.episode_id, ep.turns_played) for ep in waiting],
+                    "agent_id": [self.agent_ids[turn.agent] for _, _, turn in turns],
+                    "sample_seed": [sample_seed(ep.spec.episode_id, ep.turns_played + k)
+                                    for ep, k, _ in turns],
                 },
                 meta_info={"greedy": greedy, "seed": self.seed * 1_000_003 + step},
             )
             activity.note(f"{'eval' if greedy else 'rollout'} step {step}: round {round_idx}, "
-                          f"asking the rollout workers for {len(waiting)} turns")
+                          f"asking the rollout workers for {len(turns)} turns of {len(waiting)} episodes")
             out = rollout.generate(request)
             greedy_texts = self._greedy_texts(rollout, request)
             activity.note(f"{'eval' if greedy else 'rollout'} step {step}: round {round_idx}, "
                           f"stepping {len(waiting)} envs with the answers")
             mask = out.batch["response_mask"].bool()
-            for row, (ep, (prompt_ids, truncated)) in enumerate(zip(waiting, prompts)):
+            for row, ((ep, k, turn), (prompt_ids, truncated)) in enumerate(zip(turns, prompts)):
+                if k > 0 and ep.turn != turn:  # the env planned a turn that its step did not give
+                    raise RuntimeError(
+                        f"env {self.env_cfg.name!r} planned turn {ep.turns_played} of episode "
+                        f"{ep.spec.episode_id} (planned_turns) as {turn}, but step() gave {ep.turn}: an env "
+                        "may plan only turns that no reply changes; fix planned_turns or set "
+                        "env.decode_ahead=false"
+                    )
                 n = int(mask[row].sum())
                 sample = TurnSample(
                     prompt_ids=prompt_ids,
@@ -240,7 +254,10 @@ class EnvWorker(Worker):
                 self._step(ep, sample.response_text, samples, sample,
                            greedy_texts[row] if greedy_texts is not None else None,
                            sample.response_ids if ep.env.takes_response_ids else None)
+                sample_rounds.append(round_idx + k)
             round_idx += 1
+        # rows in the order of one round per turn, however many turns a round decoded
+        samples = [s for _, s in sorted(zip(sample_rounds, samples), key=lambda pair: pair[0])]
         bar.close()
         meta = {
             "episodes": [self._summary(ep) for ep in episodes],
@@ -251,6 +268,20 @@ class EnvWorker(Worker):
             "finished_at": time.time(),
         }
         return collate_turns(samples, self.tokenizer.pad_token_id, meta)
+
+    def _turns_ahead(self, ep: _Episode) -> list[Any]:
+        """The turns after ``ep.turn`` that its env plans (env.decode_ahead; none when the env shows
+        greedy moves, whose turns depend on replies), cut at the turn cap and at a built-in seat."""
+        if not self.env_cfg.decode_ahead or self.env_cfg.show_greedy_moves:
+            return []
+        planned = ep.env.planned_turns() or []
+        room = self.env_cfg.max_turns - ep.turns_played - 1  # turns left under env.max_turns
+        ahead = []
+        for turn in planned[: max(room, 0)]:
+            if turn.agent in BUILTIN_POLICIES:  # played locally, in order, between model turns
+                break
+            ahead.append(turn)
+        return ahead
 
     def _greedy_texts(self, rollout: Any, request: DataProto) -> list[str] | None:
         """SAD: each row's greedy answer, which the envs show the other players.

@@ -449,6 +449,11 @@ def test_the_plan_runs_every_agent_of_every_peer_and_the_shared_rows():
     assert "--shared" in tail("trl", 3, None, True) and "--agent" not in tail("trl", 3, None, True)
     assert tail("verl", 3, 1, False)[-2:] == ["--agent", "1"]
     assert "--is-correction" in tail("trl_is", 1, 0, False)
+    # roll_ma's turn-by-turn variant is one run of all agents, like roll_ma's own rows
+    assert "--turnwise" in tail("roll_ma_turnwise", 3, None, False)
+    assert "--agent" not in tail("roll_ma_turnwise", 3, None, False)
+    turnwise = run_all.plan_runs(run_all.parse_frameworks("roll_ma_turnwise@1"), [1, 3], shared=False)
+    assert turnwise == [("roll_ma_turnwise", 1, None, False)]
 
 
 @pytest.mark.slow

@@ -1,11 +1,17 @@
 """Env workers: episodes played against a real rollout worker produce rows credited to who acted."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from roll_ma.config.schema import AgentConfig, EnvConfig, LoraConfig, ModelConfig, RolloutConfig
 from roll_ma.workers.env_worker import EnvWorker, EpisodeSpec
 from roll_ma.workers.rollout_worker import RolloutWorker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from seat_game import SeatGame  # noqa: E402
 
 HANABI_AGENTS = [AgentConfig(name="p0"), AgentConfig(name="p1")]
 MATH_AGENTS = [AgentConfig(name="solver"), AgentConfig(name="critic"), AgentConfig(name="refiner")]
@@ -147,6 +153,64 @@ def test_greedy_moves_are_decoded_and_shown_for_sampled_rollouts_only():
     evaluation = env.run_episodes(spy, _specs(2), step=1, greedy=True)
     assert [greedy for greedy, *_ in spy.calls] == [True, True]
     assert all("greedy_agreement" not in e["metrics"] for e in evaluation.meta_info["episodes"])
+
+
+SEAT_GAME = str(Path(__file__).resolve().parents[2] / "benchmarks" / "seat_game.py") + ":SeatGame"
+SEAT_AGENTS = [AgentConfig(name="a0"), AgentConfig(name="a1"), AgentConfig(name="a2")]
+
+
+def _seat_game_rows(tiny_model_dir, decode_ahead, max_turns=64, turns=3):
+    """SeatGame (prompts fixed by seed and turn: it plans its turns) played with decode_ahead on or off."""
+    env_cfg = EnvConfig(name=SEAT_GAME, kwargs={"players": 3, "turns": turns}, decode_ahead=decode_ahead,
+                        max_turns=max_turns)
+    env = _env_worker(tiny_model_dir, env_cfg, SEAT_AGENTS, ["a0", "a1", "a2"])
+    spy = _RecordingRollout(_rollout(tiny_model_dir, SEAT_AGENTS))
+    specs = [[EpisodeSpec(f"g{s}-e{k}", f"g{s}", s) for s in (4, 5) for k in range(2)]]
+    return env.run_episodes(spy, specs, step=1), spy.calls
+
+
+def test_planned_turns_are_decoded_in_one_call_with_the_same_rows(tiny_model_dir):
+    ahead, ahead_calls = _seat_game_rows(tiny_model_dir, decode_ahead=True)
+    turnwise, turnwise_calls = _seat_game_rows(tiny_model_dir, decode_ahead=False)
+    assert [len(c[1]) for c in ahead_calls] == [12]  # 4 episodes x 3 turns, one generate call
+    assert [len(c[1]) for c in turnwise_calls] == [4, 4, 4]  # one round per turn
+    assert ahead.meta_info["rounds"] == 1 and turnwise.meta_info["rounds"] == 3
+    # the same rows in the same order: per-row seeds make each sample independent of its batch
+    for key in ("episode_id", "turn", "player", "agent_id", "done", "response_text"):
+        assert ahead.non_tensor[key].tolist() == turnwise.non_tensor[key].tolist(), key
+    for key in ("input_ids", "responses", "response_mask", "scores"):
+        assert torch.equal(ahead.batch[key], turnwise.batch[key]), key
+    torch.testing.assert_close(ahead.batch["rollout_log_probs"], turnwise.batch["rollout_log_probs"])
+    # each seat's rows went to the agent of that seat (seat (seed + turn) mod 3)
+    seeds = {e["episode_id"]: e["seed"] for e in ahead.meta_info["episodes"]}
+    expected = [(seeds[e] + t) % 3 for e, t in zip(ahead.non_tensor["episode_id"], ahead.non_tensor["turn"])]
+    assert ahead.non_tensor["agent_id"].tolist() == expected
+
+
+def test_planned_turns_stop_at_the_turn_cap(tiny_model_dir):
+    batch, calls = _seat_game_rows(tiny_model_dir, decode_ahead=True, max_turns=2, turns=5)
+    assert [len(c[1]) for c in calls] == [8]  # 2 turns of each of 4 episodes, nothing decoded past the cap
+    assert all(e["truncated"] and e["turns"] == 2 for e in batch.meta_info["episodes"])
+
+
+class _PlanningWrongly(SeatGame):
+    """Plans turns whose prompts differ from what step gives (an env that should not plan)."""
+
+    def step(self, action_text):
+        result = super().step(action_text)
+        if result.next_turn is not None:
+            result.next_turn.messages[-1]["content"] += f" (after {action_text[:5]!r})"
+        return result
+
+
+def test_an_env_whose_step_differs_from_its_plan_is_named(tiny_model_dir):
+    env_cfg = EnvConfig(name=f"{__file__}:_PlanningWrongly", kwargs={"players": 3, "turns": 3})
+    env = _env_worker(tiny_model_dir, env_cfg, SEAT_AGENTS, ["a0", "a1", "a2"])
+    with pytest.raises(RuntimeError, match=r"planned turn 1 of episode g-e0 .*env.decode_ahead=false"):
+        env.run_episodes(_rollout(tiny_model_dir, SEAT_AGENTS), _specs(2), step=1)
+    off = _env_worker(tiny_model_dir, EnvConfig(name=env_cfg.name, kwargs=env_cfg.kwargs, decode_ahead=False),
+                      SEAT_AGENTS, ["a0", "a1", "a2"])
+    assert len(off.run_episodes(_rollout(tiny_model_dir, SEAT_AGENTS), _specs(2), step=1)) == 6
 
 
 def test_math_roles_act_in_order(tiny_model_dir):
