@@ -255,6 +255,22 @@ def run_one(
     return result
 
 
+class StartStagger:
+    """Spaces the runs' starts at least ``seconds`` apart, across all GPU threads."""
+
+    def __init__(self, seconds: float, clock: Any = time.monotonic, sleep: Any = time.sleep) -> None:
+        self.seconds, self.clock, self.sleep = seconds, clock, sleep
+        self._lock = threading.Lock()
+        self._last: float | None = None
+
+    def wait_turn(self) -> None:
+        with self._lock:  # one thread at a time: each waits for the start before it
+            now = self.clock()
+            if self._last is not None and now - self._last < self.seconds:
+                self.sleep(self.seconds - (now - self._last))
+            self._last = self.clock()
+
+
 def _sum(values: list[Any]) -> float | None:
     return round(sum(values), 3) if values and all(v is not None for v in values) else None
 
@@ -427,6 +443,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument("--timeout", type=int, default=3600, help="seconds per runner process")
     p.add_argument(
+        "--stagger-s",
+        type=float,
+        default=None,
+        help="seconds between two runs' starts (default: 45 with several GPUs, else 0): every runner starts "
+        "its own local Ray instance, and two started at once can hang for good (2026-11-27: 2 of 4 verl "
+        "runs started together printed nothing in 900 s; Ray calls several local instances unsupported)",
+    )
+    p.add_argument(
         "--out-dir",
         required=True,
         help="results (peers.json, peers.md) and every run's log; runs of earlier calls there are kept",
@@ -447,6 +471,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         todo.put(run)
     saved = out_dir / "peers.json"
     lock = threading.Lock()
+    stagger = StartStagger(args.stagger_s if args.stagger_s is not None else (45.0 if len(gpus) > 1 else 0.0))
     summary: dict[str, Any] = {}
 
     def record(result: dict[str, Any]) -> None:
@@ -465,6 +490,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 framework, n, agent, shared = todo.get_nowait()
             except queue.Empty:
                 return
+            stagger.wait_turn()
             result = run_one(framework, n, agent, shared, model, args, gpu)
             with lock:
                 record(result)

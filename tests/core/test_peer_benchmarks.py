@@ -456,6 +456,23 @@ def test_the_plan_runs_every_agent_of_every_peer_and_the_shared_rows():
     assert turnwise == [("roll_ma_turnwise", 1, None, False)]
 
 
+def test_runs_start_apart_so_their_ray_instances_do_not_start_together():
+    now = [0.0]
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    stagger = run_all.StartStagger(45.0, clock=lambda: now[0], sleep=sleep)
+    stagger.wait_turn()  # the first run starts at once
+    now[0] += 10.0
+    stagger.wait_turn()  # 10 s later: waits the other 35
+    now[0] += 100.0
+    stagger.wait_turn()  # long after: no wait
+    assert slept == [35.0]
+
+
 @pytest.mark.slow
 def test_driver_runs_roll_ma_and_trl_on_cpu(tmp_path):
     frameworks = ["roll_ma"] + (["trl"] if importlib.util.find_spec("trl") else [])
