@@ -26,7 +26,8 @@ A framework name may carry ``@N[+N]`` (``openrlhf@1``): only those N. Variants, 
 that runs one more scoring pass per step than the table's rows: ``trl_is`` (TRL's importance-sampling
 correction on), ``verl_recompute`` (verl recomputes pi_old in a forward instead of vLLM's log-probs); and
 ``roll_ma_turnwise``: roll_ma decoding one round per turn (env.decode_ahead=false), its rollout before
-SeatGame planned its turns.
+SeatGame planned its turns; ``roll_ma_lora_bf16``: roll_ma with its LoRA branches in bf16
+(train.lora_compute_dtype=model).
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ VARIANTS = {
     "trl_is": ("trl", ["--is-correction"]),  # TRL's default importance-sampling correction on
     "verl_recompute": ("verl", ["--recompute-old-log-probs"]),  # verl's default: pi_old recomputed
     "roll_ma_turnwise": ("roll_ma", ["--turnwise"]),
+    "roll_ma_lora_bf16": ("roll_ma", ["--lora-bf16"]),  # train.lora_compute_dtype=model, not yet the default
 }
-FRAMEWORKS = ("roll_ma", "roll_ma_turnwise", "trl", "trl_is", "verl", "verl_recompute", "openrlhf")
+FRAMEWORKS = ("roll_ma", "trl", "verl", "openrlhf", *VARIANTS)
 
 
 def base_framework(framework: str) -> str:

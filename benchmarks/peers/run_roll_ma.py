@@ -78,9 +78,11 @@ def run_config(
     out_dir: str,
     shared: bool = False,
     turnwise: bool = False,
+    lora_bf16: bool = False,
 ) -> Any:
     """The validated RunConfig of the job with N agents (``shared``: one adapter all seats use;
-    ``turnwise``: one generate call per turn, not the episode's planned turns at once)."""
+    ``turnwise``: one generate call per turn, not the episode's planned turns at once; ``lora_bf16``:
+    train.lora_compute_dtype=model)."""
     from roll_ma.config import ConfigError, RunConfig, to_dataclass
     from roll_ma.config.validate import validate
 
@@ -111,6 +113,8 @@ def run_config(
             score_max_tokens_per_micro_batch=SCORE_TOKENS,
             remove_padding=True,
         )
+    if lora_bf16:
+        train["lora_compute_dtype"] = "model"
     g = job.grpo
     raw = {
         "name": f"peers_roll_ma_{n_agents}agents",
@@ -171,7 +175,7 @@ def run_config(
 
 
 def measure(
-    job: Job, n_agents: int, model: str, device: str, shared: bool, turnwise: bool
+    job: Job, n_agents: int, model: str, device: str, shared: bool, turnwise: bool, lora_bf16: bool = False
 ) -> dict[str, Any]:
     """Run the pipeline and read its metrics: step ends, its own phase timers, tokens, the GPU memory."""
     from pipeline_scaling import summarize_run
@@ -187,7 +191,7 @@ def measure(
     init_ray(env_vars={"PYTHONPATH": os.environ["PYTHONPATH"]})
     try:
         with tempfile.TemporaryDirectory(prefix="peers_roll_ma_") as out_dir:
-            run_pipeline(run_config(job, n_agents, model, device, out_dir, shared, turnwise))
+            run_pipeline(run_config(job, n_agents, model, device, out_dir, shared, turnwise, lora_bf16))
             metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
     finally:
         shutdown_ray()
@@ -215,6 +219,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--turnwise", action="store_true", help="one generate call per turn (env.decode_ahead=false)"
     )
+    p.add_argument(
+        "--lora-bf16", action="store_true", help="LoRA in the model's bf16 (train.lora_compute_dtype=model)"
+    )
     args, job = parse_runner_args(p, argv)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -227,13 +234,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "agent": None,  # all agents in this run
         "shared": args.shared,
         "rows_per_step_planned": job.rows_per_step(1),
-        "settings": settings(args.device == "cuda", args.turnwise),
+        "settings": settings(args.device == "cuda", args.turnwise)
+        + ("; LoRA branches in bf16 (train.lora_compute_dtype=model)" if args.lora_bf16 else ""),
         "passes": "generation; reference (adapters off); update (pi_old from its own forward)",
         "versions": versions("torch", "transformers", "peft", "vllm", "deepspeed", "ray"),
         **(gpu_identity() if args.device == "cuda" else {}),
     }
     return measure_and_emit(
-        result, lambda: measure(job, args.agents, args.model, args.device, args.shared, args.turnwise)
+        result, lambda: measure(
+            job, args.agents, args.model, args.device, args.shared, args.turnwise, args.lora_bf16
+        )
     )
 
 

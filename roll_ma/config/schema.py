@@ -314,6 +314,13 @@ class TrainConfig:
         "model.attn_implementation=sdpa or eager, transformers builds a block-diagonal mask over the whole "
         "micro-batch (correct, but quadratic in its length: keep it off there)",
     )
+    lora_compute_dtype: Literal["float32", "model"] = _f(
+        "float32",
+        "the dtype each LoRA branch computes in during training and scoring. float32: PEFT's way, every "
+        "LoRA input (tokens x hidden) is cast to the adapter's fp32 and the branch's output back; model: "
+        "the base model's dtype (bf16 on the GPU configs), each adapter factor cast to it per call (the "
+        "weights, their gradients and the optimizer stay fp32). On a float32 model both are the same",
+    )
     logits_chunk_tokens: int = _f(
         1024,
         "response tokens per LM-head chunk: log-probs and entropy are computed chunk by chunk and "

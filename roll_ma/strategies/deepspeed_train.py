@@ -31,4 +31,4 @@ class DeepSpeedTrainStrategy(MultiAgentDeepSpeedStrategy):
             raise ValueError(f"deepspeed_train trains one policy but adapters {trainable} are trainable; use "
                              "train.strategy=multi_agent_deepspeed or let the agents share one adapter")
         return LoraWeights(self.model_cfg, self.adapters, self.seed, self._copied_adapters(),
-                           self._critic_specs())
+                           self._critic_specs(), self.train_cfg.lora_compute_dtype == "model")

@@ -94,7 +94,7 @@ class MultiAgentDeepSpeedStrategy:
         if self.train_cfg.full_finetune:
             raise ValueError("train.full_finetune needs train.strategy=deepspeed_train (one policy)")
         return LoraWeights(self.model_cfg, self.adapters, self.seed, self._copied_adapters(),
-                           self._critic_specs())
+                           self._critic_specs(), self.train_cfg.lora_compute_dtype == "model")
 
     def _critic_specs(self) -> list[AdapterSpec]:
         """The critics' adapters (algorithm.advantage=gae), shaped like the first agent's adapter."""

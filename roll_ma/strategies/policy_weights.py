@@ -47,8 +47,10 @@ class LoraWeights:
     has_adapters = True
 
     def __init__(self, model_cfg: ModelConfig, adapters: Sequence[AdapterSpec], seed: int,
-                 copied: Sequence[str] = (), critics: Sequence[AdapterSpec] = ()):
+                 copied: Sequence[str] = (), critics: Sequence[AdapterSpec] = (),
+                 lora_in_model_dtype: bool = False):
         self.model_cfg, self.adapters, self.seed = model_cfg, list(adapters), seed
+        self.lora_in_model_dtype = lora_in_model_dtype  # train.lora_compute_dtype=model
         self.critics = list(critics)
         specs = {a.name: a for a in self.adapters}
         self.copies = [dataclasses.replace(specs[name], name=name + REFERENCE_SUFFIX, init_dir=None)
@@ -62,6 +64,10 @@ class LoraWeights:
         # adapters (and their frozen copies) are injected before any DeepSpeed engine wraps the model
         base = load_base_model(self.model_cfg, str(device), packed_rows=True)
         self.model = inject_adapters(base, self.injected, self.seed)
+        if self.lora_in_model_dtype:
+            from roll_ma.models.lora_dtype import compute_lora_in_input_dtype
+
+            compute_lora_in_input_dtype(self.model)
         for copy in self.copies:  # a copy starts equal to its adapter (the adapter's init dir included)
             self.snapshot(copy.name.removesuffix(REFERENCE_SUFFIX))
         return self.model
