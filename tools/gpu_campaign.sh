@@ -188,11 +188,22 @@ PY
     wait
     for r in before after; do cp /tmp/runs/$r/metrics.jsonl "$OUT/${r}_metrics.jsonl" 2>/dev/null; \
       grep -E "^step|Error|error" "$OUT/$r.log" | tail -6; done ;;
+  peers_model)  # the job's random 7B, built in the background (a call that carries a .pwN part can start it);
+    # peers_start waits for its path in /tmp/peers_model_path
+    rm -f /tmp/peers_model_path
+    setsid nohup bash -c "python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct --dtype bfloat16 \
+      --seed 0 > /tmp/peers_model.log 2>&1 && tail -1 /tmp/peers_model.log > /tmp/peers_model_path.tmp \
+      && mv /tmp/peers_model_path.tmp /tmp/peers_model_path" < /dev/null > /dev/null 2>&1 &
+    log "building the random 7B in the background (/tmp/peers_model.log)" ;;
   peers_start)  # issue 36: the whole side-by-side table on one machine, every GPU at once, in the background
     # (a 4-GPU kind: ~15 runs of 7 steps, one per GPU at a time). Peer wheels: stage_peer_wheels.sh here, one
     # .pwN part per call there (install_peer_wheels.sh), the last call runs this. The run outlives the call:
     # it runs from a copy of the tree in its own process session; `peers_wait` reads it.
     bash benchmarks/peers/install_peer_wheels.sh
+    if [ -z "${MODEL:-}" ] && [ -f /tmp/peers_model.log ]; then  # peers_model's build: wait for its path
+      for _ in $(seq 120); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
+      MODEL=$(cat /tmp/peers_model_path 2>/dev/null); log "model: ${MODEL:-not built, see /tmp/peers_model.log}"
+    fi
     rm -rf /tmp/w && mkdir -p /tmp/w /tmp/peers_out && tar --exclude='./.wb*' --exclude='./.pw*' -cf - . | tar -xf - -C /tmp/w
     GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
     setsid nohup bash -c "cd /tmp/w && PYTHONPATH=/tmp/w:$PYTHONPATH timeout ${TOTAL:-1500} python \
@@ -203,7 +214,10 @@ PY
     sleep 5; log "started run_all on GPUs $GPUS"; tail -3 /tmp/peers_out/run_all.log ;;
   peers_wait)  # wait up to WAIT s for the background run_all, then the table so far and every log to $OUT
     end=$(( $(date +%s) + ${WAIT:-540} ))
-    while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^DONE' /tmp/peers_out/run_all.log 2>/dev/null; do sleep 10; done
+    # the table so far goes to $OUT every 10 s: a call cut short by the device budget still returns it
+    while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^DONE' /tmp/peers_out/run_all.log 2>/dev/null; do
+      cp /tmp/peers_out/peers.json /tmp/peers_out/peers.md /tmp/peers_out/run_all.log "$OUT"/ 2>/dev/null; sleep 10
+    done
     grep '\[run_all\]' /tmp/peers_out/run_all.log | tail -40; cat /tmp/peers_out/peers.md 2>/dev/null
     nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
     cp /tmp/peers_out/peers.json /tmp/peers_out/peers.md /tmp/peers_out/run_all.log "$OUT"/ 2>/dev/null

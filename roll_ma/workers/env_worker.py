@@ -229,10 +229,11 @@ class EnvWorker(Worker):
             mask = out.batch["response_mask"].bool()
             for row, ((ep, k, turn), (prompt_ids, truncated)) in enumerate(zip(turns, prompts)):
                 if k > 0 and ep.turn != turn:  # the env planned a turn that its step did not give
+                    gave = "ended the episode" if ep.turn is None else f"gave {ep.turn}"
                     raise RuntimeError(
                         f"env {self.env_cfg.name!r} planned turn {ep.turns_played} of episode "
-                        f"{ep.spec.episode_id} (planned_turns) as {turn}, but step() gave {ep.turn}: an env "
-                        "may plan only turns that no reply changes; fix planned_turns or set "
+                        f"{ep.spec.episode_id} (planned_turns) as {turn}, but step() {gave}: an env may "
+                        "plan only turns that no reply changes; fix planned_turns or set "
                         "env.decode_ahead=false"
                     )
                 n = int(mask[row].sum())
