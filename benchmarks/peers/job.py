@@ -262,12 +262,18 @@ def rows_of_run(job: Job, n_agents: int, agent: int | None) -> int:
 # end, each end read the same way from outside the framework's own timers (a callback in TRL's process,
 # the arrival of verl's / OpenRLHF's per-step log line, roll_ma's metrics line). Step 1 has no previous
 # end; it is a warm-up step in every job (warmup_steps >= 1).
-def step_summary_from_ends(step_ends: list[float], warmup: int) -> dict[str, Any]:
+def step_summary_from_ends(
+    step_ends: list[float], warmup: int, started_at: float | None = None
+) -> dict[str, Any]:
     """Median, min and max step time of the steps after ``warmup``, from each step's end time (seconds on
-    any one clock), with every step's time kept for the record (step 1's is None: no previous end)."""
+    any one clock), with every step's time kept for the record (step 1's is None: no previous end).
+    ``started_at`` (the same clock): when the runner began the run; then ``first_step_end_s``, its
+    start-up and first step together, is kept too."""
     times = [None] + [round(b - a, 4) for a, b in zip(step_ends, step_ends[1:])]
     timed = [t for t in times[max(warmup, 1) :] if t is not None]
+    first = round(step_ends[0] - started_at, 1) if started_at is not None and step_ends else None
     return {
+        "first_step_end_s": first,
         "step_s": statistics.median(timed) if timed else None,
         "step_min_s": min(timed) if timed else None,
         "step_max_s": max(timed) if timed else None,
@@ -390,9 +396,10 @@ def run_logged(
 ) -> tuple[str, dict[str, Any], list[float]]:
     """Run a peer's own launcher; (its output, {returncode, oom, error}, step ends) with the error its
     last line that says one. The output is read as it comes: each line that matches ``step_line`` (the
-    launcher's per-step log line) ends a step at the time it arrives (time.monotonic()). The output's
-    tail is echoed for the record."""
+    launcher's per-step log line) ends a step at the time it arrives (seconds since the launch). The
+    output's tail is echoed for the record."""
     print(f"[{tag}] " + " ".join(cmd), flush=True)
+    launched = time.monotonic()
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
     )
@@ -400,7 +407,7 @@ def run_logged(
     lines, step_ends = [], []
     for line in proc.stdout:
         if step_line is not None and step_line.search(line):
-            step_ends.append(time.monotonic())
+            step_ends.append(time.monotonic() - launched)
         lines.append(line)
     proc.wait()
     output = "".join(lines)

@@ -81,6 +81,7 @@ COLUMNS = [
     "step_max_s",
     "vs_roll_ma",
     "tokens_per_s",
+    "first_step_end_s",
     "phases",
     "gpu",
     "gpu_peak_gb",
@@ -305,6 +306,9 @@ def combine(framework: str, n_agents: int, shared: bool, runs: list[dict[str, An
         "step_min_s": _sum([r.get("step_min_s") for r in runs]) if complete else None,
         "step_max_s": _sum([r.get("step_max_s") for r in runs]) if complete else None,
         "tokens_per_s": round(tokens / step_s, 1) if step_s and tokens else None,
+        # start-up + step 1 of the slowest of the row's runs (runs on several GPUs start together)
+        "first_step_end_s": max(firsts) if (firsts := [r["first_step_end_s"] for r in runs
+                                                         if r.get("first_step_end_s") is not None]) else None,
         "phases_s": phases or None,
         "phases": ", ".join(f"{k} {v:.2f}" for k, v in phases.items() if v is not None) or None,
         "gpu": names[0] if len(names) == 1 else "mixed: " + ", ".join(names),

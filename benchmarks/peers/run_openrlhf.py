@@ -177,7 +177,7 @@ def run(job: Job, n_agents: int, agent: int | None, model: str, shim: bool, work
     lengths = sorted(s["response_length"] for s in steps[job.warmup_steps :] if "response_length" in s)
     rows = rows_of_run(job, n_agents, agent)
     out: dict[str, Any] = {
-        **step_summary_from_ends(step_ends, job.warmup_steps),
+        **step_summary_from_ends(step_ends, job.warmup_steps, started_at=0.0),  # ends: s since launch
         # OpenRLHF's own per-step timers, every one it logs (its names change between releases)
         "phases_s": phase_medians(
             steps,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +185,7 @@ def measure(
     from roll_ma.pipelines import run_pipeline
     from roll_ma.tracking import read_metrics
 
+    started = time.time()  # on the metrics' wall_time clock: the start-up counts from here, Ray included
     # SeatGame is imported by path in every Ray actor: they must find benchmarks/
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -195,7 +197,7 @@ def measure(
             metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
     finally:
         shutdown_ray()
-    steps = step_summary_from_ends([m["wall_time"] for m in metrics], job.warmup_steps)
+    steps = step_summary_from_ends([m["wall_time"] for m in metrics], job.warmup_steps, started_at=started)
     timed = metrics[job.warmup_steps :]
     tokens = sorted(m.get("rollout/response_tokens", 0.0) for m in timed)
     rows = sorted(m.get("rollout/turns", 0.0) for m in timed)

@@ -180,6 +180,7 @@ def step_recorder() -> Any:
 def measure(
     job: Job, n_agents: int, agent: int | None, model: str, device: str, use_vllm: bool, is_correction: bool
 ) -> dict[str, Any]:
+    started = time.monotonic()  # start-up counts from here, TRL's imports included (first_step_end_s)
     import torch
     from datasets import Dataset
     from trl import GRPOTrainer
@@ -207,7 +208,7 @@ def measure(
     trl_timers = phase_medians(recorder.logs, {"step_time": "step_time"}, job.warmup_steps)
     cuda = torch.cuda.is_available()
     return {
-        **step_summary_from_ends(recorder.ends, job.warmup_steps),
+        **step_summary_from_ends(recorder.ends, job.warmup_steps, started_at=started),
         "phases_s": None,
         "phases_note": PHASES_NOTE,
         "trl_step_time_s": trl_timers["step_time"],

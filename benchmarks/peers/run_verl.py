@@ -247,7 +247,7 @@ def run(
         "RAY_DEDUP_LOGS": "0",  # Ray forwards the TaskRunner's lines as they come, never folded
     }
     _, out, step_ends = run_logged(cmd, env, "run_verl", STEP_LINE)
-    out.update(step_summary_from_ends(step_ends, job.warmup_steps))
+    out.update(step_summary_from_ends(step_ends, job.warmup_steps, started_at=0.0))  # ends: s since launch
     if metrics_file.exists():
         out.update(read_metrics(metrics_file, job.warmup_steps))
     out["rows_per_step"] = rows_of_run(job, n_agents, agent)

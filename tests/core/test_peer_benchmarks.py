@@ -375,6 +375,10 @@ def test_step_times_are_the_wall_time_between_step_ends():
     )  # fmt: skip
     # step 1 has no previous end: even without warm-up it is never timed
     assert peer_job.step_summary_from_ends([5.0, 7.0], warmup=0)["timed_steps"] == 1
+    # the start-up and step 1 together, from when the runner began (same clock), when it is given
+    started_late = peer_job.step_summary_from_ends([105.0, 107.0], warmup=0, started_at=20.0)
+    assert started_late["first_step_end_s"] == 85.0
+    assert summary["first_step_end_s"] is None
     steps = [{"t/gen": 9.0}, {"t/gen": 1.0}, {"t/gen": 3.0}, {"t/gen": 2.0}, {}]
     assert peer_job.phase_medians(steps, {"rollout": "t/gen", "sync": "t/sync"}, warmup=1) == {
         "rollout": 2.0, "sync": None,
@@ -389,10 +393,10 @@ def test_result_lines_and_the_combined_row():
     runs = [
         {"framework": "trl", "agents": 2, "agent": 0, "step_s": 2.0, "step_min_s": 1.5, "step_max_s": 2.5,
          "response_tokens_per_step": 100.0, "gpu_peak_gb": 50.0, "gpu_name": h100,
-         "phases_s": {"rollout": 1.0}},
+         "phases_s": {"rollout": 1.0}, "first_step_end_s": 90.0},
         {"framework": "trl", "agents": 2, "agent": 1, "step_s": 3.0, "step_min_s": 2.0, "step_max_s": 4.0,
          "response_tokens_per_step": 150.0, "gpu_peak_gb": 60.0, "oom": False, "gpu_name": h100,
-         "phases_s": {"rollout": 2.0}},
+         "phases_s": {"rollout": 2.0}, "first_step_end_s": 80.0},
         {"framework": "roll_ma", "agents": 2, "step_s": 2.5, "response_tokens_per_step": 250.0,
          "gpu_name": h100},
         {"framework": "verl", "agents": 2, "agent": 0, "step_s": None, "error": "ValueError: x", "oom": True},
@@ -411,6 +415,7 @@ def test_result_lines_and_the_combined_row():
         h100,
     )
     assert (trl["runs"], trl["status"], ours["runs"], ours["vs_roll_ma"]) == ("2/2", "ok", "1/1", 1.0)
+    assert trl["first_step_end_s"] == 90.0 and ours["first_step_end_s"] is None  # the slowest run's start
     assert (verl["step_s"], verl["vs_roll_ma"], verl["oom"], verl["status"]) == (
         None,
         None,
