@@ -27,7 +27,7 @@ that runs one more scoring pass per step than the table's rows: ``trl_is`` (TRL'
 correction on), ``verl_recompute`` (verl recomputes pi_old in a forward instead of vLLM's log-probs); and
 ``roll_ma_turnwise``: roll_ma decoding one round per turn (env.decode_ahead=false), its rollout before
 SeatGame planned its turns; ``roll_ma_lora_bf16``: roll_ma with its LoRA branches in bf16
-(train.lora_compute_dtype=model).
+(train.lora_compute_dtype=model); ``roll_ma_liger``: with liger-kernel's fused kernels (model.liger_kernel).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ VARIANTS = {
     "verl_recompute": ("verl", ["--recompute-old-log-probs"]),  # verl's default: pi_old recomputed
     "roll_ma_turnwise": ("roll_ma", ["--turnwise"]),
     "roll_ma_lora_bf16": ("roll_ma", ["--lora-bf16"]),  # train.lora_compute_dtype=model, not yet the default
+    "roll_ma_liger": ("roll_ma", ["--liger"]),  # model.liger_kernel, not yet the default
 }
 FRAMEWORKS = ("roll_ma", "trl", "verl", "openrlhf", *VARIANTS)
 

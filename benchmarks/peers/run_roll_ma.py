@@ -80,10 +80,11 @@ def run_config(
     shared: bool = False,
     turnwise: bool = False,
     lora_bf16: bool = False,
+    liger: bool = False,
 ) -> Any:
     """The validated RunConfig of the job with N agents (``shared``: one adapter all seats use;
     ``turnwise``: one generate call per turn, not the episode's planned turns at once; ``lora_bf16``:
-    train.lora_compute_dtype=model)."""
+    train.lora_compute_dtype=model; ``liger``: model.liger_kernel)."""
     from roll_ma.config import ConfigError, RunConfig, to_dataclass
     from roll_ma.config.validate import validate
 
@@ -125,6 +126,7 @@ def run_config(
             "dtype": job.dtype,
             "max_prompt_tokens": job.prompt.max_prompt_tokens,
             "gradient_checkpointing": False,  # as math_selfplay_7b: 8k-token micro-batches fit without it
+            "liger_kernel": liger,
         },
         "lora": {
             "rank": job.lora.rank,
@@ -176,7 +178,7 @@ def run_config(
 
 
 def measure(
-    job: Job, n_agents: int, model: str, device: str, shared: bool, turnwise: bool, lora_bf16: bool = False
+    job: Job, n_agents: int, model: str, device: str, shared: bool, levers: dict[str, bool]
 ) -> dict[str, Any]:
     """Run the pipeline and read its metrics: step ends, its own phase timers, tokens, the GPU memory."""
     from pipeline_scaling import summarize_run
@@ -193,7 +195,7 @@ def measure(
     init_ray(env_vars={"PYTHONPATH": os.environ["PYTHONPATH"]})
     try:
         with tempfile.TemporaryDirectory(prefix="peers_roll_ma_") as out_dir:
-            run_pipeline(run_config(job, n_agents, model, device, out_dir, shared, turnwise, lora_bf16))
+            run_pipeline(run_config(job, n_agents, model, device, out_dir, shared, **levers))
             metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
     finally:
         shutdown_ray()
@@ -224,12 +226,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--lora-bf16", action="store_true", help="LoRA in the model's bf16 (train.lora_compute_dtype=model)"
     )
+    p.add_argument("--liger", action="store_true", help="liger-kernel's fused kernels (model.liger_kernel)")
     args, job = parse_runner_args(p, argv)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     job = shrink_for_smoke(job) if args.smoke else job
+    levers = {"turnwise": args.turnwise, "lora_bf16": args.lora_bf16, "liger": args.liger}
     result: dict[str, Any] = {
         "framework": "roll_ma",
         "agents": args.agents,
@@ -237,15 +241,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "shared": args.shared,
         "rows_per_step_planned": job.rows_per_step(1),
         "settings": settings(args.device == "cuda", args.turnwise)
-        + ("; LoRA branches in bf16 (train.lora_compute_dtype=model)" if args.lora_bf16 else ""),
+        + ("; LoRA branches in bf16 (train.lora_compute_dtype=model)" if args.lora_bf16 else "")
+        + ("; liger-kernel RMSNorm, SwiGLU, rotary (model.liger_kernel)" if args.liger else ""),
         "passes": "generation; reference (adapters off); update (pi_old from its own forward)",
-        "versions": versions("torch", "transformers", "peft", "vllm", "deepspeed", "ray"),
+        "versions": versions("torch", "transformers", "peft", "vllm", "deepspeed", "ray", "liger-kernel"),
         **(gpu_identity() if args.device == "cuda" else {}),
     }
     return measure_and_emit(
-        result, lambda: measure(
-            job, args.agents, args.model, args.device, args.shared, args.turnwise, args.lora_bf16
-        )
+        result, lambda: measure(job, args.agents, args.model, args.device, args.shared, levers)
     )
 
 

@@ -40,6 +40,12 @@ class ModelConfig:
         "in the train and reference models, which use roll_ma_varlen (packed rows through PyTorch's "
         "variable-length flash attention on CUDA, one sdpa call per row on CPU; padded rows through sdpa)",
     )
+    liger_kernel: bool = _f(
+        False,
+        "train and reference models: liger-kernel's fused RMSNorm, SwiGLU and rotary Triton kernels "
+        "(pip install 'roll_ma[liger]'; CUDA GPUs only; the model types liger patches: Qwen2/3, Llama, "
+        "Mistral, Gemma, Phi-3, ...); roll_ma's chunked LM-head log-probs stay as they are",
+    )
     random_weights: bool = _f(
         False,
         "BENCHMARKS ONLY: build path's architecture with random weights and a small built-in tokenizer "

@@ -110,6 +110,12 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
         )
 
     # ---- train, reference, algorithm
+    if cfg.model.liger_kernel:
+        from roll_ma.models.liger import liger_problem
+
+        problem = liger_problem(cfg.resources.num_gpus, check_installed=check_local_gpus)
+        if problem:
+            add("model.liger_kernel", problem)
     if cfg.train.zero_stage == 3:
         add(
             "train.zero_stage",

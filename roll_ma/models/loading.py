@@ -44,7 +44,8 @@ def load_base_model(cfg: ModelConfig, device: str = "cpu", packed_rows: bool = F
 
     ``packed_rows``: the model scores and trains rows packed without padding (train and reference
     workers): unless ``model.attn_implementation`` names one, attention is ``roll_ma_varlen``
-    (variable-length flash attention for packed rows, sdpa for anything padded).
+    (variable-length flash attention for packed rows, sdpa for anything padded); ``model.liger_kernel``
+    applies to these models only.
     """
     from transformers import AutoModelForCausalLM
 
@@ -56,6 +57,10 @@ def load_base_model(cfg: ModelConfig, device: str = "cpu", packed_rows: bool = F
 
         kwargs["attn_implementation"] = register()
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(cfg.path), **kwargs)
+    if packed_rows and cfg.liger_kernel:  # the train and reference models (before any adapter wraps them)
+        from roll_ma.models.liger import apply_liger_kernels
+
+        apply_liger_kernels(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
