@@ -193,7 +193,7 @@ class EnvWorker(Worker):
             )
             episodes.append(_Episode(spec, env, turn, random.Random(spec.seed)))
         samples: list[TurnSample] = []
-        sample_rounds: list[int] = []  # the round of one turn per round that each sample would have had
+        sample_rounds: list[int] = []  # per sample: its round if every round decoded one turn (the row order)
         round_idx = 0
         bar = progress_bar(f"{'eval' if greedy else 'rollout'} step {step}, env worker {self.rank}",
                            len(episodes), "episode")
