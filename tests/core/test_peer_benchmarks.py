@@ -23,6 +23,7 @@ sys.path[:0] = [str(PEERS), str(PEERS.parent)]
 
 import import_check  # noqa: E402
 import job as peer_job  # noqa: E402
+import plot_steps  # noqa: E402
 import rewards  # noqa: E402
 import run_all  # noqa: E402
 import run_openrlhf  # noqa: E402
@@ -494,3 +495,20 @@ def test_driver_runs_roll_ma_and_trl_on_cpu(tmp_path):
     runs = [r for r in summary["runs"] if r["framework"] == "trl"]
     assert all(r["rows_per_step"] == 2 and r["rollout"] == "transformers generate" for r in runs)
     assert all(r["micro_batch_rows"] == 2 and "no old log-probs" in r["passes"] for r in runs)
+
+
+def test_the_step_plot_splits_each_step_by_its_own_timers_and_names_the_rest(tmp_path):
+    rows = [
+        {"framework": "roll_ma", "agents": 1, "shared": False, "step_s": 10.0,
+         "phases_s": {"rollout": 3.0, "scoring": 2.0, "update": 4.0, "sync": 0.5}},
+        {"framework": "verl", "agents": 3, "shared": True, "step_s": 20.0,
+         "phases_s": {"rollout": 4.0, "ref": 6.0, "old_log_prob": 0.1, "update": 8.0, "sync": 1.0}},
+        {"framework": "trl", "agents": 1, "shared": False, "step_s": 12.0, "phases_s": None},
+    ]  # fmt: skip
+    ours, verl, trl = plot_steps.pick_rows({"rows": rows}, ["roll_ma@1", "verl@3s", "trl@1"])
+    assert plot_steps.bar_parts(ours)["reference"] == 2.0 and plot_steps.bar_parts(ours)["other"] == 0.5
+    verl_parts = plot_steps.bar_parts(verl)
+    assert verl_parts["reference"] == 6.0 and verl_parts["old log-probs"] == 0.1
+    assert plot_steps.bar_parts(trl) == {**dict.fromkeys(plot_steps.PHASES, 0.0), "no phase timers": 12.0}
+    with pytest.raises(SystemExit, match="no measured row 'verl@1'"):
+        plot_steps.pick_rows({"rows": rows}, ["verl@1"])

@@ -1,0 +1,98 @@
+"""One step of each framework as the sequence of its phases, one bar per table row of a run_all result
+(peers.json): the median step on the common clock, split by the framework's own phase timers where it
+logs them (roll_ma, verl); the rest of the step is "other". TRL logs no per-phase timers: one bar.
+
+    python benchmarks/peers/plot_steps.py docs/runs/peers_h200x4_2026-11-27/peers.json \
+        --rows roll_ma@1,roll_ma_turnwise@1,trl@1 --out docs/runs/peers_h200x4_2026-11-27/steps.png
+
+Prints each bar's parts (seconds) and writes the plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+# phase -> (the frameworks' own timer names for it, colour); in the order a synchronous step runs them
+PHASES = {
+    "rollout": (("rollout",), "tab:blue"),
+    "sleep": (("sleep",), "tab:gray"),
+    "reference": (("scoring", "ref"), "tab:orange"),
+    "old log-probs": (("old_log_probs", "old_log_prob"), "tab:red"),
+    "update": (("update",), "tab:green"),
+    "sync": (("sync",), "tab:brown"),
+}
+
+
+def bar_parts(row: dict[str, Any]) -> dict[str, float]:
+    """Seconds of each phase of a table row, and "other": the step minus the phases it logs."""
+    timers = row.get("phases_s") or {}
+    parts = {}
+    for phase, (names, _) in PHASES.items():
+        parts[phase] = next((float(timers[n]) for n in names if timers.get(n) is not None), 0.0)
+    rest = max(float(row["step_s"]) - sum(parts.values()), 0.0)
+    parts["other" if timers else "no phase timers"] = rest
+    return parts
+
+
+def pick_rows(result: dict[str, Any], wanted: list[str]) -> list[dict[str, Any]]:
+    """Rows named ``framework@N`` (``@N+s``: the shared-adapter row), in the order asked."""
+    rows = []
+    for name in wanted:
+        framework, _, n = name.partition("@")
+        shared = n.endswith("s")
+        agents = int(n.rstrip("s"))
+        match = [r for r in result["rows"] if r["framework"] == framework and r["agents"] == agents
+                 and bool(r.get("shared")) == shared and r.get("step_s")]
+        if not match:
+            raise SystemExit(f"no measured row {name!r} in the result")
+        rows.append(match[0])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("result", help="run_all's peers.json")
+    p.add_argument("--rows", required=True, help="comma list of framework@N (framework@Ns: shared adapter)")
+    p.add_argument("--out", required=True, help="the plot (png)")
+    args = p.parse_args(argv)
+    result = json.loads(Path(args.result).read_text())
+    rows = pick_rows(result, args.rows.split(","))
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {phase: colour for phase, (_, colour) in PHASES.items()}
+    colours |= {"other": "lightgray", "no phase timers": "silver"}
+    fig, ax = plt.subplots(figsize=(9, 0.7 * len(rows) + 1.2))
+    labels = []
+    for y, row in enumerate(rows):
+        parts = bar_parts(row)
+        label = f"{row['framework']}, N = {row['agents']}" + (" shared" if row.get("shared") else "")
+        labels.append(label)
+        print(f"{label}: step {row['step_s']:.2f} s  " + "  ".join(f"{k} {v:.2f}" for k, v in parts.items()))
+        left = 0.0
+        for phase, seconds in parts.items():
+            if seconds > 0:
+                ax.barh(y, seconds, left=left, color=colours[phase],
+                        label=phase if phase not in ax.get_legend_handles_labels()[1] else None)
+                left += seconds
+        ax.text(left + 0.1, y, f"{row['step_s']:.2f} s", va="center")
+    ax.set_yticks(range(len(rows)), labels)
+    ax.invert_yaxis()
+    gpu = rows[0].get("gpu", "")
+    ax.set_xlabel(f"seconds of one step (median of 5), {gpu}")
+    ax.set_xlim(0, max(float(r["step_s"]) for r in rows) * 1.15)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=120)
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
