@@ -119,6 +119,10 @@ class PolicyUpdater:
             lr_scheduler=lambda opt: make_lr_scheduler(opt, train_cfg.lr_schedule, train_cfg.warmup_steps,
                                                        total_steps))
         self.zero_stage = int(train_cfg.zero_stage)
+        if self.zero_stage == 0 and world_size == 1:
+            # one rank has nothing to average, and DeepSpeed's fallback allreduce walks every parameter of
+            # the shared model at every optimizer step of every agent (host time, the GPU idle)
+            self.engine.enable_backward_allreduce = False
         self.batching = MicroBatching.for_training(train_cfg)
         self._fresh_schedule = copy.deepcopy(self.engine.lr_scheduler.state_dict())
 
@@ -186,7 +190,8 @@ class PolicyUpdater:
         bonus = _ActionBonus.of(rows, action_coef)  # None while off
 
         self.activate()
-        self.engine.train()
+        if not self.engine.module.training:  # the next agents' updates skip a walk over every module
+            self.engine.train()
         # one bar per policy, from rank 0 only (every rank runs the same steps)
         # every rank reports its progress (a sign of life to the watchdog); rank 0 alone draws the bar
         bar = progress_bar(f"update {self.name}, step {step}", cfg.ppo_epochs * math.ceil(n / mini), "batch",
@@ -274,6 +279,8 @@ class PolicyUpdater:
             for p in self.params:
                 p.grad = None
             return norm, False
+        if norm is not None:
+            self._clip_local(norm)
         self.engine.step()
         if norm is None:
             ds_norm = self.engine.get_global_grad_norm()
@@ -409,6 +416,14 @@ class PolicyUpdater:
         lp, mask = choice_log_probs(self.engine, prompt_ids, prompt_mask,
                                     [bonus.choices[int(i)] for i in idx], temperature)  # (b, K) each
         return choice_entropy(lp, mask)
+
+    def _clip_local(self, norm: float) -> None:
+        """ZeRO-0: scale this policy's gradients of (pre-clip) norm ``norm`` down to train.grad_clip, by
+        DeepSpeed's rule (coefficient max_norm / (norm + 1e-6), at most 1), whose own clipping is off at
+        stage 0 (ds_utils.deepspeed_config)."""
+        max_norm = float(self.train_cfg.grad_clip)
+        if max_norm > 0 and max_norm / (norm + 1e-6) < 1.0:  # torch's clip_grads_with_norm_: the same rule
+            torch.nn.utils.clip_grads_with_norm_(self.params, max_norm, torch.tensor(norm))
 
     def _local_grad_norm(self) -> float | None:
         """ZeRO-0 leaves the (rank-averaged) gradients on the parameters and reports no norm: compute it."""
