@@ -44,3 +44,19 @@ def test_update_touches_only_its_agent(make_strategy, zero_stage):
                 f"step {step}: updating {trained} changed {other}'s adapter"
             assert _same_state(states[other], new_states[other]), \
                 f"step {step}: updating {trained} changed {other}'s optimizer state"
+
+
+def test_switching_adapters_runs_what_pefts_set_adapter_runs(make_strategy):
+    s = make_strategy(AGENTS)
+    weights, model = s.weights, s.weights.model
+    ids = torch.randint(3, 500, (2, 10), generator=torch.Generator().manual_seed(0))
+    for name in ("a2", "a0", "a1"):
+        weights.activate(name)  # roll_ma's switch on the cached LoRA layers
+        ours = model(input_ids=ids).logits
+        layers = [m for m in model.modules() if hasattr(m, "active_adapters") and hasattr(m, "lora_A")]
+        assert layers and all(m.active_adapters == [name] for m in layers)
+        assert model.active_adapter == name
+        model.set_adapter(name)  # PEFT's own
+        assert torch.equal(ours, model(input_ids=ids).logits)
+    with pytest.raises(ValueError, match="adapter 'nope' is not on the model"):
+        weights.activate("nope")
