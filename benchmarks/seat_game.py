@@ -32,13 +32,12 @@ class SeatGame(MultiAgentEnv):
 
     def reset(self, seed: int) -> Turn:
         self.seed, self.t, self.returns = seed, 0, [0.0] * self.num_players
-        return self._turn()
+        return self._turn(0)
 
-    def _seat(self, t: int | None = None) -> int:
-        return (self.seed + (self.t if t is None else t)) % self.num_players
+    def _seat(self, t: int) -> int:
+        return (self.seed + t) % self.num_players
 
-    def _turn(self, t: int | None = None) -> Turn:
-        t = self.t if t is None else t
+    def _turn(self, t: int) -> Turn:
         p = self._seat(t)
         words = " ".join(FILLER[(self.seed + i) % len(FILLER)] for i in range(self.prompt_words))
         msgs = [
@@ -52,7 +51,7 @@ class SeatGame(MultiAgentEnv):
         return [self._turn(t) for t in range(self.t + 1, self.turns)]
 
     def step(self, action_text: str) -> StepResult:
-        p = self._seat()
+        p = self._seat(self.t)
         text = action_text or ""
         rewards = [0.0] * self.num_players
         rewards[p] = sum(c.isdigit() for c in text) / max(1, len(text))
@@ -60,7 +59,7 @@ class SeatGame(MultiAgentEnv):
         self.t += 1
         done = self.t >= self.turns
         info = {"format_error": False, "action": text, "fallback": False}
-        return StepResult(rewards, done, info, None if done else self._turn())
+        return StepResult(rewards, done, info, None if done else self._turn(self.t))
 
     def episode_returns(self) -> list[float]:
         return list(self.returns)

@@ -34,6 +34,37 @@ def parts_of(path: str, steps: list[int]) -> dict[str, float]:
     return out
 
 
+def draw_bars(bars: list[tuple[str, dict[str, float], float]], colors: dict[str, str], out: str, title: str,
+              xlabel: str) -> None:
+    """One horizontal bar per (label, parts, step seconds), top to bottom: the parts named in ``colors``
+    side by side in its order, each part over 3 s labelled, the step's seconds at the bar's end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 0.9 * len(bars) + 1.4))
+    labelled: set[str] = set()
+    for y, (_label, parts, step) in enumerate(reversed(bars)):
+        left = 0.0
+        for name, color in colors.items():
+            width = parts.get(name, 0.0)
+            if width > 0:
+                legend = name.replace("_", " ") if name not in labelled else None
+                labelled.add(name)
+                ax.barh(y, width, left=left, color=color, label=legend)
+                if width > 3:
+                    ax.text(left + width / 2, y, f"{width:.1f}", ha="center", va="center", fontsize=7)
+                left += width
+        ax.text(left + 0.5, y, f"{step:.1f} s", va="center", fontsize=8)
+    ax.set_yticks(range(len(bars)), [label for label, _, _ in reversed(bars)], fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", help="LABEL=METRICS.jsonl:STEP,STEP,...")
@@ -47,31 +78,9 @@ def main(argv: list[str] | None = None) -> None:
         runs.append((label, parts_of(path, [int(s) for s in steps.split(",")])))
         print(f"{label}: " + ", ".join(f"{k} {v:.1f}" for k, v in runs[-1][1].items()))
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 0.9 * len(runs) + 1.4))
-    labelled: set[str] = set()
-    for y, (_label, parts) in enumerate(reversed(runs)):
-        left = 0.0
-        for name, color in (*PARTS, ("other", "lightgray")):
-            width = parts[name]
-            if width > 0:
-                legend = name.replace("_", " ") if name not in labelled else None
-                labelled.add(name)
-                ax.barh(y, width, left=left, color=color, label=legend)
-                if width > 3:
-                    ax.text(left + width / 2, y, f"{width:.1f}", ha="center", va="center", fontsize=7)
-                left += width
-        ax.text(left + 0.5, y, f"{parts['step']:.1f} s", va="center", fontsize=8)
-    ax.set_yticks(range(len(runs)), [label for label, _ in reversed(runs)], fontsize=8)
-    ax.set_xlabel("seconds")
-    ax.set_title(args.title, fontsize=9)
-    ax.legend(fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.35))
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=120)
+    colors = dict((*PARTS, ("other", "lightgray")))
+    bars = [(label, parts, parts["step"]) for label, parts in runs]
+    draw_bars(bars, colors, args.out, args.title, "seconds")
     print(f"wrote {args.out}")
 
 

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: step_parts_plot
+
 # phase -> (the frameworks' own timer names for it, colour); in the order a synchronous step runs them
 PHASES = {
     "rollout": (("rollout",), "tab:blue"),
@@ -62,35 +64,18 @@ def main(argv: list[str] | None = None) -> None:
     result = json.loads(Path(args.result).read_text())
     rows = pick_rows(result, args.rows.split(","))
 
-    import matplotlib
+    from step_parts_plot import draw_bars  # benchmarks/ (on sys.path above)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colours = {phase: colour for phase, (_, colour) in PHASES.items()}
-    colours |= {"other": "lightgray", "no phase timers": "silver"}
-    fig, ax = plt.subplots(figsize=(9, 0.7 * len(rows) + 1.2))
-    labels = []
-    for y, row in enumerate(rows):
+    bars = []
+    for row in rows:
         parts = bar_parts(row)
         label = f"{row['framework']}, N = {row['agents']}" + (" shared" if row.get("shared") else "")
-        labels.append(label)
         print(f"{label}: step {row['step_s']:.2f} s  " + "  ".join(f"{k} {v:.2f}" for k, v in parts.items()))
-        left = 0.0
-        for phase, seconds in parts.items():
-            if seconds > 0:
-                ax.barh(y, seconds, left=left, color=colours[phase],
-                        label=phase if phase not in ax.get_legend_handles_labels()[1] else None)
-                left += seconds
-        ax.text(left + 0.1, y, f"{row['step_s']:.2f} s", va="center")
-    ax.set_yticks(range(len(rows)), labels)
-    ax.invert_yaxis()
-    gpu = rows[0].get("gpu", "")
-    ax.set_xlabel(f"seconds of one step (median of 5), {gpu}")
-    ax.set_xlim(0, max(float(r["step_s"]) for r in rows) * 1.15)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=120)
+        bars.append((label, parts, float(row["step_s"])))
+    colors = {phase: color for phase, (_, color) in PHASES.items()}
+    colors |= {"other": "lightgray", "no phase timers": "silver"}
+    title = f"one step, median of the timed steps, {rows[0].get('gpu', '')}"
+    draw_bars(bars, colors, args.out, title, "seconds")
     print(f"wrote {args.out}", file=sys.stderr)
 
 

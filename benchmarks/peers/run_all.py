@@ -141,9 +141,9 @@ def runner_command(
     elif base_framework(framework) != "roll_ma":
         cmd += ["--agent", str(agent)]
     cmd += VARIANTS.get(framework, (framework, []))[1]
-    if framework.startswith(("roll_ma", "trl")):
+    if base_framework(framework) in ("roll_ma", "trl"):
         cmd += ["--device", args.device] + (["--smoke"] if args.smoke else [])
-    if framework.startswith("trl") and args.device == "cpu":
+    if base_framework(framework) == "trl" and args.device == "cpu":
         cmd.append("--no-vllm")
     if framework == "openrlhf":
         cmd.append("--flash-attn-shim")
@@ -294,6 +294,7 @@ def combine(framework: str, n_agents: int, shared: bool, runs: list[dict[str, An
     names = sorted({r.get("gpu_name") or "?" for r in runs})
     hosts = sorted({r.get("host") or "?" for r in runs})
     peaks = [r["gpu_peak_gb"] for r in runs if r.get("gpu_peak_gb") is not None]
+    firsts = [r["first_step_end_s"] for r in runs if r.get("first_step_end_s") is not None]
     status = errors[0] if errors else ("ok" if complete else f"incomplete: {len(runs)} of {expected} runs")
     if complete and len(hosts) > 1:
         status = f"ok, runs from {len(hosts)} machines"
@@ -308,8 +309,7 @@ def combine(framework: str, n_agents: int, shared: bool, runs: list[dict[str, An
         "step_max_s": _sum([r.get("step_max_s") for r in runs]) if complete else None,
         "tokens_per_s": round(tokens / step_s, 1) if step_s and tokens else None,
         # start-up + step 1 of the slowest of the row's runs (runs on several GPUs start together)
-        "first_step_end_s": max(firsts) if (firsts := [r["first_step_end_s"] for r in runs
-                                                         if r.get("first_step_end_s") is not None]) else None,
+        "first_step_end_s": max(firsts) if firsts else None,
         "phases_s": phases or None,
         "phases": ", ".join(f"{k} {v:.2f}" for k, v in phases.items() if v is not None) or None,
         "gpu": names[0] if len(names) == 1 else "mixed: " + ", ".join(names),

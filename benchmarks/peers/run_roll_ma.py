@@ -54,20 +54,28 @@ PHASES = {  # the table's phases -> roll_ma's own timers (metrics.jsonl; pipelin
 }
 
 
-def settings(cuda: bool, turnwise: bool = False) -> str:
+# the runner's levers (flags) -> what each adds to the table's settings when on
+LEVERS = {
+    "lora_bf16": "LoRA branches in bf16 (train.lora_compute_dtype=model)",
+    "liger": "liger-kernel RMSNorm, SwiGLU, rotary (model.liger_kernel)",
+}
+
+
+def settings(cuda: bool, levers: dict[str, bool]) -> str:
     """What this runner sets, for the table."""
     if not cuda:
         return "CPU smoke: hf generate, padded rows"
     decoding = (
         "one generate call per turn (env.decode_ahead=false)"
-        if turnwise
+        if levers.get("turnwise")
         else "an episode's turns decoded in one generate call (SeatGame plans its turns: env.decode_ahead)"
     )
+    extra = "".join(f"; {text}" for name, text in LEVERS.items() if levers.get(name))
     return (
         f"vLLM colocated, CUDA graphs, sleep level 1; {decoding}; DeepSpeed ZeRO-0 bf16; "
         f"packed rows (varlen flash attention); {UPDATE_TOKENS}-token micro-batches, no activation "
         "checkpointing; reference = base "
-        "with adapters off; pi_old from the update's own forward (no old-log-prob pass)"
+        "with adapters off; pi_old from the update's own forward (no old-log-prob pass)" + extra
     )
 
 
@@ -240,9 +248,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "agent": None,  # all agents in this run
         "shared": args.shared,
         "rows_per_step_planned": job.rows_per_step(1),
-        "settings": settings(args.device == "cuda", args.turnwise)
-        + ("; LoRA branches in bf16 (train.lora_compute_dtype=model)" if args.lora_bf16 else "")
-        + ("; liger-kernel RMSNorm, SwiGLU, rotary (model.liger_kernel)" if args.liger else ""),
+        "settings": settings(args.device == "cuda", levers),
         "passes": "generation; reference (adapters off); update (pi_old from its own forward)",
         "versions": versions("torch", "transformers", "peft", "vllm", "deepspeed", "ray", "liger-kernel"),
         **(gpu_identity() if args.device == "cuda" else {}),

@@ -30,9 +30,9 @@ def liger_problem(num_gpus: int, check_installed: bool = True) -> str | None:
     return None
 
 
-def apply_liger_kernels(model: Any) -> list[str]:
-    """Patch ``model`` (a transformers causal LM, before adapters wrap it) with liger's fused kernels;
-    returns the kernels applied. Raises ImportError / ValueError naming what to do."""
+def apply_liger_kernels(model: Any) -> None:
+    """Patch ``model`` (a transformers causal LM, before adapters wrap it) with liger's fused kernels.
+    Raises ImportError / ValueError naming what to do."""
     try:
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
     except ImportError as exc:
@@ -44,6 +44,4 @@ def apply_liger_kernels(model: Any) -> list[str]:
         raise ValueError(f"model.liger_kernel: liger-kernel has no kernels for model type {model_type!r} "
                          f"(it patches: {known}); turn model.liger_kernel off for this model")
     params = inspect.signature(apply).parameters
-    kwargs = {k: v for k, v in KERNELS.items() if k in params}
-    apply(model=model, **kwargs)
-    return sorted(k for k, v in kwargs.items() if v)
+    apply(model=model, **{k: v for k, v in KERNELS.items() if k in params})

@@ -207,8 +207,8 @@ class EnvWorker(Worker):
             if not waiting:
                 break
             # (episode, its turns to decode now): the current turn, then any it plans (decode_ahead)
-            rows = [(ep, [ep.turn, *self._turns_ahead(ep)]) for ep in waiting]
-            turns = [(ep, k, turn) for ep, planned in rows for k, turn in enumerate(planned)]
+            turns = [(ep, k, turn) for ep in waiting
+                     for k, turn in enumerate([ep.turn, *self._turns_ahead(ep)])]
             prompts = [self._encode(turn.messages) if turn.prompt_ids is None else self._cut(turn.prompt_ids)
                        for _, _, turn in turns]
             request = DataProto.from_dict(

@@ -69,6 +69,8 @@ def test_a_bf16_base_runs_the_branch_in_bf16_with_fp32_weights_and_gradients(tin
 @pytest.mark.parametrize("zero_stage", [0, 2])
 def test_bf16_updates_keep_each_agent_to_its_own_fp32_adapter(make_strategy, zero_stage):
     s = make_strategy(["a0", "a1"], zero_stage=zero_stage, dtype="bfloat16", lora_compute_dtype="model")
+    # the option reaches the trainer's model: its LoRA factors compute in the input's dtype
+    assert any(isinstance(m, InputDtypeLinear) for m in s.weights.model.modules())
     before = s.adapter_tensors()
     batch = on_policy(s, make_batch([1] * 4, seed=3), step=0)
     metrics = s.train_step(batch)
