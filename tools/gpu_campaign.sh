@@ -208,7 +208,7 @@ PY
     GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
     setsid nohup bash -c "cd /tmp/w && PYTHONPATH=/tmp/w:$PYTHONPATH timeout ${TOTAL:-1500} python \
       benchmarks/peers/run_all.py --sites /tmp/peers --out-dir /tmp/peers_out --gpus $GPUS --shared ${MODEL:+--model $MODEL} \
-      --frameworks '${FW:-roll_ma,trl,verl,roll_ma_lora_bf16@1,roll_ma_liger@1,openrlhf@1,trl_is@1}' --timeout ${RUN_TIMEOUT:-900}; \
+      --frameworks '${FW:-roll_ma,trl,verl,roll_ma_liger@1,roll_ma_lora_bf16@1,openrlhf@1,trl_is@1}' --timeout ${RUN_TIMEOUT:-900}; \
       echo DONE" \
       > /tmp/peers_out/run_all.log 2>&1 < /dev/null &
     sleep 5; log "started run_all on GPUs $GPUS"; tail -3 /tmp/peers_out/run_all.log ;;

@@ -372,9 +372,9 @@ def plan_runs(
     frameworks: list[tuple[str, set[int] | None]], agents: list[int], shared: bool
 ) -> list[tuple[str, int, int | None, bool]]:
     """Every run of the table, as (framework, N, agent, shared), longest first (RUN_MINUTES: the GPUs
-    then finish close together) within three groups: the frameworks' own rows and roll_ma's variant,
-    then OpenRLHF, then the peers' labelled variants (a run_all stopped by its time limit loses those
-    first)."""
+    then finish close together) within three groups: the frameworks' own rows, then roll_ma's variants
+    and OpenRLHF (its row is a failure shown once), then the peers' labelled variants (a run_all stopped
+    by its time limit loses those first)."""
     runs = []
     for n in agents:
         for framework, only in frameworks:
@@ -391,7 +391,10 @@ def plan_runs(
     def order(run: tuple[str, int, int | None, bool]) -> tuple[int, float]:
         framework, n, agent, _ = run
         base = base_framework(framework)
-        group = 1 if base == "openrlhf" else (2 if framework in VARIANTS and base != "roll_ma" else 0)
+        if framework in VARIANTS:
+            group = 1 if base == "roll_ma" else 2
+        else:
+            group = 1 if base == "openrlhf" else 0
         whole_step = base == "roll_ma" or agent is None or n == 1  # every row of a step in one run
         return group, -RUN_MINUTES.get((base, whole_step), 5.0)
 

@@ -460,6 +460,10 @@ def test_the_plan_runs_every_agent_of_every_peer_and_the_shared_rows():
     assert "--agent" not in tail("roll_ma_turnwise", 3, None, False)
     turnwise = run_all.plan_runs(run_all.parse_frameworks("roll_ma_turnwise@1"), [1, 3], shared=False)
     assert turnwise == [("roll_ma_turnwise", 1, None, False)]
+    # the table's own rows first, then roll_ma's variants and OpenRLHF, the peers' variants last
+    wanted = run_all.parse_frameworks("trl_is@1,roll_ma_liger@1,openrlhf@1,verl@1")
+    order = run_all.plan_runs(wanted, [1], shared=False)
+    assert [r[0] for r in order] == ["verl", "roll_ma_liger", "openrlhf", "trl_is"]
 
 
 def test_runs_start_apart_so_their_ray_instances_do_not_start_together():
