@@ -43,7 +43,8 @@ def draw_bars(bars: list[tuple[str, dict[str, float], float]], colors: dict[str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 0.9 * len(bars) + 1.4))
+    height = 0.9 * len(bars) + 1.4
+    fig, ax = plt.subplots(figsize=(9, height))
     labelled: set[str] = set()
     for y, (_label, parts, step) in enumerate(reversed(bars)):
         left = 0.0
@@ -60,9 +61,10 @@ def draw_bars(bars: list[tuple[str, dict[str, float], float]], colors: dict[str,
     ax.set_yticks(range(len(bars)), [label for label, _, _ in reversed(bars)], fontsize=8)
     ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    # the legend half an inch under the axis label, whatever the number of bars
+    ax.legend(fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.55 / (height - 1.0)))
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
 
 
 def main(argv: list[str] | None = None) -> None:
