@@ -216,6 +216,11 @@ def measure(
         **steps,
         "own_step_s": parts.get("step_s"),  # roll_ma's own timer of the step, beside the common clock
         "phases_s": phase_medians(metrics, PHASES, job.warmup_steps),
+        # roll_ma's own start-up stages (model loads, engine start, first sync), in step 1's line
+        "startup_s": {
+            key.split("/", 1)[1]: round(seconds, 2)
+            for key, seconds in (metrics[0] if metrics else {}).items() if key.startswith("startup/")
+        },
         "rows_per_step": rows[len(rows) // 2] if rows else None,
         "response_tokens_per_step": tokens[len(tokens) // 2] if tokens else None,
         "framework_peak_gb": parts.get("gpu_peak_gb"),

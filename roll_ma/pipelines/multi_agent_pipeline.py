@@ -66,9 +66,10 @@ STAGES = (
 
 
 class StepTimer:
-    """Collects ``timing/<name>`` seconds for one step."""
+    """Collects ``<prefix>/<name>`` seconds: one step's (``timing/``) or the run's start-up (``startup/``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = "timing") -> None:
+        self.prefix = prefix
         self.times: dict[str, float] = {}
         self.timeline: dict[str, float] = {}  # timeline/<lane>_start|_end: wall clock of the trainer's work
 
@@ -76,7 +77,8 @@ class StepTimer:
     def __call__(self, name: str):
         start, wall = time.perf_counter(), time.time()
         yield
-        self.times[f"timing/{name}"] = self.times.get(f"timing/{name}", 0.0) + time.perf_counter() - start
+        key = f"{self.prefix}/{name}"
+        self.times[key] = self.times.get(key, 0.0) + time.perf_counter() - start
         lane = {"reference": "score", "old_log_probs": "score", "update": "update", "sync": "sync"}.get(name)
         if lane is not None:  # the trainer's work: scoring, the update, what is left of the sync
             self.timeline.setdefault(f"timeline/{lane}_start", wall)
@@ -116,6 +118,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     from roll_ma.preflight.checkpoint_compat import run_signature
     from roll_ma.tracking import Tracker, console_summary, plot_rewards
 
+    run_start = time.perf_counter()
+    startup = StepTimer("startup")  # where the time to the first step goes: printed, and in step 1's metrics
     out_dir = Path(cfg.trainer.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # the newest checkpoint that matches its manifest; damaged newer ones are reported and set aside
@@ -128,8 +132,10 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     if cfg.model.random_weights:
         from roll_ma.models.random_weights import use_random_weights
 
-        cfg = use_random_weights(cfg)  # model.path -> a random model of that architecture, built once
-    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg), log_file=run_log(out_dir))
+        with startup("random_weights"):
+            cfg = use_random_weights(cfg)  # model.path -> a random model of that architecture, built once
+    with startup("ray"):
+        init_ray(cfg.resources.ray_address, env_vars=process_env(cfg), log_file=run_log(out_dir))
     _check_cluster_gpus(cfg)
     from roll_ma.envs.registry import resolve_env_class
 
@@ -139,7 +145,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     all_adapters = {a.adapter_name for a in cfg.agents}
     planner = EpisodePlanner(cfg.env, cfg.seed)
     search = JointSearch(cfg, seats) if cfg.study.joint_search_every > 0 else None
-    workers = build_workers(cfg, seats)
+    with startup("workers"):
+        workers = build_workers(cfg, seats)
     print(
         f"[roll_ma] {cfg.name}: agents {agent_names} in seats {seats}, rollout={cfg.rollout.backend} "
         f"x{cfg.rollout.num_workers}, train={cfg.train.strategy} x{cfg.train.num_workers}, "
@@ -148,10 +155,13 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
     )
     try:
         # lr decay horizon in optimizer steps per adapter (exact when each step is one mini-batch)
-        workers.train.init_model(total_steps=cfg.trainer.max_steps * cfg.train.ppo_epochs)
-        workers.rollout.init_model(initial_adapters=False)  # the first sync below serves the trainer's
+        with startup("train_model"):
+            workers.train.init_model(total_steps=cfg.trainer.max_steps * cfg.train.ppo_epochs)
+        with startup("rollout_engine"):
+            workers.rollout.init_model(initial_adapters=False)  # the first sync below serves the trainer's
         if workers.reference is not None:
-            workers.reference.init_model()
+            with startup("reference_model"):
+                workers.reference.init_model()
         profile = workers.train.flops_profile()  # model shape and GPU peak: MFU of every pass
         shape = ModelShape(**profile["shape"])
         gpus = {"reference": workers.ref_source.world_size, "old_log_probs": cfg.train.num_workers,
@@ -161,7 +171,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         if resume_from is not None:
             start_step, path = resume_from
             saved = path
-            workers.train.load_checkpoint(str(path / "trainer"))
+            with startup("resume"):
+                workers.train.load_checkpoint(str(path / "trainer"))
             planner.load_state_dict(ckpt.load_state(path)["planner"])
             print(f"[roll_ma] resumed from {path} (step {start_step})", flush=True)
         tracker = Tracker(
@@ -173,13 +184,17 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         )
         # version = the step whose update produced the weights; the first sync serves the initial adapters
         sync = AdapterSync(cfg, workers)
-        sync.push(all_adapters, start_step)
+        with startup("first_sync"):
+            sync.push(all_adapters, start_step)
         served = {a: (start_step if a in trainable else 0) for a in all_adapters}  # adapter -> version
         expected = {i: served[a.adapter_name] for i, a in enumerate(cfg.agents)}
         adapter_of_agent = [a.adapter_name for a in cfg.agents]
         train_order = list(dict.fromkeys(a.adapter_name for a in cfg.agents if not a.frozen))
         if cfg.trainer.eval_every > 0 and start_step == 0:
-            tracker.log(evaluate(workers, planner, seats, cfg.env.eval_opponent, 0), step=0)
+            with startup("eval"):
+                tracker.log(evaluate(workers, planner, seats, cfg.env.eval_opponent, 0), step=0)
+        startup.times["startup/total"] = time.perf_counter() - run_start
+        print(startup_line(startup.times), flush=True)
 
         metrics: dict[str, Any] = {}
         # max_staleness 0: roll out, then train. k >= 1: step s + 1's rollout plays while step s trains
@@ -312,6 +327,8 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
             metrics["timing/unaccounted"] = metrics["timing/step_wall"] - sum(
                 metrics.get(f"timing/{name}", 0.0) for name in STAGES
             )
+            if step == start_step + 1:
+                metrics.update(startup.times)  # the run's start-up joins its first step's line
             tracker.log(metrics, step)
             if step % cfg.trainer.log_every == 0:
                 print(console_summary(step, cfg.trainer.max_steps, metrics, agent_names), flush=True)
@@ -331,6 +348,15 @@ def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str,
         return metrics
     finally:
         workers.shutdown()
+
+
+def startup_line(times: dict[str, float]) -> str:
+    """``[roll_ma] start-up 12.3 s: ray 2.0, workers 1.1, ...``: each stage that ran, in the order it ran."""
+    stages = [
+        f"{key.split('/', 1)[1].replace('_', ' ')} {seconds:.1f}"
+        for key, seconds in times.items() if key != "startup/total"
+    ]  # fmt: skip
+    return f"[roll_ma] start-up {times['startup/total']:.1f} s: " + ", ".join(stages)
 
 
 def done_line(checkpoint: Path | None, metrics_path: Path, plot: Path | None) -> str:

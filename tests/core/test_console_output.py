@@ -12,7 +12,7 @@ from ray.experimental.tqdm_ray import RAY_TQDM_MAGIC
 
 from roll_ma.distributed import worker_output
 from roll_ma.distributed.worker_output import PlainProgress, WorkerOutput, route_worker_output
-from roll_ma.pipelines.multi_agent_pipeline import done_line
+from roll_ma.pipelines.multi_agent_pipeline import done_line, startup_line
 from roll_ma.tracking import console_summary
 
 METRICS = {
@@ -48,6 +48,13 @@ def test_the_last_line_names_the_checkpoint_the_metrics_and_the_plot():
                     "plot out/rewards.png")
     bare = done_line(None, out / "metrics.jsonl", None)
     assert bare == "[roll_ma] done: no checkpoint, metrics out/metrics.jsonl"
+
+
+def test_the_start_up_line_lists_each_stage_that_ran_in_its_order():
+    times = {"startup/ray": 2.04, "startup/workers": 1.1, "startup/train_model": 40.0,
+             "startup/rollout_engine": 95.25, "startup/first_sync": 0.31, "startup/total": 139.9}
+    assert startup_line(times) == ("[roll_ma] start-up 139.9 s: ray 2.0, workers 1.1, train model 40.0, "
+                                   "rollout engine 95.2, first sync 0.3")
 
 
 def _bar(x: int, closed: bool = False, uuid: str = "u1", desc: str = "rollout step 1, env worker 0") -> str:

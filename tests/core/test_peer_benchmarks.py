@@ -499,6 +499,9 @@ def test_driver_runs_roll_ma_and_trl_on_cpu(tmp_path):
     runs = [r for r in summary["runs"] if r["framework"] == "trl"]
     assert all(r["rows_per_step"] == 2 and r["rollout"] == "transformers generate" for r in runs)
     assert all(r["micro_batch_rows"] == 2 and "no old log-probs" in r["passes"] for r in runs)
+    # roll_ma's run carries its own start-up stages beside the common clock's first_step_end_s
+    (roll_ma_run,) = [r for r in summary["runs"] if r["framework"] == "roll_ma"]
+    assert {"train_model", "rollout_engine", "first_sync", "total"} <= set(roll_ma_run["startup_s"])
 
 
 def test_the_step_plot_splits_each_step_by_its_own_timers_and_names_the_rest(tmp_path):

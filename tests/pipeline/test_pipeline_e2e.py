@@ -31,6 +31,12 @@ def test_every_trainable_agent_changes_between_checkpoints(ray_session, tiny_mod
     # every agent trains every step: pi_old comes from the update's forward, no scoring pass of its own
     assert not any("timing/old_log_probs" in r for r in rows)
     assert all(r["timing/update"] > 0 and r["system/tflops_per_gpu/update"] > 0 for r in rows)
+    # the start-up joins step 1's line only: each stage it ran, within the time to the loop
+    startup = {k: v for k, v in rows[0].items() if k.startswith("startup/")}
+    assert {"startup/ray", "startup/workers", "startup/train_model", "startup/rollout_engine",
+            "startup/first_sync", "startup/total"} <= set(startup)
+    assert 0 < sum(v for k, v in startup.items() if k != "startup/total") <= startup["startup/total"]
+    assert not any(k.startswith("startup/") for r in rows[1:] for k in r)
     for adapter in ("alice", "bob"):
         assert not same_tensors(adapter_tensors_at(out, 1, adapter), adapter_tensors_at(out, 3, adapter)), (
             adapter
