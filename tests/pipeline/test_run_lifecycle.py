@@ -29,8 +29,14 @@ TAG = "ROLL_MA_LIFECYCLE_TEST"  # in the environment of the run's driver, hence 
 def _launch(cmd: list[str], tag: str, **kwargs) -> subprocess.Popen:
     # its own session: a terminal's Ctrl-C reaches the driver and the Ray processes it started (killpg)
     env = {**os.environ, TAG: tag, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **kwargs)
+    # a shell's background job starts with SIGINT ignored, which exec keeps (and Python then installs no
+    # KeyboardInterrupt): the driver gets a terminal run's SIGINT however pytest itself was started
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, **kwargs)
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 def _cli(config_dir: Path, tag: str) -> subprocess.Popen:
