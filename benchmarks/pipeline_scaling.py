@@ -153,7 +153,7 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[int, int]]:
 def run_config(args: argparse.Namespace, agents: int, batch: int, out_dir: str, gpus: int = 1) -> Any:
     """The typed, validated RunConfig of one run (``gpus``: engines, train ranks and env workers)."""
     from roll_ma.config import ConfigError, RunConfig, to_dataclass
-    from roll_ma.config.validate import validate
+    from roll_ma.preflight.validate import validate
 
     cuda = args.device == "cuda"
     lora: dict[str, Any] = {"rank": args.lora_rank, "alpha": 2.0 * args.lora_rank}

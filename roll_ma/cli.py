@@ -78,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(cfg_argv(list(sys.argv[1:] if argv is None else argv)))
     if args.cfg not in (None, PLAIN, *CFG_PARTS):
         parser.error(f"--cfg takes job, hydra or all (or nothing: JSON), got {args.cfg!r}")
-    from roll_ma.config import ConfigError, RunConfig, available_configs, load_config
+    from roll_ma.config import ConfigError, RunConfig, available_configs
     from roll_ma.config.loading import mars_flags_to_overrides
     from roll_ma.error_report import error_prefix
+    from roll_ma.preflight.config_loader import load_config
 
     if args.list:
         for name, path in sorted(available_configs(args.config_path).items()):

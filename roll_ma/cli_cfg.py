@@ -78,8 +78,8 @@ def check_before_run(cfg: Any) -> int:
 
 def _runs_elsewhere(cfg: Any) -> str | None:
     """Why this machine cannot run ``cfg`` (the advice a run would give), or None."""
-    from roll_ma.config.validate import check_without_machine, local_gpu_count
-    from roll_ma.config.validate_resources import too_few_gpus_message
+    from roll_ma.preflight.validate import check_without_machine, local_gpu_count
+    from roll_ma.preflight.validate_resources import too_few_gpus_message
 
     have = local_gpu_count()
     if cfg.resources.num_gpus <= have or cfg.resources.ray_address or os.environ.get("RAY_ADDRESS"):

@@ -65,7 +65,7 @@ def run_config(cfg: RunConfig) -> dict[str, Any]:
 
 def resolve_config(config_or_path: str | os.PathLike | Mapping | RunConfig, **overrides: Any) -> RunConfig:
     """The validated ``RunConfig`` that ``train`` would run (raises ``ConfigError`` listing every problem)."""
-    from roll_ma.config.loading import build_config
+    from roll_ma.preflight.config_loader import build_config
 
     raw = _raw_config(config_or_path)
     for key, value in overrides.items():

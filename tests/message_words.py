@@ -126,7 +126,7 @@ class RefusalWords:
         from roll_ma.config import loading
         from roll_ma.config.typed import ConfigError
         from roll_ma.errors import PreflightError
-        from roll_ma.preflight import data_files
+        from roll_ma.preflight import config_loader, data_files
 
         def config_error(self_: Any, problems: list) -> None:
             self.messages.extend(str(p) for p in problems)
@@ -151,12 +151,12 @@ class RefusalWords:
             return original_chat_files(cfg)
 
         original_config_error, original_preflight_error = ConfigError.__init__, PreflightError.__init__
-        original_build_config, original_chat_files = loading.build_config, data_files.chat_files
+        original_build_config, original_chat_files = config_loader.build_config, data_files.chat_files
         original_find_config = loading.find_config
         monkeypatch.setattr(loading, "find_config", find_config)
         monkeypatch.setattr(ConfigError, "__init__", config_error)
         monkeypatch.setattr(PreflightError, "__init__", preflight_error)
-        monkeypatch.setattr(loading, "build_config", build_config)
+        monkeypatch.setattr(config_loader, "build_config", build_config)
         monkeypatch.setattr(data_files, "chat_files", chat_files)
 
     def problems(self) -> list[str]:

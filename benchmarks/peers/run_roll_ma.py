@@ -94,7 +94,7 @@ def run_config(
     ``turnwise``: one generate call per turn, not the episode's planned turns at once; ``lora_bf16``:
     train.lora_compute_dtype=model; ``liger``: model.liger_kernel)."""
     from roll_ma.config import ConfigError, RunConfig, to_dataclass
-    from roll_ma.config.validate import validate
+    from roll_ma.preflight.validate import validate
 
     cuda = device == "cuda"
     e = job.episodes

@@ -1,6 +1,9 @@
-"""Typed config: schemas, Hydra loading, validation."""
+"""Typed config, the ground floor: schemas, Hydra composition, typing, the generated reference.
 
-from roll_ma.config.loading import available_configs, load_config
+It imports nothing of the runtime. The checks across keys and against the runtime, and the loader every
+entry point uses, are in the pre-flight layer: ``roll_ma.preflight.config_loader.load_config``."""
+
+from roll_ma.config.loading import available_configs, type_config
 from roll_ma.config.schema import (
     AgentConfig,
     AlgorithmConfig,
@@ -17,8 +20,8 @@ from roll_ma.config.schema import (
     TrainConfig,
     TrainerConfig,
 )
+from roll_ma.config.seats import resolve_seats
 from roll_ma.config.typed import ConfigError, ConfigProblem, to_dataclass
-from roll_ma.config.validate import resolve_seats
 
 __all__ = [
     "AgentConfig",
@@ -38,7 +41,7 @@ __all__ = [
     "TrainConfig",
     "TrainerConfig",
     "available_configs",
-    "load_config",
     "resolve_seats",
     "to_dataclass",
+    "type_config",
 ]

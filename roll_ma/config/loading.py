@@ -1,4 +1,5 @@
-"""Find a config by name, compose it with Hydra, apply overrides, type it and validate it."""
+"""Find a config by name, compose it with Hydra, apply overrides and type it (``preflight.config_loader``
+adds the checks across keys)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from typing import Any
 
 from roll_ma.config.schema import MOVED_KEYS, RunConfig
 from roll_ma.config.typed import ConfigError, ConfigProblem, suggest, to_dataclass
-from roll_ma.config.validate import validate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,35 +118,10 @@ def apply_num_agents(raw: dict[str, Any], num_agents: int) -> None:
     raw.setdefault("env", {})["seats"] = None
 
 
-def load_config(
-    name: str,
-    config_path: str | None = None,
-    overrides: list[str] | None = None,
-    num_agents: int | None = None,
-    check_env: bool = True,
-    check_local_gpus: bool = True,
-) -> RunConfig:
-    """Compose, type and validate; raises ConfigError listing every problem (``check_local_gpus=False``:
-    a GPU config checked on a machine without its GPUs)."""
-    raw = compose_raw(name, config_path, list(overrides or []))
-    return build_config(raw, num_agents, check_env, check_local_gpus)
-
-
-def build_config(
-    raw: dict[str, Any],
-    num_agents: int | None = None,
-    check_env: bool = True,
-    check_local_gpus: bool = True,
-) -> RunConfig:
-    """Type and validate a composed config dict; raises ConfigError listing every problem."""
+def type_config(raw: dict[str, Any], num_agents: int | None = None) -> tuple[RunConfig, list[ConfigProblem]]:
+    """A composed config dict as a ``RunConfig``, with the problems of its single keys (unknown keys, types,
+    ranges, choices). The checks across keys and against the runtime live in the pre-flight layer:
+    ``roll_ma.preflight.config_loader.load_config`` runs both and is what every entry point calls."""
     if num_agents is not None:
         apply_num_agents(raw, num_agents)
-    cfg, problems = to_dataclass(RunConfig, raw, MOVED_KEYS)
-    try:
-        problems += validate(cfg, check_env=check_env, check_local_gpus=check_local_gpus)
-    except (TypeError, ValueError, AttributeError, KeyError):
-        if not problems:  # a type problem already explains why the semantic checks could not run
-            raise
-    if problems:
-        raise ConfigError(problems)
-    return cfg
+    return to_dataclass(RunConfig, raw, MOVED_KEYS)

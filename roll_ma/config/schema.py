@@ -2,7 +2,7 @@
 
 Every field is documented with ``help`` in its metadata; ``min``/``max`` give the allowed
 range. ``roll_ma.config.loading`` turns a Hydra-composed yaml into these dataclasses and
-``roll_ma.config.validate`` checks them before any Ray actor starts. Workers receive only
+``roll_ma.preflight.validate`` checks them before any Ray actor starts. Workers receive only
 the pieces they need (``ModelConfig``, ``TrainConfig``, ...), never the whole tree.
 """
 
@@ -99,7 +99,7 @@ class AgentConfig:
         "prompt "
         "from the team context and the env's observation) and/or post_process(tokenizer, prompt_ids, "
         "response_ids, **post_process_kwargs) -> prompt_ids (the team context after this agent spoke); "
-        "roll_ma/workers/hooks.py. Unset: a chat prompt of observation + context, the response appended",
+        "roll_ma/envs/team_hooks.py. Unset: a chat prompt of observation + context, the response appended",
     )
     pre_process_kwargs: dict[str, Any] = _f(help="keyword arguments of this agent's pre_process",
                                             factory=dict)

@@ -6,7 +6,7 @@ rollout.tensor_parallel`` for a rollout (or teacher) engine. The placement group
 GPU, except that the ``k`` GPUs of a tensor-parallel engine form ONE bundle of ``k`` GPUs: Ray puts a
 bundle on one node, and an actor lives in one bundle, so the engine's GPUs are on one host.
 
-Validation (``roll_ma.config.validate_resources``) and the Ray side (``resources.ResourceManager``)
+Validation (``roll_ma.preflight.validate_resources``) and the Ray side (``resources.ResourceManager``)
 both use these functions, so what is checked is what is placed.
 """
 

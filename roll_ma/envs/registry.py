@@ -12,6 +12,7 @@ decorator.
 from __future__ import annotations
 
 import difflib
+import inspect
 
 from roll_ma.envs.base import MultiAgentEnv
 
@@ -69,6 +70,11 @@ def resolve_env_class(name_or_path: str) -> type:
         "For your own env pass an import path like 'my_pkg.my_module:MyEnv' or a file like "
         "'path/to/my_env.py:MyEnv'."
     )
+
+
+def env_uses_problems(name_or_path: str) -> bool:
+    """Whether the env's ``reset`` takes a ``problem`` (a math problem row) rather than only a seed."""
+    return "problem" in inspect.signature(resolve_env_class(name_or_path).reset).parameters
 
 
 def make_env(name_or_path: str, **kwargs) -> MultiAgentEnv:

@@ -1,7 +1,7 @@
 """``marft``: a team of agents that speak in turn on one task (MARFT's Reasoner -> Actor).
 
 Each round every agent speaks once, in config order (the env's seats). An agent's prompt comes
-from its hooks (``roll_ma/workers/hooks.py``): ``pre_process`` turns the team context (what the
+from its hooks (``roll_ma/envs/team_hooks.py``): ``pre_process`` turns the team context (what the
 agents before it left) and the task's observation into its prompt ids; ``post_process`` turns its
 response into the context the next agent reads. After the round's last agent, the task
 (``env.path``, default ``envs/team_math.py:MathTask``) grades the round: ``step(actions,
@@ -20,8 +20,8 @@ from numbers import Real
 from typing import Any
 
 from roll_ma.envs.base import MultiAgentEnv, StepResult, Turn
+from roll_ma.envs.team_hooks import AgentHooks, load_hooks
 from roll_ma.errors import UserCodeError
-from roll_ma.workers.hooks import AgentHooks, load_hooks
 
 DEFAULT_TASK = "roll_ma.envs.team_math:MathTask"
 

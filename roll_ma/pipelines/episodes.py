@@ -6,22 +6,16 @@ exactly the episodes the uninterrupted run would have played.
 
 from __future__ import annotations
 
-import inspect
 import zlib
 from typing import Any
 
 from roll_ma.config.schema import EnvConfig
+from roll_ma.envs.registry import env_uses_problems
 from roll_ma.workers.env_worker import EpisodeSpec
 
 
 def _seed(*parts: Any) -> int:
     return zlib.crc32("/".join(map(str, parts)).encode()) & 0x7FFFFFFF
-
-
-def env_uses_problems(env_name: str) -> bool:
-    from roll_ma.envs.registry import resolve_env_class
-
-    return "problem" in inspect.signature(resolve_env_class(env_name).reset).parameters
 
 
 class EpisodePlanner:

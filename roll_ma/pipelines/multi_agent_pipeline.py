@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from roll_ma.config.schema import RunConfig
-from roll_ma.config.validate import resolve_seats
+from roll_ma.config.seats import resolve_seats
 
 STALE_ERROR = (
     "the rollout used a stale adapter ({rows} rows did not use the version pushed after the last "

@@ -1,10 +1,9 @@
 """What every supervised phase works with (``phases.py`` runs them; ``phase_sft.py`` and ``phase_dpo.py``
-are two of them): the phase plan from the config, the ``PhaseContext`` of workers, data cursor, step and
-checkpoints, and how an agent's rows are cut into train steps."""
+are two of them): the ``PhaseContext`` of workers, data cursor, step and checkpoints, and how an agent's
+rows are cut into train steps (the phase plan itself is ``config.phase_plan``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -13,47 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from roll_ma.config.schema import DPOConfig, PhaseConfig, RunConfig, SFTConfig
+from roll_ma.config.phase_plan import Phase
+from roll_ma.config.schema import RunConfig
 from roll_ma.protocol import DataProto
-
-
-@dataclass
-class Phase:
-    """One phase as it runs: position, name, objective, the agents it trains, its sft / dpo settings."""
-
-    index: int
-    name: str
-    objective: str
-    agents: list[str]
-    sft: SFTConfig
-    dpo: DPOConfig
-    lr: float | None = None
-
-
-def plan_phases(cfg: RunConfig) -> list[Phase]:
-    """``cfg.phases``, or the one phase of ``train.objective``; overrides applied (validated before)."""
-    listed = cfg.phases or [PhaseConfig(objective=cfg.train.objective)]
-    trainable = [a.name for a in cfg.agents if not a.frozen]
-    return [
-        Phase(
-            i,
-            p.name or f"{i}_{p.objective}",
-            p.objective,
-            list(p.agents or trainable),
-            dataclasses.replace(cfg.sft, **p.sft),
-            dataclasses.replace(cfg.dpo, **p.dpo),
-            p.lr,
-        )
-        for i, p in enumerate(listed)
-    ]
-
-
-def needs_reference_copies(phases: list[Phase]) -> bool:
-    return any(p.objective == "dpo" and p.dpo.reference != "base" for p in phases)
-
-
-def needs_teacher(phases: list[Phase]) -> bool:
-    return any(p.objective == "sft" and p.sft.source == "teacher" for p in phases)
 
 
 @dataclass

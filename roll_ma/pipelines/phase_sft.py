@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from roll_ma.pipelines.phase_context import Phase, PhaseContext, agent_schedule
+from roll_ma.config.phase_plan import Phase
+from roll_ma.pipelines.phase_context import PhaseContext, agent_schedule
 from roll_ma.protocol import DataProto
 from roll_ma.strategies.objective_sft import SFT_KEYS
 

@@ -30,15 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from roll_ma.config.phase_plan import Phase, needs_reference_copies, needs_teacher, plan_phases
 from roll_ma.config.schema import RunConfig
-from roll_ma.pipelines.phase_context import (
-    Phase,
-    PhaseContext,
-    headline,
-    needs_reference_copies,
-    needs_teacher,
-    plan_phases,
-)
+from roll_ma.pipelines.phase_context import PhaseContext, headline
 
 
 def run_eval_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> None:
@@ -57,7 +51,7 @@ def phase_runners() -> dict[str, Callable[[PhaseContext, Phase, dict[str, Any]],
 def run_phases(cfg: RunConfig) -> dict[str, Any]:
     """Run ``cfg``'s phases (or its one ``train.objective`` phase); returns the eval results by phase."""
     from roll_ma import checkpoint as ckpt
-    from roll_ma.config.validate import resolve_seats
+    from roll_ma.config.seats import resolve_seats
     from roll_ma.distributed.ray_env import init_ray
     from roll_ma.envs.registry import resolve_env_class
     from roll_ma.error_report import run_log

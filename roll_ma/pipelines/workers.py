@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from roll_ma.config.schema import AgentConfig, RunConfig
-from roll_ma.config.validate_resources import gpus_per_worker
 from roll_ma.distributed.cluster import Cluster, shutdown_clusters
 from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
 from roll_ma.distributed.resources import ResourceManager
 from roll_ma.distributed.shm_transfer import remove_orphans
+from roll_ma.preflight.validate_resources import gpus_per_worker
 from roll_ma.strategies.ds_utils import SHARERS_VAR
 from roll_ma.strategies.micro_batches import MicroBatching
 

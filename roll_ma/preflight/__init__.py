@@ -13,7 +13,7 @@
 - ``ray_auth``: the auth variables, and the cluster's auth mode against this process's.
 
 The config's own consistency (keys, types, combinations) is checked earlier, when it is loaded
-(``roll_ma.config.validate``); ``pipelines.run_pipeline`` calls this before dispatching to the RL loop
+(``roll_ma.preflight.validate``); ``pipelines.run_pipeline`` calls this before dispatching to the RL loop
 or the supervised phases.
 """
 
@@ -55,14 +55,14 @@ def run_preflight(cfg: RunConfig, log: Callable[[str], None] = print) -> None:
 
 
 def teacher_used(cfg: RunConfig) -> bool:
-    from roll_ma.config.validate_phases import teacher_workers
+    from roll_ma.preflight.validate_phases import teacher_workers
 
     return teacher_workers(cfg) > 0
 
 
 def chat_template_need(cfg: RunConfig, files: list) -> str | None:  # noqa: ANN001 - data_files.ChatFile
     """What in this run renders prompts with the chat template (None: nothing does)."""
-    from roll_ma.pipelines.phase_context import plan_phases
+    from roll_ma.config.phase_plan import plan_phases
 
     message_files = [f.path for f in files if f.uses_messages]
     if message_files:
@@ -77,18 +77,18 @@ def chat_template_need(cfg: RunConfig, files: list) -> str | None:  # noqa: ANN0
     return f"the env's prompts (env.name={cfg.env.name})"
 
 
-def _reads_file_only(phase) -> bool:  # noqa: ANN001 - pipelines.phase_context.Phase
+def _reads_file_only(phase) -> bool:  # noqa: ANN001 - config.phase_plan.Phase
     return (phase.objective == "sft" and phase.sft.source == "file") or (
         phase.objective == "dpo" and phase.dpo.source == "file")
 
 
 def _team_prompts_are_own(cfg: RunConfig) -> bool:
     """A team env whose every agent builds its prompt with its own pre_process (no chat template)."""
-    from roll_ma.config.validate_team import TEAM_ENV
+    from roll_ma.preflight.validate_team import TEAM_ENV
 
     if cfg.env.name != TEAM_ENV:
         return False
-    from roll_ma.workers.hooks import default_pre_process, load_hooks
+    from roll_ma.envs.team_hooks import default_pre_process, load_hooks
 
     try:
         return all(load_hooks(a).pre is not default_pre_process for a in cfg.agents)

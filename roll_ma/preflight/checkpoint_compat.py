@@ -35,7 +35,7 @@ SIGNATURE_VERSION = 1
 def run_signature(cfg: RunConfig) -> dict[str, Any]:
     """The record of ``cfg`` a checkpoint keeps (flat, JSON-ready). Compute it before the pipeline
     rewrites the config (``model.random_weights`` points ``model.path`` at a built model)."""
-    from roll_ma.pipelines.phase_context import plan_phases
+    from roll_ma.config.phase_plan import plan_phases
 
     sig: dict[str, Any] = {"signature_version": SIGNATURE_VERSION}
     sig["model.path"] = _model_location(cfg.model.path)

@@ -24,7 +24,7 @@ TASK_CALLS = {"reset": ("problem",), "step": ("actions", "ground_truth")}
 
 def hook_problems(cfg: RunConfig) -> list[str]:
     """Every signature problem of the prompt hooks, the workflow and the team task ``cfg`` names."""
-    from roll_ma.config.validate_team import TEAM_ENV
+    from roll_ma.preflight.validate_team import TEAM_ENV
 
     problems: list[str] = []
     if cfg.env.workflow:
@@ -62,7 +62,7 @@ def call_problem(fn: Callable[..., Any], args: tuple[str, ...], kwargs: dict[str
 
 
 def _process_problems(i: int, agent: Any) -> list[str]:
-    from roll_ma.workers.hooks import default_post_process, default_pre_process, load_hooks
+    from roll_ma.envs.team_hooks import default_post_process, default_pre_process, load_hooks
 
     if not agent.process:
         return []

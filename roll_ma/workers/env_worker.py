@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
+from roll_ma.data.turn_samples import TurnSample, collate_turns
 from roll_ma.distributed import activity
 from roll_ma.distributed.progress import progress_bar
 from roll_ma.distributed.worker import Dispatch, Worker, register, share_of
+from roll_ma.envs.base import BUILTIN_POLICIES
+from roll_ma.envs.prompts import chat_prompt_ids, encode_chat
 from roll_ma.protocol import DataProto
-from roll_ma.workers.prompts import chat_prompt_ids, encode_chat
-from roll_ma.workers.turn_samples import TurnSample, collate_turns
-
-BUILTIN_POLICIES = ("random", "scripted")
 
 
 def env_kwargs(env_cfg: EnvConfig, agents: list[AgentConfig], seats: list[str] | None) -> dict[str, Any]:

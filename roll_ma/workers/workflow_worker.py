@@ -20,13 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
+from roll_ma.data.turn_samples import collate_turns
 from roll_ma.distributed.progress import progress_bar
 from roll_ma.distributed.worker import Dispatch, Worker, register, share_of
+from roll_ma.envs.prompts import encode_chat
 from roll_ma.errors import UserCodeError
 from roll_ma.protocol import DataProto
 from roll_ma.workers.env_worker import EpisodeSpec, sample_seed
-from roll_ma.workers.prompts import encode_chat
-from roll_ma.workers.turn_samples import collate_turns
 
 logger = logging.getLogger(__name__)
 

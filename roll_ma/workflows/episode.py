@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll_ma.workers.turn_samples import TurnSample
+from roll_ma.data.turn_samples import TurnSample
 from roll_ma.workflows.api import Reply, WorkflowResult, WorkflowTruncated, as_result
 
 

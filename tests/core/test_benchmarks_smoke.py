@@ -95,7 +95,7 @@ def test_gpu_sweep_plans_fixed_work_per_gpu_and_configures_every_gpu(monkeypatch
     import pipeline_scaling
     from throughput import planned_gpu_runs
 
-    from roll_ma.config import validate as validate_module
+    from roll_ma.preflight import validate as validate_module
 
     args = pipeline_scaling.parse_args(["--device", "cuda", "--gpus", "1,2,4,8", "--agents", "1,8"])
     assert args.gpus == [1, 2, 4, 8] and args.batches == [64]

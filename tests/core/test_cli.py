@@ -8,9 +8,10 @@ import shlex
 import pytest
 from example_configs import gpu_configs
 
-import roll_ma.config.validate as validate_module
+import roll_ma.preflight.validate as validate_module
 from roll_ma.cli import main
-from roll_ma.config import ConfigError, load_config
+from roll_ma.config import ConfigError
+from roll_ma.preflight.config_loader import load_config
 
 
 @pytest.fixture(autouse=True)

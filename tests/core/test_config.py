@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from roll_ma.config import ConfigError, available_configs, load_config
-from roll_ma.config import validate as validate_module
+from roll_ma.config import ConfigError, available_configs
+from roll_ma.preflight import validate as validate_module
+from roll_ma.preflight.config_loader import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_CONFIGS = ["math_selfplay_tiny", "tiny_hanabi_selfplay", "math_tool_tiny", "code_tests_tiny"]

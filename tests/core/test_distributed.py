@@ -58,7 +58,7 @@ class EchoWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def fail_in_user_code(self) -> None:
-        from roll_ma.workers.hooks import HookError
+        from roll_ma.envs.team_hooks import HookError
 
         if self.rank == 1:
             raise HookError("agent 'a': pre_process of /h.py returned str 'x'", "/h.py:1 in pre_process",

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from roll_ma.distributed.watchdog import WorkerError, actor_failure, task_failure
+from roll_ma.envs.team_hooks import HookError
 from roll_ma.error_report import parse_traceback, summarize
 from roll_ma.errors import PreflightError, RollMaError, UserCodeError
-from roll_ma.workers.hooks import HookError
 
 ESC = "\x1b["
 # what Ray's str(RayTaskError) looks like: a coloured actor header, then the actor's frames
@@ -146,7 +146,7 @@ def test_the_log_file_holds_the_driver_and_worker_tracebacks_and_the_message_nam
 
 @pytest.fixture
 def tiny_cfg(tmp_path):
-    from roll_ma.config import load_config
+    from roll_ma.preflight.config_loader import load_config
 
     return load_config("math_selfplay_tiny", None, [f"trainer.output_dir={tmp_path / 'out'}"])
 

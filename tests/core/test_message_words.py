@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from roll_ma.config import ConfigError, load_config
+from roll_ma.config import ConfigError
+from roll_ma.preflight.config_loader import load_config
 
 
 def problems_of(name, overrides):

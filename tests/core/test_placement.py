@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-from roll_ma.config import ConfigError, load_config
-from roll_ma.config import validate as validate_module
+from roll_ma.config import ConfigError
 from roll_ma.distributed.placement import (
     bundle_specs,
     default_device_mapping,
@@ -17,6 +16,8 @@ from roll_ma.distributed.placement import (
 )
 from roll_ma.distributed.resources import ResourceManager
 from roll_ma.pipelines.adapter_sync import check_versions
+from roll_ma.preflight import validate as validate_module
+from roll_ma.preflight.config_loader import load_config
 
 
 # ---------------------------------------------------------------------------- the arithmetic

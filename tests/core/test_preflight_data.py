@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from roll_ma.config.loading import build_config
 from roll_ma.errors import PreflightError
 from roll_ma.preflight import run_preflight
+from roll_ma.preflight.config_loader import build_config
 
 AGENTS = [{"name": "actor"}, {"name": "critic"}]
 

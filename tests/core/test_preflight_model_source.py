@@ -9,10 +9,10 @@ import shutil
 import pytest
 
 from roll_ma.cli import main
-from roll_ma.config import load_config
 from roll_ma.errors import PreflightError
 from roll_ma.models.builtin import ASSETS
 from roll_ma.preflight import run_preflight
+from roll_ma.preflight.config_loader import load_config
 from roll_ma.preflight.model_source import Hub, locate
 
 

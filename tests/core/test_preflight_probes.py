@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from roll_ma.config import load_config
 from roll_ma.errors import PreflightError
 from roll_ma.models.builtin import ASSETS
 from roll_ma.preflight import run_preflight
+from roll_ma.preflight.config_loader import load_config
 from roll_ma.preflight.ray_auth import ClusterAuth, LocalAuth, auth_problems
 
 

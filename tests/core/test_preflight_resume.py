@@ -9,10 +9,10 @@ import json
 import pytest
 
 from roll_ma import checkpoint as ckpt
-from roll_ma.config import load_config
 from roll_ma.errors import PreflightError
 from roll_ma.preflight import run_preflight
 from roll_ma.preflight.checkpoint_compat import run_signature
+from roll_ma.preflight.config_loader import load_config
 
 FIXES = ("Start afresh with trainer.resume=never (moves the previous run's files aside), or give this run "
          "another trainer.output_dir.")

@@ -55,7 +55,8 @@ def test_import_path_both_spellings():
 
 
 def test_env_from_a_file(tmp_path, monkeypatch):
-    from roll_ma.config import ConfigError, load_config
+    from roll_ma.config import ConfigError
+    from roll_ma.preflight.config_loader import load_config
 
     (tmp_path / "my_envs.py").write_text(
         "from roll_ma.envs.tiny_hanabi import TinyHanabiEnv\n\n\nclass MyHanabi(TinyHanabiEnv):\n    pass\n"

@@ -110,7 +110,7 @@ def test_obs_with_env_false_hides_the_observation(files, tokenizer):
 
 
 def test_default_hooks_chat_template_the_observation(files, tokenizer):
-    from roll_ma.workers.prompts import chat_prompt_ids
+    from roll_ma.envs.prompts import chat_prompt_ids
 
     env = _env(tokenizer, [AgentConfig(name="solo", system_prompt="Be brief.")])
     turn = env.reset(0, problem={"problem": "1+1", "answer": "2"})
@@ -148,7 +148,7 @@ def test_a_hook_marker_shows_up_in_the_generated_prompt(files, tiny_model_dir):
 
 
 def test_bad_hooks_stop_the_run_naming_file_function_and_value(files, tokenizer):
-    from roll_ma.workers.hooks import HookError
+    from roll_ma.envs.team_hooks import HookError
 
     bad_pre = [AgentConfig(name="reasoner", process=str(files / "bad_pre.py"))]
     with pytest.raises(HookError) as err:
@@ -173,7 +173,7 @@ def test_bad_hooks_stop_the_run_naming_file_function_and_value(files, tokenizer)
 
 
 def test_a_hook_returning_ids_outside_the_vocabulary_is_named_before_the_model_sees_them(files, tokenizer):
-    from roll_ma.workers.hooks import HookError
+    from roll_ma.envs.team_hooks import HookError
 
     env = _env(tokenizer, [AgentConfig(name="reasoner", process=str(files / "far_ids.py"))], vocab_size=512)
     with pytest.raises(HookError) as err:
@@ -220,7 +220,7 @@ def test_bad_task_stops_the_run_naming_file_and_value(files, tokenizer, bad, wha
 
 
 def test_missing_hook_file_or_task_is_refused_before_actors_start(files):
-    from roll_ma.config.validate import validate
+    from roll_ma.preflight.validate import validate
 
     cfg = RunConfig(agents=[AgentConfig(name="reasoner", process=str(files / "nope.py")),
                             AgentConfig(name="actor", process=str(files / "hooks.py"),
@@ -244,7 +244,7 @@ def test_missing_hook_file_or_task_is_refused_before_actors_start(files):
 
 def test_gae_refuses_what_it_cannot_take():
     from roll_ma.config.schema import AlgorithmConfig, CriticConfig, StudyConfig, TrainConfig
-    from roll_ma.config.validate import validate
+    from roll_ma.preflight.validate import validate
 
     def refused(**sections):
         cfg = RunConfig(algorithm=AlgorithmConfig(advantage="gae"), **sections)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from roll_ma.config import load_config
+from roll_ma.preflight.config_loader import load_config
 from roll_ma.tracking import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]

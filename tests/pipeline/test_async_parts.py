@@ -138,7 +138,8 @@ def test_a_checkpoint_stores_the_planner_from_before_the_rollout_in_flight():
 
 
 def test_async_config_checks():
-    from roll_ma.config import ConfigError, load_config
+    from roll_ma.config import ConfigError
+    from roll_ma.preflight.config_loader import load_config
 
     with pytest.raises(ConfigError) as err:
         load_config("math_selfplay_7b", overrides=["rollout.max_staleness=1"], check_local_gpus=False)
@@ -155,8 +156,8 @@ def test_async_config_checks():
 def test_cpu_actors_start_with_passive_openmp_waits_and_threads_split_by_the_workers_computing_at_once(
     monkeypatch,
 ):
-    from roll_ma.config import load_config
     from roll_ma.pipelines.workers import cpu_sharers, process_env
+    from roll_ma.preflight.config_loader import load_config
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     sync = load_config("math_selfplay_tiny", overrides=["train.num_workers=2"])

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from roll_ma.config import load_config
 from roll_ma.pipelines.joint_search import JointSearch
+from roll_ma.preflight.config_loader import load_config
 from roll_ma.protocol import DataProto
 
 pytest.importorskip("pyspiel")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from roll_ma.config.loading import load_config
 from roll_ma.pipelines import run_pipeline
+from roll_ma.preflight.config_loader import load_config
 from roll_ma.tracking import read_metrics
 
 pytestmark = pytest.mark.slow

@@ -90,7 +90,7 @@ def test_vllm_backend_syncs_only_the_adapters_that_changed(ray_session, tiny_mod
 
 
 def test_joint_search_distills_a_better_joint_policy_that_the_next_rollout_plays(ray_session, tmp_path):
-    from roll_ma.config import load_config
+    from roll_ma.preflight.config_loader import load_config
 
     cfg = load_config("tiny_hanabi_selfplay", overrides=[
         "trainer.max_steps=2", "study.joint_search_every=1", "env.groups_per_step=2", "env.group_size=4",

@@ -46,7 +46,7 @@ def test_a_raising_hook_ends_the_cli_run_with_one_message_and_a_log(tmp_path):
     assert log.parent == out / "logs" and log.is_file()
     body = log.read_text()
     assert "---- traceback in the worker(s) ----" in body and f'File "{hook}", line 3' in body
-    assert "roll_ma/workers/hooks.py" in body and "ZeroDivisionError" in body
+    assert "roll_ma/envs/team_hooks.py" in body and "ZeroDivisionError" in body
 
 
 def test_a_raising_task_step_raises_the_typed_error_from_train(ray_session, tmp_path):

@@ -21,7 +21,7 @@ def test_cpu_runs_and_missing_installs_are_refused_in_config_words():
         assert "pip install 'roll_ma[liger]'" in liger.liger_problem(1)
     assert liger.liger_problem(1, check_installed=False) is None  # a GPU config checked on a laptop
     from roll_ma.config.schema import RunConfig
-    from roll_ma.config.validate import validate
+    from roll_ma.preflight.validate import validate
 
     cfg = RunConfig()  # a CPU run
     cfg.model.liger_kernel = True

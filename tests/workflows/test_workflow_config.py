@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roll_ma.config import ConfigError, RunConfig, load_config
+from roll_ma.config import ConfigError, RunConfig
+from roll_ma.preflight.config_loader import load_config
 from roll_ma.run import resolve_config
 from roll_ma.workflows.loader import absolute_spec, load_workflow
 

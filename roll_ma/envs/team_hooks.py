@@ -37,7 +37,7 @@ class HookError(UserCodeError):
 def default_pre_process(tokenizer: Any, prompt_ids: list[int], obs_ids: list[int],
                         system_prompt: str | None = None) -> list[int]:
     """The chat template of (system prompt, observation + team context as text), generation prompt added."""
-    from roll_ma.workers.prompts import chat_prompt_ids
+    from roll_ma.envs.prompts import chat_prompt_ids
 
     text = tokenizer.decode(obs_ids) + tokenizer.decode(prompt_ids)
     messages = ([{"role": "system", "content": system_prompt}] if system_prompt else [])

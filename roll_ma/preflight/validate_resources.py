@@ -117,7 +117,7 @@ def attention_heads(path: str, random_weights: bool = False) -> int | None:
     return None
 
 
-# validate(cfg) without the environment and local-GPU checks; passed in by config/validate.py, which
+# validate(cfg) without the environment and local-GPU checks; passed in by preflight/validate.py, which
 # calls this module's checks (so this module never imports it back)
 Check = Callable[[RunConfig], list[ConfigProblem]]
 

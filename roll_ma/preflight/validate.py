@@ -1,4 +1,7 @@
-"""Checks across fields, run before any Ray actor starts. Each problem names the key and the fix."""
+"""The config's checks across fields and against the runtime (envs, models, placement, installed
+backends, this machine's GPUs), run when a config is loaded, before any Ray actor starts. Each problem
+names the key and the fix. The types, ranges and choices of single keys are checked earlier, when the
+config is typed (``roll_ma.config.typed``)."""
 
 from __future__ import annotations
 
@@ -8,13 +11,13 @@ import os
 from pathlib import Path
 
 from roll_ma.config.schema import RunConfig
+from roll_ma.config.seats import resolve_seats
 from roll_ma.config.typed import ConfigProblem, suggest
-from roll_ma.config.validate_async import check_async
+from roll_ma.envs.base import BUILTIN_POLICIES
 from roll_ma.models.builtin import BUILTIN_MODELS
+from roll_ma.preflight.validate_async import check_async
 
 BUILTIN_MODEL_NAMES = list(BUILTIN_MODELS)
-
-BUILTIN_POLICIES = ("random", "scripted")
 ROLES = ("rollout", "train", "reference", "teacher")
 
 
@@ -23,18 +26,6 @@ def _installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
-
-
-def resolve_seats(cfg: RunConfig, num_players: int | None) -> list[str]:
-    """Agent name per seat: env.seats, else agents in order, else one agent in every seat."""
-    if cfg.env.seats is not None:
-        return list(cfg.env.seats)
-    names = [a.name for a in cfg.agents]
-    if num_players is None or len(names) == num_players:
-        return names
-    if len(names) == 1:
-        return names * num_players
-    return names
 
 
 def check_without_machine(cfg: RunConfig) -> list[ConfigProblem]:
@@ -89,7 +80,7 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
         add("agents", "every agent is frozen: nothing would train; unfreeze one or set trainer.max_steps=0")
 
     # ---- env and seats
-    from roll_ma.config.validate_team import check_team
+    from roll_ma.preflight.validate_team import check_team
 
     check_team(cfg, problems)  # gae combinations, team env hooks and task
     num_players = None
@@ -200,7 +191,7 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
             f"the built-in models are {BUILTIN_MODEL_NAMES}",
         )
 
-    from roll_ma.config.validate_phases import check_phases
+    from roll_ma.preflight.validate_phases import check_phases
 
     check_phases(cfg, problems, _looks_local)
     _check_resources(cfg, problems, check_local_gpus)
@@ -254,7 +245,7 @@ def env_parameters(cls: type) -> set[str] | None:
 def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
     """Build the env (cheap) to learn its player count and catch bad env.kwargs and seats."""
     if cfg.env.workflow:
-        from roll_ma.config.validate_workflow import check_workflow
+        from roll_ma.preflight.validate_workflow import check_workflow
 
         return check_workflow(cfg, problems)
     if cfg.env.data.source.startswith("builtin:"):
@@ -367,8 +358,8 @@ def _check_joint_search(cfg: RunConfig, env: object, seats: list[str], problems:
 
 
 def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_gpus: bool = True) -> None:
-    from roll_ma.config.validate_phases import teacher_workers
-    from roll_ma.config.validate_resources import check_placement, gpus_per_worker, workers_key
+    from roll_ma.preflight.validate_phases import teacher_workers
+    from roll_ma.preflight.validate_resources import check_placement, gpus_per_worker, workers_key
 
     res = cfg.resources
     add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
@@ -420,7 +411,7 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
     if check_local_gpus and not (res.ray_address or os.environ.get("RAY_ADDRESS")):
         have = local_gpu_count()
         if have < res.num_gpus:
-            from roll_ma.config.validate_resources import too_few_gpus_message
+            from roll_ma.preflight.validate_resources import too_few_gpus_message
 
             add("resources.num_gpus", too_few_gpus_message(cfg, have, check_without_machine))
 

@@ -26,7 +26,7 @@ def check_team(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
                 add(f"agents[{i}].process", f"prompt hooks are run by the team env: set env.name={TEAM_ENV}")
         return
     from roll_ma.envs.team import load_task_class
-    from roll_ma.workers.hooks import load_hooks
+    from roll_ma.envs.team_hooks import load_hooks
 
     try:
         load_task_class(cfg.env.path)

@@ -1,0 +1,48 @@
+"""The phases a run trains through, as they run: ``cfg.phases`` (or the one phase of ``train.objective``)
+with each phase's overrides applied. A rule of the config alone, shared by its checks and the pipelines."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from roll_ma.config.schema import DPOConfig, PhaseConfig, RunConfig, SFTConfig
+
+
+@dataclass
+class Phase:
+    """One phase as it runs: position, name, objective, the agents it trains, its sft / dpo settings."""
+
+    index: int
+    name: str
+    objective: str
+    agents: list[str]
+    sft: SFTConfig
+    dpo: DPOConfig
+    lr: float | None = None
+
+
+def plan_phases(cfg: RunConfig) -> list[Phase]:
+    """``cfg.phases``, or the one phase of ``train.objective``; overrides applied (validated before)."""
+    listed = cfg.phases or [PhaseConfig(objective=cfg.train.objective)]
+    trainable = [a.name for a in cfg.agents if not a.frozen]
+    return [
+        Phase(
+            i,
+            p.name or f"{i}_{p.objective}",
+            p.objective,
+            list(p.agents or trainable),
+            dataclasses.replace(cfg.sft, **p.sft),
+            dataclasses.replace(cfg.dpo, **p.dpo),
+            p.lr,
+        )
+        for i, p in enumerate(listed)
+    ]
+
+
+def needs_reference_copies(phases: list[Phase]) -> bool:
+    return any(p.objective == "dpo" and p.dpo.reference != "base" for p in phases)
+
+
+def needs_teacher(phases: list[Phase]) -> bool:
+    return any(p.objective == "sft" and p.sft.source == "teacher" for p in phases)
