@@ -72,6 +72,18 @@ class AgentLoraOverride:
     dropout: float | None = _f(None, "this agent's LoRA dropout (default: lora.dropout)", min=0.0, max=1.0)
     target_modules: list[str] | None = _f(None, "this agent's target modules (default: lora.target_modules)")
 
+    def resolve(self, default: LoraConfig) -> LoraConfig:
+        """This agent's LoRA: each override set here, else the field of ``default`` (the top-level block).
+        The one place the rule lives: config checks, adapter planning and resume checks all call it."""
+        return LoraConfig(
+            rank=self.rank if self.rank is not None else default.rank,
+            alpha=self.alpha if self.alpha is not None else default.alpha,
+            dropout=self.dropout if self.dropout is not None else default.dropout,
+            target_modules=list(
+                self.target_modules if self.target_modules is not None else default.target_modules
+            ),
+        )
+
 
 @dataclass
 class AgentConfig:
@@ -287,7 +299,11 @@ class TrainConfig:
         1, "data-parallel train ranks (DeepSpeed, one GPU each): every agent's rows are split across them "
         "and their gradients all-reduced, with ZeRO sharding as train.zero_stage says", min=1
     )
-    zero_stage: int = _f(0, "DeepSpeed ZeRO stage (0, 1, 2)", min=0, max=3)
+    zero_stage: int = _f(
+        0, "DeepSpeed ZeRO stage (0, 1, 2)", min=0, max=2,
+        max_why="ZeRO-3 is not supported: it partitions the shared base under every agent's engine; use 0, 1 "
+        "or 2 (LoRA optimizer states are small, ZeRO-2 already shards them)",
+    )
     lr: float = _f(5e-4, "learning rate", min=0.0)
     weight_decay: float = _f(0.0, "AdamW weight decay", min=0.0)
     betas: list[float] = _f(help="AdamW betas", factory=lambda: [0.9, 0.999])
@@ -499,6 +515,11 @@ class CriticConfig:
     rank: int | None = _f(None, "LoRA rank of the critic's adapter (default: lora.rank)", min=1, max=1024)
     alpha: float | None = _f(None, "LoRA alpha of the critic's adapter (default: lora.alpha)", min=0)
 
+    def adapter_shape(self, rank: int, alpha: float) -> tuple[int, float]:
+        """The critic adapter's (rank, alpha): critic.rank / critic.alpha, else the given ones (the first
+        agent's LoRA). The one place the rule lives (the critic set and the resume checks call it)."""
+        return (self.rank if self.rank is not None else rank, self.alpha if self.alpha is not None else alpha)
+
 
 @dataclass
 class TrainerConfig:
@@ -596,15 +617,7 @@ class RunConfig:
 
     def agent_lora(self, agent: AgentConfig) -> LoraConfig:
         """The LoRA settings of one agent: its overrides on top of the default block."""
-        o = agent.lora
-        return LoraConfig(
-            rank=o.rank if o.rank is not None else self.lora.rank,
-            alpha=o.alpha if o.alpha is not None else self.lora.alpha,
-            dropout=o.dropout if o.dropout is not None else self.lora.dropout,
-            target_modules=list(
-                o.target_modules if o.target_modules is not None else self.lora.target_modules
-            ),
-        )
+        return agent.lora.resolve(self.lora)
 
 
 # keys that left a section: old path -> new path. Loading refuses the old spelling and names the new one.

@@ -134,7 +134,7 @@ class _Converter:
         if lo is not None and value < lo:
             self.fail(key, f"must be >= {lo}, got {value}")
         if hi is not None and value > hi:
-            self.fail(key, f"must be <= {hi}, got {value}")
+            self.fail(key, meta.get("max_why") or f"must be <= {hi}, got {value}")
         return value
 
     def dataclass(self, cls: Any, raw: Any, prefix: str) -> Any:

@@ -57,13 +57,13 @@ def plan_adapters(
         name = agent.adapter_name
         if not _NAME.match(name):
             raise ValueError(f"adapter name {name!r} must use only letters, digits, '_' and '-'")
-        o = agent.lora
+        own = agent.lora.resolve(lora)
         spec = AdapterSpec(
             name=name,
-            rank=o.rank if o.rank is not None else lora.rank,
-            alpha=o.alpha if o.alpha is not None else lora.alpha,
-            dropout=o.dropout if o.dropout is not None else lora.dropout,
-            target_modules=tuple(o.target_modules if o.target_modules is not None else lora.target_modules),
+            rank=own.rank,
+            alpha=own.alpha,
+            dropout=own.dropout,
+            target_modules=tuple(own.target_modules),
             init_dir=agent.init_adapter,
         )
         if name in adapters and adapters[name] != spec:

@@ -61,8 +61,7 @@ def run_signature(cfg: RunConfig) -> dict[str, Any]:
         first = cfg.agent_lora(cfg.agents[0]) if cfg.agents else cfg.lora
         sig["critic.share"] = cfg.critic.share
         sig["critic.groups"] = [list(g) for g in cfg.critic.groups]
-        sig["critic.rank"] = cfg.critic.rank if cfg.critic.rank is not None else first.rank
-        sig["critic.alpha"] = cfg.critic.alpha if cfg.critic.alpha is not None else first.alpha
+        sig["critic.rank"], sig["critic.alpha"] = cfg.critic.adapter_shape(first.rank, first.alpha)
         sig["critic.lr"] = cfg.critic.lr
     phase_run = bool(cfg.phases) or cfg.train.objective != "ppo"
     sig["phases"] = [f"{p.name} ({p.objective})" for p in plan_phases(cfg)] if phase_run else ["ppo"]

@@ -107,12 +107,6 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
         problem = liger_problem(cfg.resources.num_gpus, check_installed=check_local_gpus)
         if problem:
             add("model.liger_kernel", problem)
-    if cfg.train.zero_stage == 3:
-        add(
-            "train.zero_stage",
-            "ZeRO-3 is not supported: it partitions the shared base under every agent's "
-            "engine; use 0, 1 or 2 (LoRA optimizer states are small, ZeRO-2 already shards them)",
-        )
     trainable = {a.adapter_name for a in cfg.agents if not a.frozen}
     if cfg.train.strategy == "deepspeed_train" and len(trainable) > 1:
         add(

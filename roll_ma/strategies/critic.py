@@ -54,9 +54,8 @@ def critic_of_agents(agents: Sequence[AgentSpec], share: bool,
 
 def critic_adapter_specs(template: AdapterSpec, names: Sequence[str], cfg: CriticConfig) -> list[AdapterSpec]:
     """One LoRA adapter per critic, shaped like ``template`` (the first agent's) but for critic.rank/alpha."""
-    return [dataclasses.replace(template, name=name, init_dir=None,
-                                rank=cfg.rank if cfg.rank is not None else template.rank,
-                                alpha=cfg.alpha if cfg.alpha is not None else template.alpha)
+    rank, alpha = cfg.adapter_shape(template.rank, template.alpha)
+    return [dataclasses.replace(template, name=name, init_dir=None, rank=rank, alpha=alpha)
             for name in dict.fromkeys(names)]
 
 

@@ -110,8 +110,6 @@ class MultiAgentDeepSpeedStrategy:
         return list(dict.fromkeys(a.adapter for a in self.agents if not a.frozen))
 
     def _check_config(self) -> None:
-        if self.train_cfg.zero_stage not in (0, 1, 2):
-            raise ValueError(f"train.zero_stage={self.train_cfg.zero_stage}: use 0, 1 or 2")
         for i, agent in enumerate(self.agents):
             if agent.agent_id != i:
                 raise ValueError(f"agents must be listed by agent_id; position {i} holds {agent.agent_id}")
