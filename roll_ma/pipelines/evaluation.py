@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from roll_ma.envs.base import BUILTIN_POLICIES
 from roll_ma.pipelines.episodes import EpisodePlanner
 
 
@@ -44,7 +45,7 @@ def evaluate(
         out[f"eval/selfplay/return_seat{seat}"] = sum(e["returns"][seat] for e in episodes) / len(episodes)
     if len(seats) > 1:
         for seat, agent in enumerate(seats):
-            if agent in ("random", "scripted") or agent in seats[:seat]:
+            if agent in BUILTIN_POLICIES or agent in seats[:seat]:
                 continue  # each learning agent once, in its first seat
             versus = [opponent] * len(seats)
             versus[seat] = agent

@@ -13,8 +13,9 @@
 - ``ray_auth``: the auth variables, and the cluster's auth mode against this process's.
 
 The config's own consistency (keys, types, combinations) is checked earlier, when it is loaded
-(``roll_ma.preflight.validate``); ``pipelines.run_pipeline`` calls this before dispatching to the RL loop
-or the supervised phases.
+(``config_loader.load_config``: ``roll_ma.config`` types it, ``validate`` checks it across keys and against
+the runtime); ``pipelines.run_pipeline`` calls this before dispatching to the RL loop or the supervised
+phases.
 """
 
 from __future__ import annotations
