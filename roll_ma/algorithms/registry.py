@@ -127,3 +127,21 @@ def register_advantage_estimator(name: str) -> Callable[[AdvantageEstimator], Ad
 def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
     """Decorator: make a ``PolicyLoss`` selectable as ``algorithm.policy_loss: <name>``."""
     return POLICY_LOSSES.register(name)
+
+
+def unknown_algorithm_names(algo: Any) -> list[str]:
+    """Problems of an ``algorithm`` block whose ``advantage`` or ``policy_loss`` names nothing registered,
+    one line each (empty: both known). For the driver's pre-flight checks: the config layer keeps plain
+    strings and imports nothing of this package."""
+    # the built-ins register themselves when their modules load; those modules import this one
+    import roll_ma.algorithms.advantages  # noqa: F401
+    import roll_ma.algorithms.losses  # noqa: F401
+
+    problems = []
+    for table, name in ((ADVANTAGE_ESTIMATORS, algo.advantage), (POLICY_LOSSES, algo.policy_loss)):
+        try:
+            if name not in table.also:
+                table.get(name)
+        except ValueError as err:
+            problems.append(str(err))
+    return problems

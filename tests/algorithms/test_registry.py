@@ -13,6 +13,7 @@ from roll_ma.algorithms.registry import (
     POLICY_LOSSES,
     Registry,
     register_advantage_estimator,
+    unknown_algorithm_names,
 )
 from roll_ma.config.schema import AlgorithmConfig
 from roll_ma.protocol import DataProto
@@ -72,3 +73,10 @@ def test_ppo_clip_passes_the_config_through():
     ours, stats = POLICY_LOSSES.get("ppo_clip")(lp, old, adv, mask, algo, 2.0, None)
     direct, direct_stats = ppo_clip_loss(lp, old, adv, mask, 0.1, 0.3, "seq_mean", 2.0)
     assert torch.equal(ours, direct) and stats == direct_stats
+
+
+def test_the_preflight_check_names_each_unknown_key():
+    assert unknown_algorithm_names(AlgorithmConfig()) == []
+    assert unknown_algorithm_names(AlgorithmConfig(advantage="gae")) == []
+    problems = unknown_algorithm_names(AlgorithmConfig(advantage="nope", policy_loss="nope"))
+    assert [p.split("=")[0] for p in problems] == ["algorithm.advantage", "algorithm.policy_loss"]
