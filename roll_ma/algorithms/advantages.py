@@ -10,13 +10,14 @@ rewards never swamps another agent's signal.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from roll_ma.algorithms.gae import add_gae_advantages
+from roll_ma.algorithms.registry import ADVANTAGE_ESTIMATORS, CRITIC_ESTIMATOR, register_advantage_estimator
 from roll_ma.algorithms.turn_rewards import (
     kl_reward_tokens,
     place_on_last_token,
@@ -55,7 +56,7 @@ def _normalise(values: np.ndarray, norm_std: bool, eps: float) -> np.ndarray:
 
 
 def grpo_advantages(
-    returns: Sequence[float],
+    returns: Sequence[float] | np.ndarray,
     group_ids: Sequence[Any],
     agent_ids: Sequence[int],
     norm_std: bool = True,
@@ -73,7 +74,7 @@ def grpo_advantages(
 
 
 def reinforce_pp_advantages(
-    returns: Sequence[float],
+    returns: Sequence[float] | np.ndarray,
     agent_ids: Sequence[int],
     norm_std: bool = True,
     eps: float = 1e-6,
@@ -87,6 +88,18 @@ def reinforce_pp_advantages(
     for rows in per_agent.values():
         adv[rows] = _normalise(returns[rows], norm_std, eps)
     return adv
+
+
+@register_advantage_estimator("grpo")
+def grpo_estimator(returns: np.ndarray, rows: Mapping[str, Any], algo: Any) -> np.ndarray:
+    """``algorithm.advantage: grpo``: ``grpo_advantages`` over the rows' groups and agents."""
+    return grpo_advantages(returns, rows["group_id"], rows["agent_id"], algo.norm_std)
+
+
+@register_advantage_estimator("reinforce_pp")
+def reinforce_pp_estimator(returns: np.ndarray, rows: Mapping[str, Any], algo: Any) -> np.ndarray:
+    """``algorithm.advantage: reinforce_pp``: ``reinforce_pp_advantages`` over the rows' agents."""
+    return reinforce_pp_advantages(returns, rows["agent_id"], algo.norm_std)
 
 
 def class_balance_weights(agent_ids: Sequence[int], classes: Sequence[str]) -> np.ndarray:
@@ -125,7 +138,8 @@ def reverse_cumsum(token_values: torch.Tensor, response_mask: torch.Tensor) -> t
 
 def add_advantages(data: Any, algo: Any, balance_reward_classes: bool = False) -> Any:
     """Turn rewards -> per-agent advantages on a DataProto of turns (adds advantages, returns, token_rewards,
-    trained_rewards). ``algo.advantage == "gae"`` goes to ``algorithms/gae.py`` (needs the critic's values).
+    trained_rewards). ``algo.advantage`` names a registered estimator (``algorithms/registry.py``); "gae" goes
+    to ``algorithms/gae.py`` (needs the critic's values).
 
     Needs batch ``scores`` and ``response_mask`` and non_tensor episode_id, player, turn, agent_id,
     group_id. With ``algo.kl_mode == "reward"`` it also needs ``old_log_probs`` and
@@ -135,18 +149,14 @@ def add_advantages(data: Any, algo: Any, balance_reward_classes: bool = False) -
     """
     from roll_ma.protocol import DataProto
 
-    if algo.advantage == "gae":  # PPO with a value critic: token-level GAE (algorithms/gae.py)
+    if algo.advantage == CRITIC_ESTIMATOR:  # PPO with a value critic: token-level GAE (algorithms/gae.py)
         return add_gae_advantages(data, algo)
+    estimator = ADVANTAGE_ESTIMATORS.get(algo.advantage)  # an unknown name fails before any work
     nt, mask = data.non_tensor, data.batch["response_mask"]
     trained = team_turn_rewards(data.batch["scores"].tolist(), nt["episode_id"], nt["player"], nt["turn"],
                                 algo.share_reward_in_agent)  # (B,)
     returns = discounted_turn_returns(trained, nt["episode_id"], nt["player"], nt["turn"], algo.gamma)
-    if algo.advantage == "grpo":
-        adv = grpo_advantages(returns, nt["group_id"], nt["agent_id"], algo.norm_std)
-    elif algo.advantage == "reinforce_pp":
-        adv = reinforce_pp_advantages(returns, nt["agent_id"], algo.norm_std)
-    else:
-        raise ValueError(f"unknown advantage estimator {algo.advantage!r}; use grpo, reinforce_pp or gae")
+    adv = np.asarray(estimator(returns, nt, algo), dtype=np.float64)  # (B,)
     if balance_reward_classes and "reward_class" in nt:
         adv = adv * class_balance_weights(nt["agent_id"], nt["reward_class"])
     token_rewards = place_on_last_token(trained, mask)  # (B, R)

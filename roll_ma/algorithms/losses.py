@@ -10,7 +10,11 @@ the gradient of the whole mini-batch.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from roll_ma.algorithms.registry import register_policy_loss
 
 
 def aggregate(
@@ -62,6 +66,16 @@ def ppo_clip_loss(
             "ratio_mean": float((ratio * m).sum() / n),
         }
     return loss, stats
+
+
+@register_policy_loss("ppo_clip")
+def ppo_clip_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                         mask: torch.Tensor, algo: Any, denominator: float | None,
+                         weights: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, float]]:
+    """``algorithm.policy_loss: ppo_clip`` (the default): ``ppo_clip_loss`` with the config's clip ratios
+    and aggregation."""
+    return ppo_clip_loss(log_probs, old_log_probs, advantages, mask, algo.clip_ratio_low,
+                         algo.clip_ratio_high, algo.loss_agg, denominator, weights)
 
 
 def clipped_value_loss(

@@ -3,8 +3,9 @@
 No second model: a critic is one more adapter injected into the train strategy's PeftModel
 (``value_critic``, or ``value_critic-<agent>`` per agent with ``critic.share: false``) and a
 ``Linear(hidden, 1)`` head on the decoder's last hidden states. Each critic has its own DeepSpeed
-engine and optimizer over exactly its adapter and head (``PolicyUpdater``), so a critic's update
-touches no agent's adapter and no other critic.
+engine and optimizer over exactly its adapter and head (``PolicyEngine``), so a critic's update
+touches no agent's adapter and no other critic. Its loss (``objective_value.ValueLoss``) runs through the
+one update loop (``update_loop.run_update``) as the policies' do.
 
 V(s_t) sits at response position t: the value of the prefix that token t is sampled from (the
 hidden state at t - 1, as the log-prob of token t), so ``values`` is (B, R) like ``old_log_probs``.
@@ -22,18 +23,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_ma.algorithms.losses import clipped_value_loss
-from roll_ma.config.schema import AlgorithmConfig, CriticConfig, TrainConfig
+from roll_ma.config.schema import CriticConfig, TrainConfig
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.models.logprobs import drop_padding_columns, split_lm
 from roll_ma.packing import position_ids_from_mask
 from roll_ma.protocol import DataProto
-from roll_ma.strategies.ds_utils import all_reduce_sum
 from roll_ma.strategies.micro_batches import MicroBatching, real_lengths
-from roll_ma.strategies.policy_updater import PolicyUpdater
+from roll_ma.strategies.objective_value import CRITIC_KEYS, ValueLoss
+from roll_ma.strategies.policy_engine import PolicyEngine
+from roll_ma.strategies.update_loop import UpdatePlan, run_update
 
 SHARED_CRITIC = "value_critic"
-CRITIC_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "values", "returns")
 
 
 def critic_of_agents(agents: Sequence[AgentSpec], share: bool,
@@ -113,11 +113,11 @@ class CriticSet:
     Args:
         weights: the strategy's ``LoraWeights`` (the critics' adapters already injected).
         agents: every agent (index = agent_id).
-        critic_cfg, train_cfg, algo_cfg: the critic's settings; batch shapes; (unused here) the loss settings.
+        critic_cfg, train_cfg: the critic's settings; batch shapes.
     """
 
     def __init__(self, weights: Any, agents: Sequence[AgentSpec], critic_cfg: CriticConfig,
-                 train_cfg: TrainConfig, algo_cfg: AlgorithmConfig, seed: int, rank: int, world_size: int,
+                 train_cfg: TrainConfig, seed: int, rank: int, world_size: int,
                  device: torch.device, total_steps: int | None = None):
         self.weights, self.cfg = weights, critic_cfg
         self.rank, self.world_size, self.device = rank, world_size, device
@@ -129,12 +129,12 @@ class CriticSet:
                                            ppo_epochs=critic_cfg.ppo_epochs)
         self.train_cfg = critic_train
         self.scoring = MicroBatching.for_scoring(train_cfg)
-        self.updaters: dict[str, PolicyUpdater] = {}
+        self.updaters: dict[str, PolicyEngine] = {}
         for index, name in enumerate(self.names):
             params = weights.params(name) + list(self.model.head(name).parameters())
-            self.updaters[name] = PolicyUpdater(
+            self.updaters[name] = PolicyEngine(
                 name, 1000 + index, self.model, params, lambda n=name: weights.activate(n), critic_cfg.lr,
-                critic_train, algo_cfg, seed, rank, world_size, device, total_steps)
+                critic_train, seed, rank, world_size, device, total_steps)
         weights.activate(None)
 
     def _groups(self, agent_ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -180,53 +180,19 @@ class CriticSet:
 
     def _update_one(self, name: str, rows: np.ndarray, cols: dict[str, torch.Tensor], prompt_lens: np.ndarray,
                     response_lens: np.ndarray, step: int) -> dict[str, float]:
-        updater, cfg = self.updaters[name], self.train_cfg
-        resp_len = cols["responses"].shape[1]
-        row_tokens = cols["response_mask"].float().sum(-1)  # (B,)
-        n = len(rows)
-        mini = min(cfg.mini_batch_size or n, n)
-        sums = torch.zeros(3, dtype=torch.float64)  # value loss, clipped tokens, tokens
-        norms: list[float] = []
-        lr = updater.current_lr
-        updater.activate()
-        self.model.train()
-        for epoch in range(cfg.ppo_epochs):
-            rng = np.random.default_rng([updater.seed, step, epoch, updater.index])
-            order = rows if mini >= n else rows[rng.permutation(n)]
-            for start in range(0, n, mini):
-                batch_idx = order[start:start + mini]
-                tokens = float(row_tokens[batch_idx].sum())
-                if tokens == 0:
-                    continue
-                local_denom = tokens / self.world_size  # DeepSpeed averages gradients over ranks
-                micro = updater.batching.rank_plan(batch_idx, prompt_lens, response_lens, self.rank,
-                                                   self.world_size)
-
-                def micro_loss(idx: torch.Tensor, real: torch.Tensor, local_denom: float = local_denom
-                               ) -> torch.Tensor:
-                    nonlocal sums
-                    dev = self.device
-                    mask = cols["response_mask"][idx].to(dev).float() * real.to(dev)[:, None]  # (b, R)
-                    values = self.model.values(name, cols["input_ids"][idx].to(dev),
-                                               cols["attention_mask"][idx].to(dev), resp_len)  # (b, R)
-                    old = cols["values"][idx].to(dev).float()  # (b, R)
-                    returns = cols["returns"][idx].to(dev).float()  # (b, R)
-                    loss, stats = clipped_value_loss(values, old, returns, mask, self.cfg.cliprange_value,
-                                                     "token_mean", local_denom)
-                    toks = float(mask.sum())
-                    sums += torch.tensor([float(loss.detach()) * local_denom, stats["value_clip_frac"] * toks,
-                                          toks], dtype=torch.float64)
-                    return self.cfg.value_loss_coef * loss
-
-                lr = updater.current_lr
-                norm, _ = updater.step_micro_batches(micro, batch_idx, micro_loss)
-                norms.append(norm)
-        sums = all_reduce_sum(sums, self.device)
-        loss_sum, clipped, toks = sums.tolist()
-        return {"value_loss": loss_sum / toks if toks else 0.0,
-                "value_clip_frac": clipped / toks if toks else 0.0,
-                "grad_norm": float(np.mean(norms)) if norms else 0.0, "lr": lr,
-                "rows": float(n), "updated": float(bool(norms) and math.isfinite(norms[-1]))}
+        engine = self.updaters[name]
+        loss = ValueLoss(self.model, name, cols, self.cfg.cliprange_value, self.cfg.value_loss_coef,
+                         self.device)
+        plan = UpdatePlan(rows, prompt_lens, response_lens, slots=1, epochs=self.train_cfg.ppo_epochs,
+                          shuffle=True)
+        result, sums = run_update(engine, loss, plan, step)
+        t = sums.row(0)
+        toks = t["tokens"]
+        stepped = result.optimizer_steps + result.skipped_nonfinite > 0
+        return {"value_loss": t["value_loss"] / toks if toks else 0.0,
+                "value_clip_frac": t["clipped"] / toks if toks else 0.0,
+                "grad_norm": result.grad_norm, "lr": result.lr,
+                "rows": float(len(rows)), "updated": float(stepped and math.isfinite(result.last_grad_norm))}
 
     # ------------------------------------------------------------------ checkpoint
     def save_heads(self, root: Path) -> None:

@@ -108,7 +108,7 @@ def deepspeed_config(train_cfg: TrainConfig, lr: float, bf16: bool,
     return {
         "train_micro_batch_size_per_gpu": _PLACEHOLDER_MICRO_BATCH,
         "gradient_accumulation_steps": 1,
-        # ZeRO-0: PolicyUpdater clips with the norm it computes anyway (DeepSpeed's clip_grad_norm_ walks
+        # ZeRO-0: PolicyEngine clips with the norm it computes anyway (DeepSpeed's clip_grad_norm_ walks
         # every parameter of the shared model, once per agent per step); ZeRO-1/2 clip their own shards
         "gradient_clipping": float(train_cfg.grad_clip) if stage > 0 else 0.0,
         "optimizer": {"type": "AdamW", "params": {

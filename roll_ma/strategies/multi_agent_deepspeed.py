@@ -3,7 +3,7 @@
 How it works:
 
 1. ``initialize`` loads the base, injects EVERY adapter (PEFT) and only then builds one
-   DeepSpeed engine per trainable adapter on the shared PeftModel (``PolicyUpdater``);
+   DeepSpeed engine per trainable adapter on the shared PeftModel (``PolicyEngine``);
    each engine's optimizer holds only that adapter's parameters.
 2. ``train_step`` partitions the batch by ``agent_id`` -> adapter and updates the adapters
    one after another in config order, each only from its own rows (agents sharing an
@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from roll_ma.algorithms.preference import sequence_log_probs
+from roll_ma.algorithms.registry import POLICY_LOSSES
 from roll_ma.config.schema import AlgorithmConfig, CriticConfig, ModelConfig, StudyConfig, TrainConfig
 from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
@@ -38,9 +39,10 @@ from roll_ma.strategies.ds_utils import barrier, setup_deepspeed, training_devic
 from roll_ma.strategies.micro_batches import MicroBatching
 from roll_ma.strategies.objective_dpo import REF_KEYS, SIDES, side
 from roll_ma.strategies.objectives import objective_named
-from roll_ma.strategies.policy_updater import PolicyUpdater
+from roll_ma.strategies.policy_engine import PolicyEngine
 from roll_ma.strategies.policy_weights import FullWeights, LoraWeights
 from roll_ma.strategies.scoring import check_columns, score_rows
+from roll_ma.strategies.update_loop import UpdateContext
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class MultiAgentDeepSpeedStrategy:
         self._check_config()
         self.device = training_device()
         self.model: Any = None
-        self.updaters: dict[str, PolicyUpdater] = {}
+        self.updaters: dict[str, PolicyEngine] = {}
         self.plans = self._plan_policies()
 
     # ------------------------------------------------------------------ setup
@@ -110,6 +112,7 @@ class MultiAgentDeepSpeedStrategy:
         return list(dict.fromkeys(a.adapter for a in self.agents if not a.frozen))
 
     def _check_config(self) -> None:
+        POLICY_LOSSES.get(self.algo_cfg.policy_loss)  # an unknown name fails here, before any model loads
         for i, agent in enumerate(self.agents):
             if agent.agent_id != i:
                 raise ValueError(f"agents must be listed by agent_id; position {i} holds {agent.agent_id}")
@@ -148,13 +151,13 @@ class MultiAgentDeepSpeedStrategy:
         self.model = self.weights.build(self.device)
         for index, plan in enumerate(self.plans):
             activity.note(f"initialize: building the DeepSpeed engine of {plan.name}")
-            self.updaters[plan.name] = PolicyUpdater(
+            self.updaters[plan.name] = PolicyEngine(
                 plan.name, index, self.model, self.weights.params(plan.name),
-                lambda n=plan.name: self.weights.activate(n), plan.lr, self.train_cfg, self.algo_cfg,
-                self.seed, self.rank, self.world_size, self.device, total_steps, self.study_cfg)
+                lambda n=plan.name: self.weights.activate(n), plan.lr, self.train_cfg,
+                self.seed, self.rank, self.world_size, self.device, total_steps)
         if self.algo_cfg.advantage == "gae":  # (full fine-tuning never reaches here: _policy_weights)
             activity.note("initialize: building the value critic(s)")
-            self.critic = CriticSet(self.weights, self.agents, self.critic_cfg, self.train_cfg, self.algo_cfg,
+            self.critic = CriticSet(self.weights, self.agents, self.critic_cfg, self.train_cfg,
                                     self.seed, self.rank, self.world_size, self.device, total_steps)
         self.weights.activate(None)
 
@@ -223,8 +226,9 @@ class MultiAgentDeepSpeedStrategy:
         every adapter updated.
         """
         self._require_model()
-        step = int(data.meta_info.get("step", 0))
-        temperature = float(data.meta_info.get("temperature", 1.0))
+        ctx = UpdateContext(step=int(data.meta_info.get("step", 0)),
+                            temperature=float(data.meta_info.get("temperature", 1.0)),
+                            algo_cfg=self.algo_cfg, study_cfg=self.study_cfg)
         objective = objective_named(str(data.meta_info.get("objective", "ppo")))
         objective.check(data, self.algo_cfg)
         agent_ids = self._agent_ids(data) if len(data) else np.zeros(0, dtype=np.int64)
@@ -246,13 +250,13 @@ class MultiAgentDeepSpeedStrategy:
             metrics[prefix + "updated"] = 0.0
 
         for plan in plans:
-            due = [a for a in plan.agent_ids if step % self.agents[a].update_every == 0]
+            due = [a for a in plan.agent_ids if ctx.step % self.agents[a].update_every == 0]
             idx = np.nonzero(np.isin(agent_ids, due))[0]
             if len(idx) == 0:
                 continue
             updater = self.updaters[plan.name]
             start = time.perf_counter()
-            result = objective.update(updater, data.select_idxs(idx), agent_ids[idx], due, step, temperature)
+            result = objective.update(updater, data.select_idxs(idx), agent_ids[idx], due, ctx)
             metrics[f"timing/update/{plan.name}"] = time.perf_counter() - start  # per adapter
             for agent_id, agent_metrics in result.agent_metrics.items():
                 if not (agent_ids[idx] == agent_id).any():
@@ -264,7 +268,7 @@ class MultiAgentDeepSpeedStrategy:
                                 prefix + "skipped_nonfinite": float(result.skipped_nonfinite)})
         if self.critic is not None and objective.name == "ppo" and only is None and len(data):
             start = time.perf_counter()
-            metrics.update(self.critic.update(data, agent_ids, step))
+            metrics.update(self.critic.update(data, agent_ids, ctx.step))
             # not timing/update/<adapter>: an agent may well be named "critic"
             metrics["timing/value_critic_update"] = time.perf_counter() - start
         self.weights.activate(None)
@@ -340,7 +344,7 @@ class MultiAgentDeepSpeedStrategy:
         """Teach every row's agent the answer ``target_action`` (index into its legal answers).
 
         Each policy learns from its own agents' rows only, with its own optimizer (see
-        ``PolicyUpdater.distill``). Returns ``<adapter>/<metric>`` per policy trained.
+        ``PolicyEngine.distill``). Returns ``<adapter>/<metric>`` per policy trained.
         """
         self._require_model()
         ids, mask, choices = self._choice_rows(data)
@@ -373,7 +377,7 @@ class MultiAgentDeepSpeedStrategy:
         self._require_model()
         return self.weights.adapter_tensors(adapters, packed=packed, dtype=dtype, shared=shared)
 
-    def _all_updaters(self) -> dict[str, PolicyUpdater]:
+    def _all_updaters(self) -> dict[str, PolicyEngine]:
         """Every optimizer: the agents' policies and the critics."""
         return {**self.updaters, **(self.critic.updaters if self.critic is not None else {})}
 

@@ -25,10 +25,11 @@ from roll_ma.algorithms.preference import dpo_loss, sequence_log_probs, sft_loss
 from roll_ma.config.schema import AlgorithmConfig
 from roll_ma.models.logprobs import response_log_probs
 from roll_ma.protocol import DataProto
+from roll_ma.strategies.agent_sums import AgentSums, row_slots
 from roll_ma.strategies.micro_batches import real_lengths
-from roll_ma.strategies.policy_updater import PolicyUpdate, PolicyUpdater, row_slots
+from roll_ma.strategies.policy_engine import PolicyEngine
 from roll_ma.strategies.scoring import check_columns
-from roll_ma.strategies.supervised_update import supervised_update
+from roll_ma.strategies.update_loop import PolicyUpdate, UpdateContext, UpdatePlan, run_update
 
 SIDES = ("chosen", "rejected")
 ROW_KEYS = ("input_ids", "attention_mask", "responses", "response_mask")
@@ -67,7 +68,90 @@ def dpo_settings(meta_info: dict) -> tuple[float, float, float]:
     )
 
 
+class DPOLoss:
+    """The ``MicroBatchLoss`` of DPO (+ RPO's NLL). counts: (N, 2) 1 per pair, chosen response tokens."""
+
+    sum_fields: tuple[str, ...] = (*STATS, "nll_sum", "chosen_tokens", "pairs")
+
+    def __init__(self, engine: PolicyEngine, rows: DataProto, agent_of_row: np.ndarray, agent_ids: list[int]):
+        self.engine = engine
+        self.beta, self.smoothing, self.rpo_alpha = dpo_settings(rows.meta_info)
+        self.cols = {k: rows.batch[k] for k in PAIR_KEYS + REF_KEYS}
+        self.resp_len = self.cols["chosen_responses"].shape[1]
+        p_len, c_len = real_lengths(self.cols["chosen_attention_mask"], self.resp_len)
+        _, r_len = real_lengths(self.cols["rejected_attention_mask"], self.resp_len)
+        # a micro-batch of b pairs runs 2b rows: the planner counts both
+        self.prompt_lens, self.response_lens = 2 * p_len, 2 * np.maximum(c_len, r_len)
+        self.slots = row_slots(agent_of_row, agent_ids)  # (N,)
+        self.counts = np.stack([np.ones(len(rows)), c_len.astype(np.float64)], axis=1)  # (N, 2)
+
+    def _both(self, key: str, idx: torch.Tensor) -> torch.Tensor:
+        """(2b, ...) the chosen rows, then the rejected ones."""
+        return torch.cat([self.cols[f"chosen_{key}"][idx], self.cols[f"rejected_{key}"][idx]]).to(
+            self.engine.device
+        )
+
+    def micro_loss(
+        self, idx: torch.Tensor, real: torch.Tensor, local_denoms: np.ndarray, sums: AgentSums
+    ) -> torch.Tensor:
+        cols, dev, batching = self.cols, self.engine.device, self.engine.batching
+        b = len(idx)
+        mask = self._both("response_mask", idx).float()  # (2b, R)
+        log_probs, _ = response_log_probs(
+            self.engine.engine,
+            self._both("input_ids", idx),
+            self._both("attention_mask", idx),
+            self.resp_len,
+            remove_padding=batching.remove_padding,
+            chunk_tokens=batching.chunk_tokens,
+        )  # (2b, R)
+        seq = sequence_log_probs(log_probs, mask)  # (2b,)
+        loss, stats = dpo_loss(
+            seq[:b],
+            seq[b:],
+            cols["ref_chosen_logps"][idx].to(dev).float(),
+            cols["ref_rejected_logps"][idx].to(dev).float(),
+            self.beta,
+            self.smoothing,
+            float(local_denoms[0]),
+        )
+        nll, _ = sft_loss(log_probs[:b], mask[:b], float(local_denoms[1]))  # per chosen token
+        if self.rpo_alpha > 0:
+            loss = loss + self.rpo_alpha * nll
+        weight = real.to(dev)  # (b,) 0 on the placeholder row of an empty micro-batch
+        if float(weight.sum()) == 0:
+            loss = loss * 0.0  # same graph (every rank runs as many backwards), no weight
+        with torch.no_grad():
+            slots = self.slots[idx]
+            for s in torch.unique(slots[real > 0]).tolist():
+                mine = (slots == s).to(dev) & (weight > 0)  # (b,)
+                chosen_mask = mask[:b] * mine[:, None]
+                _, nll_stats = sft_loss(log_probs[:b].detach(), chosen_mask)
+                sums.add(
+                    s,
+                    {
+                        **{k: float(stats[k][mine].sum()) for k in STATS},
+                        "nll_sum": nll_stats["nll_sum"],
+                        "chosen_tokens": nll_stats["tokens"],
+                        "pairs": float(mine.sum()),
+                    },
+                )
+        return loss
+
+    def agent_metrics(self, sums: AgentSums, slot: int) -> dict[str, float]:
+        """TRL's names, averaged over the agent's pairs; ``nll_loss`` per chosen token (RPO on)."""
+        t = sums.row(slot)
+        pairs = t["pairs"]
+        metrics = {("dpo_loss" if k == "loss" else k): (t[k] / pairs if pairs > 0 else 0.0) for k in STATS}
+        metrics["pairs"] = pairs
+        if self.rpo_alpha > 0:
+            metrics["nll_loss"] = t["nll_sum"] / t["chosen_tokens"] if t["chosen_tokens"] > 0 else 0.0
+        return metrics
+
+
 class DPOObjective:
+    """dpo as a ``TrainObjective``."""
+
     name = "dpo"
 
     def check(self, data: DataProto, algo_cfg: AlgorithmConfig) -> None:
@@ -85,80 +169,15 @@ class DPOObjective:
 
     def update(
         self,
-        updater: PolicyUpdater,
+        engine: PolicyEngine,
         rows: DataProto,
         agent_of_row: np.ndarray,
         agent_ids: list[int],
-        step: int,
-        temperature: float,
+        ctx: UpdateContext,
     ) -> PolicyUpdate:
-        beta, smoothing, rpo_alpha = dpo_settings(rows.meta_info)
-        cols = {k: rows.batch[k] for k in PAIR_KEYS + REF_KEYS}
-        resp_len = cols["chosen_responses"].shape[1]
-        p_len, c_len = real_lengths(cols["chosen_attention_mask"], resp_len)
-        _, r_len = real_lengths(cols["rejected_attention_mask"], resp_len)
-        # a micro-batch of b pairs runs 2b rows: the planner counts both
-        prompt_lens, response_lens = 2 * p_len, 2 * np.maximum(c_len, r_len)
-        slots = row_slots(agent_of_row, agent_ids)
-        dev = updater.device
-        width = len(STATS) + 3  # + nll sum, chosen tokens, pairs
-
-        def both(key: str, idx: torch.Tensor) -> torch.Tensor:
-            return torch.cat([cols[f"chosen_{key}"][idx], cols[f"rejected_{key}"][idx]]).to(dev)  # (2b, ...)
-
-        def micro_loss(idx: torch.Tensor, real: torch.Tensor, local_denoms: np.ndarray):
-            b = len(idx)
-            mask = both("response_mask", idx).float()  # (2b, R)
-            log_probs, _ = response_log_probs(
-                updater.engine,
-                both("input_ids", idx),
-                both("attention_mask", idx),
-                resp_len,
-                remove_padding=updater.batching.remove_padding,
-                chunk_tokens=updater.batching.chunk_tokens,
-            )  # (2b, R)
-            seq = sequence_log_probs(log_probs, mask)  # (2b,)
-            loss, stats = dpo_loss(
-                seq[:b],
-                seq[b:],
-                cols["ref_chosen_logps"][idx].to(dev).float(),
-                cols["ref_rejected_logps"][idx].to(dev).float(),
-                beta,
-                smoothing,
-                float(local_denoms[0]),
-            )
-            nll, _ = sft_loss(log_probs[:b], mask[:b], float(local_denoms[1]))  # per chosen token
-            if rpo_alpha > 0:
-                loss = loss + rpo_alpha * nll
-            weight = real.to(dev)  # (b,) 0 on the placeholder row of an empty micro-batch
-            if float(weight.sum()) == 0:
-                loss = loss * 0.0  # same graph (every rank runs as many backwards), no weight
-            sums = torch.zeros(len(agent_ids), width, dtype=torch.float64)
-            with torch.no_grad():
-                for s in torch.unique(slots[idx][real > 0]).tolist():
-                    mine = (slots[idx] == s).to(dev) & (weight > 0)  # (b,)
-                    chosen_mask = mask[:b] * mine[:, None]
-                    _, nll_stats = sft_loss(log_probs[:b].detach(), chosen_mask)
-                    sums[s] = torch.tensor(
-                        [float(stats[k][mine].sum()) for k in STATS]
-                        + [nll_stats["nll_sum"], nll_stats["tokens"], float(mine.sum())],
-                        dtype=torch.float64,
-                    )
-            return loss, sums
-
-        counts = np.stack([np.ones(len(rows)), c_len.astype(np.float64)], axis=1)  # pairs, chosen tokens
-        result, sums = supervised_update(
-            updater, len(rows), prompt_lens, response_lens, counts, micro_loss, len(agent_ids), width
-        )
+        loss = DPOLoss(engine, rows, agent_of_row, agent_ids)
+        plan = UpdatePlan(np.arange(len(rows)), loss.prompt_lens, loss.response_lens, len(agent_ids))
+        result, sums = run_update(engine, loss, plan, ctx.step)
         for s, agent_id in enumerate(agent_ids):
-            values = sums[s].tolist()
-            nll_sum, tokens, pairs = values[-3:]
-            metrics = {
-                ("dpo_loss" if k == "loss" else k): (v / pairs if pairs > 0 else 0.0)
-                for k, v in zip(STATS, values[: len(STATS)], strict=True)
-            }
-            metrics["pairs"] = pairs
-            if rpo_alpha > 0:
-                metrics["nll_loss"] = nll_sum / tokens if tokens > 0 else 0.0
-            result.agent_metrics[agent_id] = metrics
+            result.agent_metrics[agent_id] = loss.agent_metrics(sums, s)
         return result

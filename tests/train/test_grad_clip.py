@@ -45,7 +45,7 @@ def test_weights_match_deepspeeds_own_clipping(make_strategy, monkeypatch):
     def deepspeed_clips(train_cfg, *args, **kwargs):
         return {**config(train_cfg, *args, **kwargs), "gradient_clipping": float(train_cfg.grad_clip)}
 
-    monkeypatch.setattr("roll_ma.strategies.policy_updater.deepspeed_config", deepspeed_clips)
+    monkeypatch.setattr("roll_ma.strategies.policy_engine.deepspeed_config", deepspeed_clips)
     theirs = make_strategy(["a0"], grad_clip=1e-4)
     monkeypatch.setattr(theirs.updaters["a0"], "_clip_local", lambda norm: None)
     theirs.train_step(on_policy(theirs, batch))

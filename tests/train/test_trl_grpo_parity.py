@@ -3,7 +3,7 @@
 One fixed batch (the tiny model, left-padded prompts, right-padded responses of different lengths, one
 advantage per row, old log-probs shifted off the current ones so that both clip sides are active,
 reference log-probs of the base with the adapter off) goes through roll_ma's real micro-batch loss
-(``PolicyUpdater._micro_loss`` on a DeepSpeed engine) and through TRL 1.16's ``GRPOTrainer.compute_loss``
+(``PPOLoss.micro_loss`` on a DeepSpeed engine) and through TRL 1.16's ``GRPOTrainer.compute_loss``
 on a PEFT model holding the same adapter. The settings where the two are one objective:
 
 | roll_ma (algorithm.*)                         | TRL (GRPOConfig)                                   |
@@ -30,8 +30,10 @@ from train_helpers import LORA, make_batch
 pytest.importorskip("datasets", reason="TRL's GRPOTrainer needs datasets (test dependency, like trl)")
 trl = pytest.importorskip("trl")
 
-from roll_ma.config.schema import AlgorithmConfig  # noqa: E402
-from roll_ma.strategies.policy_updater import TRAIN_KEYS  # noqa: E402
+from roll_ma.config.schema import AlgorithmConfig, StudyConfig  # noqa: E402
+from roll_ma.strategies.agent_sums import AgentSums  # noqa: E402
+from roll_ma.strategies.objective_ppo import PPOLoss  # noqa: E402
+from roll_ma.strategies.update_loop import UpdateContext  # noqa: E402
 
 ROWS = 6
 TOL = dict(rtol=1e-4, atol=1e-6)
@@ -62,17 +64,14 @@ def adapter_grads(model: Any, adapter: str) -> dict[str, torch.Tensor]:
 def roll_ma_loss(strategy: Any, rows: Any, algo: AlgorithmConfig) -> tuple[float, dict[str, torch.Tensor]]:
     """The loss of the whole batch as ONE micro-batch of one mini-batch, and its adapter gradient."""
     updater = strategy.updaters["a0"]
-    cols = {k: rows.batch[k] for k in (*TRAIN_KEYS, "old_log_probs", "ref_log_probs")}
     n = len(rows)
-    tokens = float(rows.batch["response_mask"].sum())
-    denom = tokens if algo.loss_agg == "token_mean" else float(n)  # as PolicyUpdater.update, 1 rank
+    ppo = PPOLoss(updater, rows, torch.zeros(n, dtype=torch.long).numpy(), [0],
+                  UpdateContext(step=1, temperature=1.0, algo_cfg=algo, study_cfg=StudyConfig()))
+    local_denoms = ppo.counts.sum(0)  # (tokens, loss units, choice rows) of the one mini-batch, 1 rank
     updater.activate()
     updater.engine.train()
     strategy.model.zero_grad(set_to_none=True)
-    loss, _ = updater._micro_loss(
-        cols, torch.arange(n), torch.ones(n), torch.zeros(n, dtype=torch.long), denom, 1.0, 1, 0.0, None, 0.0,
-        decoupled=False,
-    )
+    loss = ppo.micro_loss(torch.arange(n), torch.ones(n), local_denoms, AgentSums(ppo.sum_fields, 1))
     loss.backward()
     return float(loss), adapter_grads(strategy.model, "a0")
 
