@@ -31,7 +31,7 @@ class RollMaError(Exception):
         return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
-def _rebuild(cls: type, args: tuple, state: dict[str, Any]) -> RollMaError:
+def _rebuild(cls: type[RollMaError], args: tuple, state: dict[str, Any]) -> RollMaError:
     err = cls.__new__(cls)
     err.args = args
     err.__dict__.update(state)

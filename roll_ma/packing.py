@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from roll_ma.protocol import DataProto
+from roll_ma.protocol_args import tensor_columns
 from roll_ma.protocol_values import merge_meta_info
 
 
@@ -87,16 +88,19 @@ def pack_sequences(
     }
 
 
-def repad(data: DataProto, prompt_width: int, response_width: int, pad_id: int) -> DataProto:
-    """Widen prompts (on the left) and responses and every (B, R) tensor (on the right)."""
+def repad(data: DataProto, prompt_width: int, response_width: int, pad_id: int | None) -> DataProto:
+    """Widen prompts (on the left) and responses and every (B, R) tensor (on the right).
+
+    ``pad_id`` may be None only when nothing is widened (``concat_padded`` with equal widths).
+    """
     P, R = data.batch["prompts"].shape[1], data.batch["responses"].shape[1]
     if (P, R) == (prompt_width, response_width):
         return data
     if P > prompt_width or R > response_width:
         raise ValueError(f"repad can only widen: ({P}, {R}) -> ({prompt_width}, {response_width})")
     dp, dr = prompt_width - P, response_width - R
-    out = {}
-    for key, t in data.batch.items():
+    out: dict[str, torch.Tensor] = {}
+    for key, t in tensor_columns(data.batch).items():
         if key == "prompts":
             out[key] = F.pad(t, (dp, 0), value=pad_id)
         elif key == "input_ids":

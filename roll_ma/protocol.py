@@ -112,10 +112,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
@@ -178,14 +178,15 @@ class DataProto:
     @classmethod
     def from_dict(
         cls: type[Self],
-        tensors: dict[str, torch.Tensor] | None = None,
-        non_tensors: dict[str, Sequence[Any]] | None = None,
+        tensors: Mapping[str, torch.Tensor] | None = None,
+        non_tensors: Mapping[str, Sequence[Any] | np.ndarray] | None = None,
         meta_info: dict[str, Any] | None = None,
     ) -> Self:
         """Build from plain dicts; B is taken from the tensors, else from the non-tensor columns."""
-        tensors, non_tensors = dict(tensors or {}), dict(non_tensors or {})
-        batch = TensorDict(tensors, batch_size=[args.common_length(tensors, non_tensors)])
-        return cls(batch=batch, non_tensor=non_tensors, meta_info=dict(meta_info or {}))
+        tensors, raw = dict(tensors or {}), dict(non_tensors or {})
+        batch = TensorDict(tensors, batch_size=[args.common_length(tensors, raw)])
+        columns = {key: args.object_column(v, key) for key, v in raw.items()}
+        return cls(batch=batch, non_tensor=columns, meta_info=dict(meta_info or {}))
 
     @classmethod
     def from_single_dict(
@@ -207,7 +208,8 @@ class DataProto:
     def from_tensordict(cls: type[Self], td: TensorDict) -> Self:
         """Inverse of to_tensordict; a TensorDict of tensors only gives a batch without non-tensor columns."""
         batch, non_tensor, meta = protocol_io.tensordict_parts(td)
-        return cls(batch=batch, non_tensor=non_tensor, meta_info=meta)
+        columns = {key: args.object_column(v, key) for key, v in non_tensor.items()}
+        return cls(batch=batch, non_tensor=columns, meta_info=meta)
 
     def save_to_disk(self, path: str | Path) -> None:
         """Pickle to ``path`` with the tensors on the CPU."""
@@ -229,7 +231,8 @@ class DataProto:
 
     @property
     def keys(self) -> list[str]:
-        return list(self.batch.keys()) + list(self.non_tensor.keys())
+        # why the cast: the top-level keys of a TensorDict are str (the stubs say NestedKey)
+        return cast(list[str], list(self.batch.keys())) + list(self.non_tensor.keys())
 
     def __repr__(self) -> str:
         tensors = ", ".join(f"{k}: {tuple(v.shape)} {v.dtype}" for k, v in self.batch.items())
@@ -382,7 +385,7 @@ class DataProto:
             raise ValueError("concat needs at least one DataProto")
         args.check_same_columns(parts)
         batch = (
-            torch.cat([p.batch for p in parts], dim=0)
+            cast(TensorDict, torch.cat([p.batch for p in parts], dim=0))  # torch.cat of TensorDicts: one
             if parts[0].batch.keys()
             else TensorDict({}, batch_size=[sum(len(p) for p in parts)])
         )

@@ -7,14 +7,24 @@ into plain numpy positions and lists, so that the operations in ``roll_ma.protoc
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
+from tensordict import TensorDict
 
 Keys = str | Sequence[str] | None
 
 _NAN = float("nan")  # one NaN object: dict lookups match it by identity, so NaN values form one group
+
+
+def tensor_columns(batch: TensorDict) -> dict[str, torch.Tensor]:
+    """A DataProto's tensors by name, as a new dict.
+
+    The cast: a DataProto's batch is flat, str keys and tensor values; the tensordict stubs type its
+    items as (NestedKey, Tensor | TensorCollection).
+    """
+    return cast(dict[str, torch.Tensor], dict(batch.items()))
 
 
 def object_column(values: Any, key: str) -> np.ndarray:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import pickle
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
@@ -43,8 +43,10 @@ def tensordict_parts(td: TensorDict) -> tuple[TensorDict, dict[str, list[Any]], 
     """(tensors [B], non-tensor columns, meta_info) of a TensorDict laid out as ``to_tensordict`` does."""
     if len(td.batch_size) != 1:
         raise ValueError(f"from_tensordict needs one batch dim, got batch_size={list(td.batch_size)}")
-    tensors, non_tensor, meta = {}, {}, {}
-    for key in td.keys():
+    tensors: dict[str, Any] = {}
+    non_tensor: dict[str, list[Any]] = {}
+    meta: dict[str, Any] = {}
+    for key in cast(list[str], list(td.keys())):  # top-level keys are str (the stubs say NestedKey)
         value = td.get(key)
         if isinstance(value, NonTensorStack):
             non_tensor[key] = value.tolist()

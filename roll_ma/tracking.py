@@ -15,7 +15,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from roll_ma.config.schema import TrackingConfig
 
@@ -37,7 +37,7 @@ def _ordered(row: dict[str, Any]) -> dict[str, Any]:
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """All complete lines of a metrics.jsonl (a torn last line from a crash is skipped)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     p = Path(path)
     if not p.exists():
         return rows
@@ -95,7 +95,7 @@ class Tracker:
         if cfg.wandb:
             import wandb
 
-            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+            mode: Literal["online", "offline"] = "online" if os.environ.get("WANDB_API_KEY") else "offline"
             self._wandb = wandb.init(
                 project=cfg.project,
                 name=cfg.run_name or run_name,
@@ -115,7 +115,7 @@ class Tracker:
         # wall_time: when the step ended (seconds since the epoch), as TensorBoard's events keep it; the
         # side-by-side benchmark times every framework as the wall time between consecutive step ends
         new = {k: _clean(v) for k, v in metrics.items()}
-        if self.last_step == step:
+        if self._last is not None and self.last_step == step:
             row = {**self._last, **new, "wall_time": round(time.time(), 3)}
             self._replace_last_line(row)
         else:

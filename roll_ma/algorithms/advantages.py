@@ -27,19 +27,19 @@ from roll_ma.algorithms.turn_rewards import (
 
 
 def discounted_turn_returns(
-    rewards: Sequence[float],
+    rewards: Sequence[float] | np.ndarray,
     episode_ids: Sequence[Any],
     players: Sequence[int],
     turns: Sequence[int],
     gamma: float = 1.0,
 ) -> np.ndarray:
     """(B,) G_t = r_t + gamma * G_next over each (episode, player)'s own turns, latest turn first."""
-    rewards = np.asarray(rewards, dtype=np.float64)
-    returns = np.zeros_like(rewards)
+    r = np.asarray(rewards, dtype=np.float64)
+    returns = np.zeros_like(r)
     for rows in turn_chains(episode_ids, players, turns):
         running = 0.0
         for i in reversed(rows):
-            running = rewards[i] + gamma * running
+            running = r[i] + gamma * running
             returns[i] = running
     return returns
 
@@ -63,13 +63,13 @@ def grpo_advantages(
     eps: float = 1e-6,
 ) -> np.ndarray:
     """(B,) returns normalised within each (group, agent): GRPO's group baseline, one per agent."""
-    returns = np.asarray(returns, dtype=np.float64)
-    adv = np.zeros_like(returns)
+    values = np.asarray(returns, dtype=np.float64)
+    adv = np.zeros_like(values)
     buckets: dict[tuple[Any, int], list[int]] = defaultdict(list)
     for i, (g, a) in enumerate(zip(group_ids, agent_ids)):
         buckets[(g, int(a))].append(i)
     for rows in buckets.values():
-        adv[rows] = _normalise(returns[rows], norm_std, eps)
+        adv[rows] = _normalise(values[rows], norm_std, eps)
     return adv
 
 
@@ -80,13 +80,13 @@ def reinforce_pp_advantages(
     eps: float = 1e-6,
 ) -> np.ndarray:
     """(B,) REINFORCE++: the agent's batch mean as baseline, normalised over that agent's rows."""
-    returns = np.asarray(returns, dtype=np.float64)
-    adv = np.zeros_like(returns)
+    values = np.asarray(returns, dtype=np.float64)
+    adv = np.zeros_like(values)
     per_agent: dict[int, list[int]] = defaultdict(list)
     for i, a in enumerate(agent_ids):
         per_agent[int(a)].append(i)
     for rows in per_agent.values():
-        adv[rows] = _normalise(returns[rows], norm_std, eps)
+        adv[rows] = _normalise(values[rows], norm_std, eps)
     return adv
 
 

@@ -22,6 +22,8 @@ from collections import defaultdict
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 InfoSet = Hashable
 
 
@@ -88,7 +90,7 @@ class GameTree:
         # best responses sweep the deepest information sets first (backward induction order)
         self._deepest_first = sorted(self.info_sets, key=lambda s: -depth.get(s, 0))
 
-    def value(self, policy: Mapping[InfoSet, Sequence[float]]) -> float:
+    def value(self, policy: Mapping[InfoSet, Sequence[float] | np.ndarray]) -> float:
         """Exact expected return of a stochastic joint policy (information set -> action probabilities)."""
         total = 0.0
         for path in self.paths:

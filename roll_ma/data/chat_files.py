@@ -137,7 +137,7 @@ class _Row:
         return name
 
 
-def _object(row: Row) -> _Row | None:
+def _object(row: Row) -> _Row:
     parsed = _Row(row)
     if not isinstance(row.value, dict):
         parsed.bad("", f"is a {type(row.value).__name__}, not an object with columns")
@@ -164,6 +164,7 @@ def parse_sft_row(
                 r.bad(messages_key, "holds only the assistant's reply; the messages before it are the prompt")
         if r.problems:
             return None, r.problems
+        assert agent is not None and messages is not None  # each None above recorded a problem
         field = f"{messages_key}[{last}].content"
         return Example(agent, messages[:-1], (messages[-1]["content"],), row.where, (field,), row.number), []
     if "prompt" in v or "completion" in v:
@@ -171,6 +172,7 @@ def parse_sft_row(
         reply = r.reply(v.get("completion", ABSENT), "completion")
         if r.problems:
             return None, r.problems
+        assert agent is not None and prompt is not None and reply is not None  # else a problem was recorded
         return Example(agent, prompt, (reply,), row.where, ("completion",), row.number), []
     r.bad(messages_key, f"missing: an SFT row has a {messages_key!r} list (sft.messages_key) or prompt and "
                         f"completion columns; the row has {sorted(v)}")
@@ -190,6 +192,8 @@ def parse_dpo_row(
     rejected = r.reply(r.value.get("rejected", ABSENT), "rejected")
     if r.problems:
         return None, r.problems
+    # each None above recorded a problem
+    assert agent is not None and prompt is not None and chosen is not None and rejected is not None
     return Example(agent, prompt, (chosen, rejected), row.where, ("chosen", "rejected"), row.number), []
 
 

@@ -55,7 +55,7 @@ class MathDataset:
         """The next `n` records (copies), moving the cursor and the epoch as needed."""
         if n < 0:
             raise ValueError(f"batch size must be >= 0, got {n}")
-        batch = []
+        batch: list[dict] = []
         while len(batch) < n:
             if self.cursor >= len(self._order):
                 self.epoch += 1

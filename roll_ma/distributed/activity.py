@@ -100,12 +100,14 @@ def clear(keys: list[str]) -> None:
 
 def logs_dir() -> str:
     """This node's Ray log directory (where raylet.out and every worker's .out/.err are)."""
+    usual = "/tmp/ray/session_latest/logs"
     try:
         import ray._private.worker as ray_worker
 
-        return ray_worker.global_worker.node.get_logs_dir_path()
-    except Exception:  # not connected, or a Ray that moved it: name the usual place
-        return "/tmp/ray/session_latest/logs"
+        node = ray_worker.global_worker.node
+        return node.get_logs_dir_path() if node is not None else usual  # None: not connected
+    except Exception:  # a Ray that moved it: name the usual place
+        return usual
 
 
 def _node_and_logs(pid: int) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +100,7 @@ class Cluster:
         self._methods = registered_methods(worker_cls)
         self._closable = callable(getattr(worker_cls, "close", None))  # Worker.close: shutdown_clusters
         resources = resources or ResourceManager.cpu_only()
-        remote_cls = ray.remote(reporting_init_errors(worker_cls))
+        remote_cls: Any = ray.remote(reporting_init_errors(worker_cls))  # an actor class of worker_cls
         tag = uuid.uuid4().hex[:6]
         self.workers = []
         self._keys = [f"{role}_{rank}_{tag}" for rank in range(num_workers)]  # actor names = report keys
@@ -217,7 +217,7 @@ class Cluster:
         self.workers = []
 
 
-def shutdown_clusters(clusters: list[Cluster | None], close_timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+def shutdown_clusters(clusters: Sequence[Cluster | None], close_timeout_s: float = CLOSE_TIMEOUT_S) -> None:
     """Stop every actor of ``clusters``: each first frees what it holds outside its process (``Worker.close``:
     shared-memory files, an engine's processes), all at once, for up to ``close_timeout_s``; then Ray kills
     them. An actor still busy with a call gets killed with its files, which the next run deletes
@@ -238,7 +238,7 @@ def reporting_init_errors(worker_cls: type) -> type:
     Cluster's first call) raises it: the actor stays alive, the driver gets the error as from any call (the
     same few lines), and Ray has no dying actor to dump on the console."""
 
-    class Reporting(worker_cls):  # type: ignore[misc, valid-type]
+    class Reporting(worker_cls):
         def __init__(self, *args: Any, **kwargs: Any):
             self._roll_ma_init_error: Exception | None = None
             try:

@@ -182,6 +182,7 @@ def wait_for_call(
         wall = clock.time()
         late_ranks, late_reports = [ranks[i] for i in late], [reports[keys[i]] for i in late]
         if timed_out:
+            assert deadline_s is not None  # only a deadline times out
             if starting:
                 message = start_message(role, deadline_s, late_ranks, late_reports, wall)
                 raise WorkerStartError(role, _first(late_ranks, late_reports, wall), method, "", message)

@@ -35,7 +35,7 @@ def main() -> None:
             gold = parse("\\boxed{" + request["gold"] + "}", parsing_timeout=None)
             pred = parse("\\boxed{" + request["pred"] + "}", parsing_timeout=None)
             correct = bool(gold) and bool(pred) and bool(verify(gold, pred, timeout_seconds=None))
-            response = {"correct": correct}
+            response: dict[str, bool | str] = {"correct": correct}
         except Exception as e:  # noqa: BLE001 - MemoryError, RecursionError, sympy errors
             response = {"error": repr(e)[:200]}
         out.write(json.dumps(response) + "\n")

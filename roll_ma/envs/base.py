@@ -14,6 +14,10 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from roll_ma.algorithms.joint_search import GameTree, InfoSet
 
 # Names of the built-in policies a seat may be given instead of a learning agent.
 BUILTIN_POLICIES = ("random", "scripted")
@@ -121,6 +125,15 @@ class MultiAgentEnv(ABC):
         replies and are decoded one round at a time.
         """
         return None
+
+
+@runtime_checkable
+class GameTreeEnv(Protocol):
+    """An env whose whole game can be enumerated: joint policy search (``study.joint_search_every``)."""
+
+    def game_tree(self) -> tuple[GameTree, dict[InfoSet, Turn]]:
+        """The terminal paths and the turn of every information set (see ``OpenSpielEnv.game_tree``)."""
+        ...
 
 
 def check_seat_agents(seat_agents: list[str] | None, num_players: int, env_name: str) -> list[str]:

@@ -151,7 +151,7 @@ class HanabiEnv(OpenSpielEnv):
         if view.info_tokens > 0:
             for k in range(1, len(view.hands)):
                 for card in view.hands[k]:
-                    if card.color is None or not view.is_playable(card.color, card.rank):
+                    if card.color is None or card.rank is None or not view.is_playable(card.color, card.rank):
                         continue
                     if all(view.is_playable(c, r) for c, r in card.candidates()):
                         continue  # why: they already know it is playable
@@ -166,8 +166,8 @@ class HanabiEnv(OpenSpielEnv):
             useless = [i for i in discards if all(view.is_useless(c, r) for c, r in own[i].candidates())]
             unhinted = [i for i in discards if own[i].hinted_color is None and own[i].hinted_rank is None]
             return ids[f"(Discard {(useless or unhinted or discards)[0]})"]
-        hints = [a for label, a in ids.items() if label.startswith("(Reveal")]
-        return rng.choice(hints) if hints else rng.choice(list(ids.values()))
+        reveals = [a for label, a in ids.items() if label.startswith("(Reveal")]
+        return rng.choice(reveals) if reveals else rng.choice(list(ids.values()))
 
     def extra_metrics(self, state) -> dict[str, float]:
         view = self.view(state, 0)

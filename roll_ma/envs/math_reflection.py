@@ -249,7 +249,9 @@ class MathReflectionEnv(MultiAgentEnv):
             labels = {"answer": "Solver", "critique": "Critic", "refine": "Refiner"}
             lines += [f"{labels[t['kind']]}: {t['text'].strip()}" for t in self._turns]
         elif kind != "answer":
-            lines.append("Solver: " + self._latest_answer()["text"].strip())
+            latest = self._latest_answer()
+            assert latest is not None, "a critique or a refinement follows an answer"
+            lines.append("Solver: " + latest["text"].strip())
             if kind == "refine":
                 lines.append("Critic: " + self._turns[-1]["text"].strip())
         return "\n".join(lines)

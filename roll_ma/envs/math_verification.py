@@ -208,9 +208,11 @@ class _Worker:
             return {"status": "unavailable"}
         if self.proc is None and not self._start():
             return {"status": "unavailable"}
+        proc = self.proc
+        assert proc is not None and proc.stdin is not None  # _start opened it with pipes
         try:
-            self.proc.stdin.write((json.dumps(payload) + "\n").encode())
-            self.proc.stdin.flush()
+            proc.stdin.write((json.dumps(payload) + "\n").encode())
+            proc.stdin.flush()
         except OSError:
             self.stop()
             return {"status": "error"}
@@ -246,6 +248,7 @@ class _Worker:
         return True
 
     def _readline(self, deadline: float) -> str | None:
+        assert self.proc is not None and self.proc.stdout is not None  # called while the worker runs
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()

@@ -9,13 +9,13 @@ rng), seats -> agents, parsing with the format penalty and fallback, turn-level 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from roll_ma.envs.base import MultiAgentEnv, StepResult, Turn, check_seat_agents
 from roll_ma.envs.parsing import ActionParser, check_fallback, fallback_rng
 
 if TYPE_CHECKING:
-    from roll_ma.algorithms.joint_search import GameTree
+    from roll_ma.algorithms.joint_search import GameTree, InfoSet
 
 
 class OpenSpielEnv(MultiAgentEnv):
@@ -59,7 +59,7 @@ class OpenSpielEnv(MultiAgentEnv):
         self.parser = ActionParser(answer_tags, answer_pattern, answer_template)
         self.min_utility = self.game.min_utility()
         self.max_utility = self.game.max_utility()
-        self._state = None
+        self._state: Any = None  # the pyspiel state of the episode (pyspiel has no types); None before reset
         self._rules_text: str | None = None
 
     # ---- hooks for subclasses -------------------------------------------------------
@@ -203,7 +203,7 @@ class OpenSpielEnv(MultiAgentEnv):
         assert len(self._legal) == len(turn.legal_actions), "action labels must be unique"
         return turn
 
-    def game_tree(self, max_paths: int = 20_000) -> tuple[GameTree, dict[tuple, Turn]]:
+    def game_tree(self, max_paths: int = 20_000) -> tuple[GameTree, dict[InfoSet, Turn]]:
         """The whole tree for joint policy search: terminal paths and the turn of every information set.
 
         An information set is what the acting seat is shown: (player, its prompt). That is all a
@@ -229,8 +229,9 @@ class OpenSpielEnv(MultiAgentEnv):
             raise ValueError("joint search needs prompts that depend on the game state alone; "
                              "env.show_greedy_moves adds the episode's greedy moves")
         paths: list[TerminalPath] = []
-        turns: dict[tuple, Turn] = {}
-        stack = [(game.new_initial_state(), 1.0, ())]
+        turns: dict[InfoSet, Turn] = {}
+        # (state, chance probability, moves so far: (information set, action index) each)
+        stack: list[tuple[Any, float, tuple[tuple[tuple, int], ...]]] = [(game.new_initial_state(), 1.0, ())]
         while stack:
             state, chance, moves = stack.pop()
             if state.is_terminal():

@@ -26,7 +26,7 @@ _BUILTIN_ENVS: dict[str, str] = {
     "math_reflection": "roll_ma.envs.math_reflection:MathReflectionEnv",
     "marft": "roll_ma.envs.team:TeamEnv",
 }
-_USER_ENVS: dict[str, type] = {}
+_USER_ENVS: dict[str, type[MultiAgentEnv]] = {}
 
 
 def register_env(name: str):
@@ -54,7 +54,7 @@ def list_envs() -> list[str]:
     return sorted(set(_BUILTIN_ENVS) | set(_USER_ENVS))
 
 
-def resolve_env_class(name_or_path: str) -> type:
+def resolve_env_class(name_or_path: str) -> type[MultiAgentEnv]:
     """The env class for a registered name, an import path `pkg.module:Class` / `pkg.module.Class`, or a
     file `path/to/file.py:Class` (relative: from the current directory, then the roll_ma checkout)."""
     if name_or_path in _USER_ENVS:
@@ -82,7 +82,7 @@ def make_env(name_or_path: str, **kwargs) -> MultiAgentEnv:
     return resolve_env_class(name_or_path)(**kwargs)
 
 
-def _env_class(spec: str) -> type:
+def _env_class(spec: str) -> type[MultiAgentEnv]:
     from roll_ma.workflows.loader import load_target
 
     try:

@@ -101,7 +101,7 @@ def _search_optimal(game) -> tuple[float, dict[int, int], dict[tuple[int, int], 
             payoff[(c0, c1, a0, a1)] = state.returns()[0]
     cards0 = sorted({c0 for _, c0, _ in deals})
     cards1 = sorted({c1 for _, _, c1 in deals})
-    best = (float("-inf"), {}, {})
+    best: tuple[float, dict[int, int], dict[tuple[int, int], int]] = (float("-inf"), {}, {})
     for choice in itertools.product(range(num_actions), repeat=len(cards0)):
         policy0 = dict(zip(cards0, choice, strict=True))
         value, policy1 = 0.0, {}

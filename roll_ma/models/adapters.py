@@ -52,7 +52,8 @@ def plan_adapters(
     lora: LoraConfig, agents: Sequence[AgentConfig]
 ) -> tuple[list[AgentSpec], list[AdapterSpec]]:
     """Agents (by id) and the distinct adapters they use, in first-use order."""
-    agent_specs, adapters = [], {}
+    agent_specs: list[AgentSpec] = []
+    adapters: dict[str, AdapterSpec] = {}
     for agent_id, agent in enumerate(agents):
         name = agent.adapter_name
         if not _NAME.match(name):
@@ -78,7 +79,7 @@ def _peft_config(spec: AdapterSpec):
 
     return PeftLoraConfig(
         r=spec.rank,
-        lora_alpha=spec.alpha,
+        lora_alpha=spec.alpha,  # type: ignore[arg-type]  # peft annotates int; a float works (alpha / r)
         lora_dropout=spec.dropout,
         target_modules=list(spec.target_modules),
         bias="none",
@@ -134,7 +135,8 @@ def load_adapter_state_dict(model: Any, name: str, state: dict[str, Any]) -> Non
     """Copy PEFT-format tensors into adapter ``name`` in place (keeps the Parameter objects)."""
     from peft import set_peft_model_state_dict
 
-    result = set_peft_model_state_dict(model, state, adapter_name=name)
+    # torch's _IncompatibleKeys (missing_keys, unexpected_keys); peft annotates it as a bare namedtuple
+    result: Any = set_peft_model_state_dict(model, state, adapter_name=name)
     missing = [k for k in result.missing_keys if "lora_" in k and f".{name}." in k]
     if missing or result.unexpected_keys:
         raise ValueError(

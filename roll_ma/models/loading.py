@@ -64,4 +64,5 @@ def load_base_model(cfg: ModelConfig, device: str = "cpu", packed_rows: bool = F
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
-    return model.to(device).eval()
+    # transformers wraps .to with functools.wraps, whose type mypy does not bind to the instance
+    return model.to(device).eval()  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import os
 import subprocess
 import sys
@@ -60,7 +61,7 @@ def random_model_dir(path: str, dtype: str, seed: int = 0) -> Path:
     so a changed builder never reuses an old model."""
     from roll_ma.models import tiny, tokenizer
 
-    code = zlib.crc32(b"".join(Path(m.__file__).read_bytes() for m in (tiny, tokenizer)))
+    code = zlib.crc32(b"".join(Path(inspect.getfile(m)).read_bytes() for m in (tiny, tokenizer)))
     return cache_root() / f"{shape_of(path)}_{dtype}_s{seed}_{code:08x}"
 
 

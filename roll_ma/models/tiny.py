@@ -37,7 +37,8 @@ def make_config(arch: str = "qwen2", vocab_size: int = 512, shape: str = "tiny",
 
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {sorted(SHAPES)}")
-    kwargs = dict(vocab_size=vocab_size, tie_word_embeddings=True, rope_theta=10000.0, use_cache=True)
+    kwargs: dict[str, Any] = dict(vocab_size=vocab_size, tie_word_embeddings=True, rope_theta=10000.0,
+                                  use_cache=True)
     kwargs.update(SHAPES[shape])
     kwargs.update(overrides)
     if arch == "qwen2":

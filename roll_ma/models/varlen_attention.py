@@ -32,7 +32,9 @@ def register() -> str:
         # no padding mask: rows are packed (the attention reads their boundaries) or there is one row
         if attention_mask is None:
             return None
-        return sdpa_mask(*args, attention_mask=attention_mask, **kwargs)  # padded inputs: sdpa's own mask
+        # padded inputs: sdpa's own mask. The ignore: transformers passes keywords only, so *args never
+        # reaches attention_mask's position; mypy cannot tell
+        return sdpa_mask(*args, attention_mask=attention_mask, **kwargs)  # type: ignore[misc]
 
     AttentionInterface.register(NAME, varlen_or_sdpa_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, mask)

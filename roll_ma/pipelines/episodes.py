@@ -7,11 +7,14 @@ exactly the episodes the uninterrupted run would have played.
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roll_ma.config.schema import EnvConfig
 from roll_ma.envs.registry import env_uses_problems
 from roll_ma.workers.env_worker import EpisodeSpec
+
+if TYPE_CHECKING:
+    from roll_ma.data import MathDataset
 
 
 def _seed(*parts: Any) -> int:
@@ -25,7 +28,9 @@ class EpisodePlanner:
         self.cfg, self.seed = env_cfg, seed
         self.is_workflow = bool(env_cfg.workflow)  # why: a workflow's episodes always start from a task
         self.uses_problems = self.is_workflow or env_uses_problems(env_cfg.name)
-        self.train_data = self.eval_problems = None
+        # set when the episodes start from problems (math envs, workflows)
+        self.train_data: MathDataset | None = None
+        self.eval_problems: list[dict] | None = None
         if self.uses_problems:
             self._load_data()
 
@@ -47,8 +52,8 @@ class EpisodePlanner:
             # the fixed held-out split: never in training, never in the built-in model's pre-training
             pool = generate_arithmetic(data.num_problems * 2 + n_eval * 40, level=level, seed=self.seed)
             if self.eval_problems is None:
-                held = {p["problem"]: p for p in pool if is_heldout(p["problem"])}
-                self.eval_problems = list(held.values())[:n_eval]
+                by_problem = {p["problem"]: p for p in pool if is_heldout(p["problem"])}
+                self.eval_problems = list(by_problem.values())[:n_eval]
             held_out = {p["problem"] for p in self.eval_problems}
             train = [p for p in pool if not is_heldout(p["problem"]) and p["problem"] not in held_out]
             self.train_data = MathDataset(train[: data.num_problems], seed=self.seed)
@@ -82,7 +87,10 @@ class EpisodePlanner:
     def train_assignments(self, step: int, num_workers: int) -> list[list[EpisodeSpec]]:
         """groups_per_step groups of group_size episodes, split evenly over the env workers."""
         groups = []
-        problems = self.train_data.next_batch(self.cfg.groups_per_step) if self.uses_problems else None
+        problems: list[dict] | None = None
+        if self.uses_problems:
+            assert self.train_data is not None  # loaded in __init__
+            problems = self.train_data.next_batch(self.cfg.groups_per_step)
         for g in range(self.cfg.groups_per_step):
             group_id = f"s{step}-g{g}"
             env_seed = _seed(self.seed, "train", step, g)
@@ -98,6 +106,7 @@ class EpisodePlanner:
     def eval_assignments(self, num_workers: int, tag: str = "eval") -> list[list[EpisodeSpec]]:
         """The fixed evaluation episodes (one per problem, or eval_episodes seeds), round-robin."""
         if self.uses_problems:
+            assert self.eval_problems is not None  # loaded in __init__
             specs = [
                 EpisodeSpec(f"{tag}-{i}", f"{tag}-{i}", _seed(self.seed, "eval", i), p)
                 for i, p in enumerate(self.eval_problems)

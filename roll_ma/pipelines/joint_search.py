@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_ma.algorithms.joint_search import joint_policy_search
+from roll_ma.algorithms.joint_search import InfoSet, joint_policy_search
 from roll_ma.config.schema import RunConfig
 from roll_ma.protocol import DataProto
 
@@ -24,12 +24,15 @@ class JointSearch:
     """The game's tree and its information sets as prompt rows, built once per run."""
 
     def __init__(self, cfg: RunConfig, seats: list[str]):
+        from roll_ma.envs.base import GameTreeEnv
         from roll_ma.envs.registry import resolve_env_class
         from roll_ma.models.loading import load_tokenizer
         from roll_ma.workers.env_worker import chat_prompt_ids, env_kwargs
 
         self.study = cfg.study
         env = resolve_env_class(cfg.env.name)(**env_kwargs(cfg.env, cfg.agents, seats))
+        if not isinstance(env, GameTreeEnv):  # config validation refuses this first
+            raise ValueError(f"study.joint_search_every: env {cfg.env.name!r} has no game_tree() to search")
         self.tree, turns = env.game_tree()
         self.keys = list(self.tree.info_sets)
         tokenizer = load_tokenizer(cfg.model)
@@ -49,13 +52,15 @@ class JointSearch:
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # (S, P) left-padded
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # (S, P)
         self._tensors = {"input_ids": input_ids, "attention_mask": attention_mask}
-        self._columns = {"agent_id": [agent_id[turns[k].agent] for k in self.keys], "action_choices": choices}
+        self._columns: dict[str, list[Any]] = {
+            "agent_id": [agent_id[turns[k].agent] for k in self.keys], "action_choices": choices
+        }
         self.rows = DataProto.from_dict(self._tensors, self._columns)
         # for the console line: (player, first line of what it sees, its legal actions)
         self.labels = {k: (t.player, t.messages[-1]["content"].split("\n")[0], t.legal_actions)
                        for k, t in turns.items()}
 
-    def policy(self, train: Any) -> dict[Any, np.ndarray]:
+    def policy(self, train: Any) -> dict[InfoSet, np.ndarray]:
         """Information set -> the acting adapter's probabilities over the legal answers (renormalised)."""
         log_probs = train.score_choices(self.rows).batch["choice_log_probs"]  # (S, K), -inf past the answers
         probs = torch.softmax(log_probs, dim=-1).numpy()

@@ -60,8 +60,12 @@ class RolloutQueue:
             raise RuntimeError(f"the rollout in flight is step {self._step}'s, step {step}'s was asked for")
         self.settle()
         parts, self._step, self._done, self._state_before = self._done, None, None, None
+        assert parts is not None  # settle() waited for the rollout in flight
         return parts
 
     def planner_state(self) -> dict:
         """What a checkpoint stores: the planner's state before any rollout that has not been trained on."""
-        return self._state_before if self._step is not None else self.planner.state_dict()
+        if self._step is None:
+            return self.planner.state_dict()
+        assert self._state_before is not None  # launch() saved it
+        return self._state_before

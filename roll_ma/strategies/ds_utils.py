@@ -86,7 +86,8 @@ def setup_deepspeed(rank: int, world_size: int) -> Any:
     _ensure_dist_env(rank, world_size)
     import deepspeed
 
-    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    comm_torch: Any = sys.modules["deepspeed.comm.torch"]  # a module attribute mypy does not know
+    comm_torch.build_shm_op = lambda: None
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.utils.logger.setLevel(logging.WARNING)
     deepspeed.init_distributed(verbose=False)  # a no-op when this process already joined the group

@@ -17,7 +17,7 @@ from typing import Any
 @dataclass
 class RecordedCall:
     prompts: list[list[int]]
-    adapters: list[str]  # adapter name per row
+    adapters: list[str | None]  # adapter name per row (None: the base model)
     temperature: float  # 0 = greedy
     top_p: float
     lengths: list[int]  # generated tokens per row
@@ -54,7 +54,7 @@ class GenerateRecorder:
             outs = llm.generate(
                 [{"prompt_token_ids": p} for p in call.prompts],
                 params,
-                lora_request=[lora_of[a] for a in call.adapters],
+                lora_request=[lora_of[a] if a is not None else None for a in call.adapters],  # None: base
                 use_tqdm=False,
             )
             seconds += time.perf_counter() - start

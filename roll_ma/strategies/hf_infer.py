@@ -127,7 +127,7 @@ class HFInferStrategy:
         return pack_generation(data, prompts, rows, self.tokenizer.pad_token_id)
 
     def _generate_micro_batch(
-        self, prompts: list[list[int]], names: list[str], seeds: list[int], settings: SamplingSettings
+        self, prompts: list[list[int]], names: list[str | None], seeds: list[int], settings: SamplingSettings
     ) -> list[RowResult]:
         from transformers import GenerationConfig, LogitsProcessorList
 
@@ -173,7 +173,7 @@ class HFInferStrategy:
             responses.append(toks)
             finish.append(reason)
             log_probs.append(lps[: len(toks)])
-        versions = [self._versions.get(n, 0) for n in names]
+        versions = self._versions_of(names)
         return [
             RowResult(r, lp, response_text(self.tokenizer, r, settings.stop), f, v)
             for r, lp, f, v in zip(responses, log_probs, finish, versions, strict=True)
@@ -209,12 +209,16 @@ class HFInferStrategy:
             sl = slice(start, start + mb)
             ids = data.batch["input_ids"][sl].to(self.device)  # (b, T)
             mask = data.batch["attention_mask"][sl].to(self.device)  # (b, T)
-            by_adapter = {"adapter_names": names[sl]} if self.adapters else {}
+            by_adapter: dict[str, Any] = {"adapter_names": names[sl]} if self.adapters else {}
             lp, _ = response_log_probs(self.model, ids, mask, resp_len, temperature=temperature, **by_adapter)
             out[sl] = lp.float().cpu()
-        return pack_scores(data, out, [self._versions.get(n, 0) for n in names])
+        return pack_scores(data, out, self._versions_of(names))
 
     # ------------------------------------------------------------------ adapters
+    def _versions_of(self, names: list[str | None]) -> list[int]:
+        """Each row's adapter version; 0 for a row the base model answers (no adapter)."""
+        return [self._versions.get(n, 0) if n is not None else 0 for n in names]
+
     def update_adapters(self, tensors: dict[str, Any], version: int) -> dict[str, float]:
         """Copy new adapter weights (tensors or ``PackedTensors``) into the model in place; seconds per
         adapter."""

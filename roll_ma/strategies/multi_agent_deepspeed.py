@@ -17,6 +17,7 @@ How it works:
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -98,6 +99,12 @@ class MultiAgentDeepSpeedStrategy:
         return LoraWeights(self.model_cfg, self.adapters, self.seed, self._copied_adapters(),
                            self._critic_specs(), self.train_cfg.lora_compute_dtype == "model")
 
+    def _lora_weights(self, what: str) -> LoraWeights:
+        """The policies' LoRA adapters; full fine-tuning has none (and no reference copies)."""
+        if not isinstance(self.weights, LoraWeights):
+            raise ValueError(f"{what} needs LoRA adapters; train.full_finetune trains the base weights")
+        return self.weights
+
     def _critic_specs(self) -> list[AdapterSpec]:
         """The critics' adapters (algorithm.advantage=gae), shaped like the first agent's adapter."""
         if self.algo_cfg.advantage != "gae":
@@ -153,7 +160,7 @@ class MultiAgentDeepSpeedStrategy:
             activity.note(f"initialize: building the DeepSpeed engine of {plan.name}")
             self.updaters[plan.name] = PolicyEngine(
                 plan.name, index, self.model, self.weights.params(plan.name),
-                lambda n=plan.name: self.weights.activate(n), plan.lr, self.train_cfg,
+                functools.partial(self.weights.activate, plan.name), plan.lr, self.train_cfg,
                 self.seed, self.rank, self.world_size, self.device, total_steps)
         if self.algo_cfg.advantage == "gae":  # (full fine-tuning never reaches here: _policy_weights)
             activity.note("initialize: building the value critic(s)")
@@ -194,8 +201,10 @@ class MultiAgentDeepSpeedStrategy:
         self.model.eval()
         self.weights.activate(None)
         batching = MicroBatching.for_scoring(self.train_cfg)
+        groups: dict[str | None, np.ndarray]
         if adapters_enabled:
-            groups = self._scoring_groups(self._agent_ids(data)) if n else {}
+            by_policy = self._scoring_groups(self._agent_ids(data)) if n else {}
+            groups = {name: idx for name, idx in by_policy.items()}
         else:
             groups = {None: np.arange(n)}  # None: every adapter off
         for name, idx in groups.items():
@@ -204,6 +213,7 @@ class MultiAgentDeepSpeedStrategy:
                 lp, ent = score_rows(self.model, rows, batching, self.device, temperature, with_entropy)
             log_probs[torch.from_numpy(idx)] = lp
             if entropy is not None:
+                assert ent is not None  # asked for with_entropy
                 entropy[torch.from_numpy(idx)] = ent
         tensors = {key: log_probs, **({"entropy": entropy} if entropy is not None else {})}
         return DataProto.from_dict(tensors, meta_info=data.meta_info)
@@ -288,7 +298,9 @@ class MultiAgentDeepSpeedStrategy:
         batching = MicroBatching.for_scoring(self.train_cfg)
         groups = self._scoring_groups(self._agent_ids(data)) if n else {}
         for name, idx in groups.items():
-            scorer = None if reference == "base" else self.weights.reference_copy(name)
+            scorer: str | None = None  # "base": adapters off
+            if reference == "copy":
+                scorer = self._lora_weights("reference='copy'").reference_copy(name)
             for key, which in zip(REF_KEYS, SIDES, strict=True):
                 rows = side(data.select_idxs(idx), which)
                 with self.weights.scoring(scorer):
@@ -303,8 +315,9 @@ class MultiAgentDeepSpeedStrategy:
         names = self._copied_adapters()
         if not names:
             raise ValueError("this strategy was built without reference copies (reference_copies=False)")
+        weights = self._lora_weights("snapshot_reference")
         for name in names:
-            self.weights.snapshot(name)
+            weights.snapshot(name)
         self.weights.activate(None)
         return names
 

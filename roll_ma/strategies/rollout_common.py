@@ -22,6 +22,7 @@ from roll_ma.config.schema import ModelConfig, RolloutConfig
 from roll_ma.models.adapters import AgentSpec
 from roll_ma.packing import left_pad, position_ids_from_mask, right_pad
 from roll_ma.protocol import DataProto
+from roll_ma.protocol_args import tensor_columns
 
 SAMPLING_KEYS = ("temperature", "top_p", "max_new_tokens", "stop", "greedy", "seed")
 SEED_MOD = 2**31 - 1  # per-row seeds stay positive int32, which every backend accepts
@@ -82,7 +83,7 @@ def sampling_settings(cfg: RolloutConfig, meta_info: dict[str, Any]) -> Sampling
     )
 
 
-def request_rows(data: DataProto, agents: Sequence[AgentSpec]) -> tuple[list[list[int]], list[str]]:
+def request_rows(data: DataProto, agents: Sequence[AgentSpec]) -> tuple[list[list[int]], list[str | None]]:
     """(prompt token ids per row, adapter name per row) of a generate request, validated."""
     for key in ("prompt_ids", "agent_id"):
         if key not in data.non_tensor:
@@ -103,7 +104,7 @@ def adapters_of_rows(data: DataProto, agents: Sequence[AgentSpec]) -> list[str |
         raise ValueError(f"the batch lacks non_tensor['agent_id']; it has {list(data.non_tensor)}")
     if not agents:
         return [None] * len(data)
-    names = []
+    names: list[str | None] = []
     for agent_id in data.non_tensor["agent_id"]:
         a = int(agent_id)
         if not 0 <= a < len(agents):
@@ -190,7 +191,7 @@ def pack_generation(
     response_mask = right_pad([[1.0] * len(r.token_ids) for r in rows], 0.0, torch.float32, width)  # (B, R)
     log_probs = right_pad([r.log_probs for r in rows], 0.0, torch.float32, width)  # (B, R), 0 off the mask
     attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)  # (B, T)
-    tensors = {k: v for k, v in data.batch.items()}
+    tensors = tensor_columns(data.batch)
     tensors.update(
         prompts=prompt_ids,
         responses=responses,
@@ -200,7 +201,7 @@ def pack_generation(
         position_ids=position_ids_from_mask(attention_mask),  # (B, T)
         rollout_log_probs=log_probs * response_mask,
     )
-    non_tensor = dict(data.non_tensor)
+    non_tensor: dict[str, Sequence[Any] | np.ndarray] = dict(data.non_tensor)
     non_tensor.update(
         response_text=[r.text for r in rows],
         adapter_version=[int(r.adapter_version) for r in rows],

@@ -58,5 +58,6 @@ def score_rows(
                                      chunk_tokens=batching.chunk_tokens)
         log_probs[sel] = lp.float().cpu()
         if entropy is not None:
+            assert ent is not None  # asked for with_entropy
             entropy[sel] = ent.float().cpu()
     return log_probs, entropy

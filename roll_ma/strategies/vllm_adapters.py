@@ -57,7 +57,7 @@ class EngineAdapters:
         self._peft_configs = {name: peft_config_dict(spec) for name, spec in specs.items()}
         self.last_install: dict[str, float] = {}  # where the last install's time went (benchmarks)
 
-    def request(self, name: str) -> Any:
+    def request(self, name: str | None) -> Any:
         """The LoRARequest that serves adapter ``name`` now."""
         if name not in self.requests:
             raise RuntimeError(f"adapter {name!r} is not served yet: install it with update_adapters first")
@@ -132,7 +132,7 @@ class EngineAdapters:
             else:
                 packed = state if isinstance(state, PackedTensors) else pack_tensors(state)
                 # bytes: vLLM's RPC decodes untyped numpy arrays as (dtype, shape, data) tuples
-                item.update(buffer=memoryview(packed.buffer).tobytes(),
+                item.update(buffer=packed.buffer.tobytes(),
                             entries=[list(e) for e in packed.entries])
             items.append(item)
         start = time.perf_counter()

@@ -214,8 +214,8 @@ class VLLMInferStrategy:
         self.tokenizer = load_tokenizer(self.model_cfg)
         if self.adapters:  # a teacher serves its base model alone
             self.adapters_served = EngineAdapters(self.llm, self.specs, self.sync_mode)
-        if self.adapters and initial_adapters:
-            self.adapters_served.install(self._initial_adapters(), 0)
+            if initial_adapters:
+                self.adapters_served.install(self._initial_adapters(), 0)
         self.llm.reset_prefix_cache()
 
     def _check_cpu_head_size(self) -> None:
@@ -302,6 +302,8 @@ class VLLMInferStrategy:
         self._check_ready()
         if self.recorder is None or not self.recorder.calls:
             raise RuntimeError("no recorded generate calls: call record_generate_calls() before a rollout")
+        if self.adapters_served is None:
+            raise RuntimeError("replay_generate_calls replays adapter calls; this engine serves no adapters")
         out = {f"roll_ma_{k}": v for k, v in self.recorder.summary().items()}
         for log_probs in (False, True):
             stats = self.recorder.replay(self.llm, self.adapters_served.requests, log_probs)
@@ -354,6 +356,7 @@ class VLLMInferStrategy:
     def _version_of(self, out: Any) -> int:
         if out.lora_request is None:
             return 0
+        assert self.adapters_served is not None  # a row with a LoRA request was served by an adapter
         return self.adapters_served.lookup(out.lora_request.lora_int_id)[1]
 
     # ------------------------------------------------------------------ adapters

@@ -75,7 +75,11 @@ def install_adapter(
     model = manager.model
     mapper = getattr(model, "hf_to_vllm_mapper", None)
     if mapper is not None:  # the name of the call changed between vLLM releases
-        mapper = getattr(mapper, "get_rename_mapper", getattr(mapper, "get_unstacked_mapper", None))()
+        rename = getattr(mapper, "get_rename_mapper", None) or getattr(mapper, "get_unstacked_mapper", None)
+        if rename is None:
+            raise RuntimeError("this vLLM's hf_to_vllm_mapper has neither get_rename_mapper nor "
+                               "get_unstacked_mapper; roll_ma supports the vLLM releases in pyproject.toml")
+        mapper = rename()
     kwargs = dict(
         lora_model_id=lora_id,
         tensors=(read_shared(SharedTensors(segment, nbytes, entries, "")) if segment is not None

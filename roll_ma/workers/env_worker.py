@@ -15,8 +15,9 @@ import random
 import time
 import zlib
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
 from roll_ma.data.turn_samples import TurnSample, collate_turns
@@ -26,6 +27,9 @@ from roll_ma.distributed.worker import Dispatch, Worker, register, share_of
 from roll_ma.envs.base import BUILTIN_POLICIES
 from roll_ma.envs.prompts import chat_prompt_ids, encode_chat
 from roll_ma.protocol import DataProto
+
+if TYPE_CHECKING:
+    from roll_ma.envs.base import Turn
 
 
 def env_kwargs(env_cfg: EnvConfig, agents: list[AgentConfig], seats: list[str] | None) -> dict[str, Any]:
@@ -185,11 +189,9 @@ class EnvWorker(Worker):
         episodes = []
         for spec in specs:
             env = make_env(self.env_cfg.name, **kwargs)
-            turn = (
-                env.reset(spec.seed, problem=spec.problem)
-                if self._reset_takes_problem
-                else env.reset(spec.seed)
-            )
+            # why Callable[..., Turn]: envs that play problems (math, workflows) add problem= to reset
+            reset: Callable[..., Turn] = env.reset
+            turn = reset(spec.seed, problem=spec.problem) if self._reset_takes_problem else reset(spec.seed)
             episodes.append(_Episode(spec, env, turn, random.Random(spec.seed)))
         samples: list[TurnSample] = []
         sample_rounds: list[int] = []  # per sample: its round if every round decoded one turn (the row order)
@@ -311,7 +313,7 @@ class EnvWorker(Worker):
     ) -> None:
         player, agent = ep.turn.player, ep.turn.agent
         # why: given only under env.show_greedy_moves, which validation allows only for envs taking it
-        extra = {"greedy_text": greedy_text} if greedy_text is not None else {}
+        extra: dict[str, Any] = {"greedy_text": greedy_text} if greedy_text is not None else {}
         if response_ids is not None:  # team envs: post_process hooks work on token ids
             extra["response_ids"] = response_ids
         result = ep.env.step(text, **extra)

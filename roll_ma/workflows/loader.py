@@ -19,11 +19,22 @@ import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 OPTIONAL_ARGS = ("tools", "rng")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FORM_HINT = "a workflow is a class with `async def run(self, task, agents)` or an `async def f(task, agents)`"
+
+
+class WorkflowClass(Protocol):
+    """The class form of a workflow: built once per episode with ``env.kwargs``; ``run`` plays it."""
+
+    async def run(self, task: dict, agents: Any, **extras: Any) -> Any: ...
+
+
+def is_workflow_class(target: Any) -> TypeGuard[type[WorkflowClass]]:
+    """Whether ``target`` is the class form (else a function); ``load_workflow`` checks ``run`` is async."""
+    return inspect.isclass(target)
 
 
 @dataclass
@@ -48,7 +59,7 @@ class LoadedWorkflow:
 
     def instance(self, kwargs: dict[str, Any]) -> Callable[..., Awaitable[Any]]:
         """What to call for one episode: ``call(task, agents, **extras)``."""
-        if inspect.isclass(self.target):
+        if is_workflow_class(self.target):
             return self.target(**kwargs).run
         fn = self.target
 
@@ -82,8 +93,9 @@ def with_absolute_files(cfg: Any) -> Any:
     return dataclasses.replace(cfg, env=env, agents=agents)
 
 
-def load_workflow(spec: str) -> LoadedWorkflow:
-    """Import what ``spec`` names and check its form; ValueError says what is wrong and how to fix it."""
+def load_workflow(spec: str | None) -> LoadedWorkflow:
+    """Import what ``spec`` names and check its form; ValueError says what is wrong and how to fix it
+    (also when ``env.workflow`` is unset: None)."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"must be 'path/to/file.py:Name' or 'pkg.module:Name', got {spec!r}")
     spec = absolute_spec(spec)
@@ -91,13 +103,13 @@ def load_workflow(spec: str) -> LoadedWorkflow:
         module, target = load_target(spec)
     except ValueError as err:
         raise ValueError(f"{spec!r}: {err}") from err
-    run = target.run if inspect.isclass(target) else target
+    run = target.run if is_workflow_class(target) else target
     if not inspect.iscoroutinefunction(run):
         raise ValueError(f"{spec!r} is not a workflow: {FORM_HINT}")
     params = inspect.signature(run).parameters
     any_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
     takes = frozenset(a for a in OPTIONAL_ARGS if a in params or any_kw)
-    if inspect.isclass(target):
+    if is_workflow_class(target):
         settings = frozenset() if target.__init__ is object.__init__ else keyword_names(target.__init__, 0)
     else:
         settings = keyword_names(target, skip=2)  # after (task, agents)
