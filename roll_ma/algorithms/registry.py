@@ -99,12 +99,17 @@ class Registry(Generic[Fn]):
     def names(self) -> tuple[str, ...]:
         return tuple(sorted((*self._table, *self.also)))
 
+    def unknown(self, name: str) -> str | None:
+        """Why ``name`` can't be looked up (None: it can, or it is one of ``also``)."""
+        if name in self._table or name in self.also:
+            return None
+        return (f"{name!r} is no {self.kind} roll_ma knows; registered: {', '.join(self.names())} "
+                f"(add one with {self.register_with})")
+
     def get(self, name: str) -> Fn:
         if name not in self._table:
-            raise ValueError(
-                f"{self.config_key}={name!r}: no {self.kind} of that name; registered: "
-                f"{', '.join(self.names())} (add one with {self.register_with})"
-            )
+            why = self.unknown(name) or "handled before the lookup"
+            raise ValueError(f"{self.config_key}={name!r}: {why}")
         return self._table[name]
 
 
@@ -129,19 +134,14 @@ def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
     return POLICY_LOSSES.register(name)
 
 
-def unknown_algorithm_names(algo: Any) -> list[str]:
-    """Problems of an ``algorithm`` block whose ``advantage`` or ``policy_loss`` names nothing registered,
-    one line each (empty: both known). For the driver's pre-flight checks: the config layer keeps plain
-    strings and imports nothing of this package."""
+def unknown_algorithm_names(algo: Any) -> list[tuple[str, str]]:
+    """(config key, problem) for an ``algorithm`` block whose ``advantage`` or ``policy_loss`` names nothing
+    registered (empty: both known). For the driver's pre-flight checks: the config layer keeps plain strings
+    and imports nothing of this package."""
     # the built-ins register themselves when their modules load; those modules import this one
     import roll_ma.algorithms.advantages  # noqa: F401
     import roll_ma.algorithms.losses  # noqa: F401
 
-    problems = []
-    for table, name in ((ADVANTAGE_ESTIMATORS, algo.advantage), (POLICY_LOSSES, algo.policy_loss)):
-        try:
-            if name not in table.also:
-                table.get(name)
-        except ValueError as err:
-            problems.append(str(err))
-    return problems
+    found = ((table.config_key, table.unknown(name))
+             for table, name in ((ADVANTAGE_ESTIMATORS, algo.advantage), (POLICY_LOSSES, algo.policy_loss)))
+    return [(key, why) for key, why in found if why]

@@ -90,7 +90,7 @@ def compose_raw(name: str, config_path: str | None, overrides: list[str]) -> dic
     assert isinstance(raw, dict)
     raw.pop("hydra", None)
     raw.setdefault("name", path.stem)
-    return raw
+    return {str(key): value for key, value in raw.items()}  # yaml keys here are strings; say so to the types
 
 
 def _addable(override: str, base: Any) -> str:

@@ -22,9 +22,18 @@ class Phase:
     lr: float | None = None
 
 
+def listed_phases(cfg: RunConfig) -> list[PhaseConfig]:
+    """``cfg.phases``, or the one phase ``train.objective`` names; empty for an RL run (objective ppo)."""
+    if cfg.phases:
+        return list(cfg.phases)
+    if cfg.train.objective == "ppo":
+        return []
+    return [PhaseConfig(objective="sft" if cfg.train.objective == "sft" else "dpo")]
+
+
 def plan_phases(cfg: RunConfig) -> list[Phase]:
     """``cfg.phases``, or the one phase of ``train.objective``; overrides applied (validated before)."""
-    listed = cfg.phases or [PhaseConfig(objective=cfg.train.objective)]
+    listed = listed_phases(cfg)
     trainable = [a.name for a in cfg.agents if not a.frozen]
     return [
         Phase(

@@ -70,7 +70,7 @@ def _allowed(tp: Any, meta: dict[str, Any]) -> str:
 
 
 def _default(value: Any) -> str:
-    if dataclasses.is_dataclass(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
     if isinstance(value, list) and value and all(dataclasses.is_dataclass(v) for v in value):
         value = [dataclasses.asdict(v) for v in value]

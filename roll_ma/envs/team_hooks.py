@@ -134,7 +134,9 @@ def _check_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any], where: str, fi
     from roll_ma.workflows.loader import keyword_names
 
     accepted = keyword_names(fn, fixed)
-    unknown = sorted(set(kwargs) - accepted) if accepted is not None else []  # None: it takes **kwargs
+    if accepted is None:  # it takes **kwargs
+        return
+    unknown = sorted(set(kwargs) - accepted)
     if unknown:
         raise ValueError(f"{where} takes no keyword arguments {unknown}; it takes {sorted(accepted)}")
 

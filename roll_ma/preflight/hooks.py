@@ -104,7 +104,7 @@ def _task_problems(cfg: RunConfig) -> list[str]:
 
 
 def _workflow_problems(cfg: RunConfig) -> list[str]:
-    from roll_ma.workflows.loader import FORM_HINT, load_workflow
+    from roll_ma.workflows.loader import FORM_HINT, is_workflow_class, load_workflow
 
     try:
         flow = load_workflow(cfg.env.workflow)
@@ -114,7 +114,7 @@ def _workflow_problems(cfg: RunConfig) -> list[str]:
     extras = {a: None for a in flow.takes}
     settings = dict(cfg.env.kwargs)
     out = []
-    if inspect.isclass(flow.target):
+    if is_workflow_class(flow.target):
         why = call_problem(flow.target, (), settings)
         if why:
             out.append(f"env.workflow: {flow.target.__name__}({', '.join(settings)}) with env.kwargs: its "

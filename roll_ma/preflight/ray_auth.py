@@ -121,7 +121,8 @@ def probe_cluster(gcs_address: str, token: str | None, timeout_s: float = 5.0) -
     def ask(channel: grpc.Channel, metadata: tuple = ()) -> grpc.StatusCode:
         stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
         try:
-            stub.CheckAlive(gcs_service_pb2.CheckAliveRequest(), timeout=timeout_s, metadata=metadata)
+            request = gcs_service_pb2.CheckAliveRequest()  # type: ignore[attr-defined]  # protobuf: no message stubs
+            stub.CheckAlive(request, timeout=timeout_s, metadata=metadata)
         except grpc.RpcError as err:
             return err.code()
         return grpc.StatusCode.OK

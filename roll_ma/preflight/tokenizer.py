@@ -39,7 +39,8 @@ def probe_model(model: ModelConfig, prefix: str, chat_needed_by: str | None, hub
     cannot give is one problem, found in seconds), and one cause gives one problem: a config that does
     not load is not reported again as a tokenizer problem of the same directory. ``notes`` receives what
     is allowed but worth saying (a hub name read from the cache)."""
-    probe, problems = ModelProbe(), []
+    probe = ModelProbe()
+    problems: list[str] = []
     if model.random_weights:  # benchmarks: an architecture built later, with a built-in tokenizer
         return probe, problems
     hub = hub or Hub()

@@ -10,10 +10,11 @@ import inspect
 import os
 from pathlib import Path
 
+from roll_ma.algorithms.registry import unknown_algorithm_names
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.seats import resolve_seats
 from roll_ma.config.typed import ConfigProblem, suggest
-from roll_ma.envs.base import BUILTIN_POLICIES
+from roll_ma.envs.base import BUILTIN_POLICIES, GameTreeEnv
 from roll_ma.models.builtin import BUILTIN_MODELS
 from roll_ma.preflight.validate_async import check_async
 
@@ -86,6 +87,8 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
     num_players = None
     if check_env:
         num_players = _check_env(cfg, problems)
+    # after the env's import: a module the config names may register a user's estimator or policy loss
+    problems.extend(ConfigProblem(key, why) for key, why in unknown_algorithm_names(cfg.algorithm))
     if not cfg.env.workflow:  # why: a workflow calls agents by name (validate_workflow refuses env.seats)
         _check_seats(cfg, num_players, names, problems)
     if cfg.env.groups_per_step % cfg.env.num_workers:
@@ -229,7 +232,7 @@ def env_parameters(cls: type) -> set[str] | None:
     for klass in cls.__mro__:
         if "__init__" not in vars(klass) or klass is object:
             continue
-        params = inspect.signature(klass.__init__).parameters
+        params = inspect.signature(vars(klass)["__init__"]).parameters
         names |= {n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             return names - {"self"}
@@ -336,7 +339,7 @@ def _check_agent_kinds(cfg: RunConfig, kinds: tuple[str, ...], problems: list[Co
 def _check_joint_search(cfg: RunConfig, env: object, seats: list[str], problems: list[ConfigProblem]) -> None:
     """Joint search enumerates the game and distills into every seat: small, cooperative, seats trained."""
     key = "study.joint_search_every"
-    if not hasattr(env, "game_tree"):
+    if not isinstance(env, GameTreeEnv):
         problems.append(ConfigProblem(key, f"{cfg.env.name} is not an OpenSpiel game; joint search needs a "
                                            "small common-payoff one such as tiny_hanabi"))
         return
@@ -346,7 +349,7 @@ def _check_joint_search(cfg: RunConfig, env: object, seats: list[str], problems:
         problems.append(ConfigProblem(key, f"seats {untrained} are built-in or frozen; joint search changes "
                                            "every seat's policy, so every seat must be a trainable agent"))
     try:
-        env.game_tree()  # type: ignore[attr-defined]
+        env.game_tree()
     except ValueError as err:
         problems.append(ConfigProblem(key, str(err)))
 
@@ -391,15 +394,15 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
     per = gpus_per_worker(cfg)
     for role, n in workers.items():
         k = per.get(role, 1)
-        gpus = res.device_mapping.get(role)
-        if gpus is not None and n and len(gpus) != n * k:
+        mapped = res.device_mapping.get(role)
+        if mapped is not None and n and len(mapped) != n * k:
             each = "one GPU each" if k == 1 else f"{k} GPUs each, tensor parallel"
-            fix = f"set {workers_key(role)}={len(gpus) // k} or " if len(gpus) % k == 0 and gpus else ""
+            fix = f"set {workers_key(role)}={len(mapped) // k} or " if len(mapped) % k == 0 and mapped else ""
             add(
                 f"resources.device_mapping.{role}",
-                f"maps {len(gpus)} GPUs but {role} has {n} workers ({each}); {fix}map {n * k} GPUs",
+                f"maps {len(mapped)} GPUs but {role} has {n} workers ({each}); {fix}map {n * k} GPUs",
             )
-        if gpus is None and n and n * k > res.num_gpus:
+        if mapped is None and n and n * k > res.num_gpus:
             add(workers_key(role), f"{n} workers need {n * k} GPUs but resources.num_gpus={res.num_gpus}")
     check_placement(cfg, workers, problems)
     if check_local_gpus and not (res.ray_address or os.environ.get("RAY_ADDRESS")):

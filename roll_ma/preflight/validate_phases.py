@@ -5,10 +5,14 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 from pathlib import Path
+from typing import TypeVar
 
-from roll_ma.config.schema import DPOConfig, PhaseConfig, RunConfig, SFTConfig
+from roll_ma.config.phase_plan import listed_phases
+from roll_ma.config.schema import DPOConfig, RunConfig, SFTConfig
 from roll_ma.config.typed import ConfigProblem, suggest, to_dataclass
 from roll_ma.models.builtin import BUILTIN_MODELS
+
+Settings = TypeVar("Settings", SFTConfig, DPOConfig)  # a phase's objective settings
 
 
 def check_phases(cfg: RunConfig, problems: list[ConfigProblem], looks_local) -> None:  # noqa: ANN001
@@ -16,7 +20,7 @@ def check_phases(cfg: RunConfig, problems: list[ConfigProblem], looks_local) -> 
     add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
     if not cfg.phases and cfg.train.objective == "ppo":
         return
-    listed = cfg.phases or [PhaseConfig(objective=cfg.train.objective)]
+    listed = listed_phases(cfg)
     names = [a.name for a in cfg.agents]
     trainable = [a.name for a in cfg.agents if not a.frozen]
     if cfg.phases and cfg.train.objective != "ppo":
@@ -52,16 +56,15 @@ def check_phases(cfg: RunConfig, problems: list[ConfigProblem], looks_local) -> 
 
 def teacher_workers(cfg: RunConfig) -> int:
     """The teacher's rollout workers if a phase reads from the teacher, else 0."""
-    single = [PhaseConfig(objective=cfg.train.objective)] if cfg.train.objective != "ppo" else []
-    listed = cfg.phases or single
+    listed = listed_phases(cfg)
     uses = any(p.objective == "sft" and {**dataclasses.asdict(cfg.sft), **p.sft}.get("source") == "teacher"
                for p in listed)
     return cfg.teacher.rollout.num_workers if uses else 0
 
 
 def _merged(
-    cls: type, base: object, overrides: dict, key: str, problems: list[ConfigProblem]
-) -> object | None:
+    cls: type[Settings], base: Settings, overrides: dict, key: str, problems: list[ConfigProblem]
+) -> Settings | None:
     obj, found = to_dataclass(cls, {**dataclasses.asdict(base), **overrides})
     problems.extend(ConfigProblem(f"{key}.{p.key}", p.message) for p in found)
     return None if found else obj

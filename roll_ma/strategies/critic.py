@@ -14,6 +14,7 @@ hidden state at t - 1, as the log-prob of token t), so ``values`` is (B, R) like
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import zlib
 from collections.abc import Sequence
@@ -83,7 +84,9 @@ class ValueModel(torch.nn.Module):
             self.heads[_head_key(name)] = head
 
     def head(self, name: str) -> torch.nn.Linear:
-        return self.heads[_head_key(name)]
+        head = self.heads[_head_key(name)]
+        assert isinstance(head, torch.nn.Linear)  # only Linear heads are put in
+        return head
 
     def values(self, name: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                response_len: int) -> torch.Tensor:
@@ -133,8 +136,8 @@ class CriticSet:
         for index, name in enumerate(self.names):
             params = weights.params(name) + list(self.model.head(name).parameters())
             self.updaters[name] = PolicyEngine(
-                name, 1000 + index, self.model, params, lambda n=name: weights.activate(n), critic_cfg.lr,
-                critic_train, seed, rank, world_size, device, total_steps)
+                name, 1000 + index, self.model, params, functools.partial(weights.activate, name),
+                critic_cfg.lr, critic_train, seed, rank, world_size, device, total_steps)
         weights.activate(None)
 
     def _groups(self, agent_ids: np.ndarray) -> dict[str, np.ndarray]:

@@ -79,4 +79,5 @@ def test_the_preflight_check_names_each_unknown_key():
     assert unknown_algorithm_names(AlgorithmConfig()) == []
     assert unknown_algorithm_names(AlgorithmConfig(advantage="gae")) == []
     problems = unknown_algorithm_names(AlgorithmConfig(advantage="nope", policy_loss="nope"))
-    assert [p.split("=")[0] for p in problems] == ["algorithm.advantage", "algorithm.policy_loss"]
+    assert [key for key, _ in problems] == ["algorithm.advantage", "algorithm.policy_loss"]
+    assert all("'nope'" in why and "registered:" in why for _, why in problems)
