@@ -13,7 +13,7 @@
 - ``ray_auth``: the auth variables, and the cluster's auth mode against this process's.
 
 The config's own consistency (keys, types, combinations) is checked earlier, when it is loaded
-(``roll_ma.config.validate``); ``pipelines.run_pipeline`` calls this before dispatching to the RL loop
+(``roll_ma.config.validate``); ``pipelines.run_training`` calls this before dispatching to the RL loop
 or the supervised phases.
 """
 
