@@ -41,7 +41,7 @@ GRAPH_SIZES = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256]  # as math_se
 # math_selfplay_7b.yaml's trainer settings: its measured best on one 80 GB GPU (docs/benchmarks.md)
 UPDATE_TOKENS = 8192  # per micro-batch, no activation checkpointing (66.5 GB peak at 7B)
 SCORE_TOKENS = 32768  # reference log-probs: no activations kept
-PHASES = {  # the table's phases -> roll_ma's own timers (metrics.jsonl; pipelines STAGES)
+PHASES = {  # the table's phases -> roll_ma's own timers (metrics.jsonl; pipelines/step_timer.py STAGES)
     "rollout": "timing/rollout",
     "sleep": "timing/sleep",
     "scoring": "timing/reference",
