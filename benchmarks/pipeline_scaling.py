@@ -18,7 +18,7 @@ throughput vs GPUs (``throughput.py``). On cpu the same runs use G workers of ea
     python benchmarks/pipeline_scaling.py --device cuda --model M --agents 8 --gpus 1,2,4,8 --batches 64 \
         --turns 2 --new-tokens 256 --skip-memory --out scaling.json --plot scaling.png
 
-Every run is ``roll_ma.pipelines.run_pipeline`` on a config built here (nothing else is mocked): the
+Every run is ``roll_ma.pipelines.run_training`` on a config built here (nothing else is mocked): the
 env is ``seat_game.SeatGame``, an N-seat game where every seat is its own agent (own LoRA adapter) and
 an episode is ``--turns`` turns. The turns per episode stay the same as N grows, so every run trains
 on the same rows and tokens; only how they split over agents changes. ``--agents`` sweeps N at the
@@ -321,13 +321,13 @@ def timeline_of(metrics: list[dict[str, Any]]) -> list[dict[str, float]]:
 def run_one(args: argparse.Namespace, agents: int, batch: int, gpus: int = 1) -> dict[str, Any]:
     from common import log
 
-    from roll_ma.pipelines import run_pipeline
+    from roll_ma.pipelines import run_training
     from roll_ma.tracking import read_metrics
 
     with tempfile.TemporaryDirectory(prefix="roll_ma_scaling_") as out_dir:
         cfg = run_config(args, agents, batch, out_dir, gpus)
         start = time.perf_counter()
-        run_pipeline(cfg, step_hook=replay_hook(args))
+        run_training(cfg, step_hook=replay_hook(args))
         wall = time.perf_counter() - start
         metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
     res = {

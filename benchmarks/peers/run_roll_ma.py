@@ -1,7 +1,7 @@
 """roll_ma on the side-by-side job: ONE run trains all N agents (one LoRA adapter each on one base), or
 with --shared one adapter that every seat uses.
 
-The run is roll_ma's own pipeline (``roll_ma.pipelines.run_pipeline``) on benchmarks/seat_game.py's
+The run is roll_ma's own pipeline (``roll_ma.pipelines.run_training``) on benchmarks/seat_game.py's
 SeatGame, configured as the shipped 7B configs are (examples/math/math_selfplay_7b.yaml: vLLM with CUDA
 graphs colocated with DeepSpeed, sleep level 1, rows packed without padding through variable-length
 flash attention, 8k-token micro-batches without activation checkpointing, the reference = the base with
@@ -41,7 +41,7 @@ GRAPH_SIZES = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256]  # as math_se
 # math_selfplay_7b.yaml's trainer settings: its measured best on one 80 GB GPU (docs/benchmarks.md)
 UPDATE_TOKENS = 8192  # per micro-batch, no activation checkpointing (66.5 GB peak at 7B)
 SCORE_TOKENS = 32768  # reference log-probs: no activations kept
-PHASES = {  # the table's phases -> roll_ma's own timers (metrics.jsonl; pipelines STAGES)
+PHASES = {  # the table's phases -> roll_ma's own timers (metrics.jsonl; pipelines/step_timer.py STAGES)
     "rollout": "timing/rollout",
     "sleep": "timing/sleep",
     "scoring": "timing/reference",
@@ -192,7 +192,7 @@ def measure(
     from pipeline_scaling import summarize_run
 
     from roll_ma.distributed.ray_env import init_ray, shutdown_ray
-    from roll_ma.pipelines import run_pipeline
+    from roll_ma.pipelines import run_training
     from roll_ma.tracking import read_metrics
 
     started = time.time()  # on the metrics' wall_time clock: the start-up counts from here, Ray included
@@ -203,7 +203,7 @@ def measure(
     init_ray(env_vars={"PYTHONPATH": os.environ["PYTHONPATH"]})
     try:
         with tempfile.TemporaryDirectory(prefix="peers_roll_ma_") as out_dir:
-            run_pipeline(run_config(job, n_agents, model, device, out_dir, shared, **levers))
+            run_training(run_config(job, n_agents, model, device, out_dir, shared, **levers))
             metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
     finally:
         shutdown_ray()

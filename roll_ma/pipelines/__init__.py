@@ -1,13 +1,16 @@
-"""The pipelines: the multi-agent RL loop, and supervised phases (sft, dpo, eval); a dispatcher picks one."""
+"""The pipelines: the multi-agent RL loop, supervised phases (sft, dpo, eval); ``run_training`` picks one."""
 
 
-def run_pipeline(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
-    """The RL loop (``multi_agent_pipeline``) for ``train.objective=ppo``; the chain of supervised phases
-    (``phases``) for ``train.objective=sft|dpo`` or a config that lists ``phases``.
+def run_training(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
+    """The RL loop (``multi_agent_pipeline.run_rl_loop``) for ``train.objective=ppo``; the chain of
+    supervised phases (``phases.run_phases``) for ``train.objective=sft|dpo`` or a config that lists
+    ``phases``.
 
     Both start after the pre-flight checks (``roll_ma.preflight``): data files, the checkpoint to resume,
     the tokenizer and model, hooks and Ray auth, all checked before Ray or any actor starts; a
     ``PreflightError`` lists every problem found."""
+    # imported here, not at the top: importing any pipelines module runs this file, and these pull in
+    # Ray, torch and every worker; ``roll_ma.pipelines.metrics`` alone should not
     from roll_ma.preflight import run_preflight
     from roll_ma.workflows.loader import with_absolute_files
 
@@ -19,6 +22,6 @@ def run_pipeline(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
         from roll_ma.pipelines.phases import run_phases
 
         return run_phases(cfg)
-    from roll_ma.pipelines.multi_agent_pipeline import run_pipeline as run
+    from roll_ma.pipelines.multi_agent_pipeline import run_rl_loop
 
-    return run(cfg, step_hook=step_hook)
+    return run_rl_loop(cfg, step_hook=step_hook)

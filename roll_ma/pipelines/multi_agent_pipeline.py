@@ -21,6 +21,11 @@ What one step does (every agent is a LoRA adapter on one shared base model):
    newest version (a stale row stops the run).
 6. Metrics, checkpoint every ``save_every`` steps, evaluation every ``eval_every`` steps.
 
+The code follows those numbers: ``run_rl_loop`` below opens the run's session (``session.py``: workers,
+models, resume, teardown), sets up the steps' parts once (``rl_run.py``) and calls one step function per
+step. The step is a short list of named stages (``rl_stages.py``); which step, synchronous (``rl_step.py``)
+or streamed one step ahead (``rollout.max_staleness`` > 0, ``rl_step_streamed.py``), is chosen once here.
+
 Resume (``trainer.resume=auto``) starts after the newest checkpoint whose files all match its
 manifest (``roll_ma/checkpoint.py``); a damaged newer one is named, with the reason, and skipped.
 A worker that does not start within ``resources.actor_start_timeout_s``, or a call that shows no
@@ -30,389 +35,66 @@ its last report and its log files (``roll_ma/distributed/watchdog.py``).
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
 import time
-from collections.abc import Callable
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from roll_ma.config.schema import RunConfig
-from roll_ma.config.seats import resolve_seats
-
-STALE_ERROR = (
-    "the rollout used a stale adapter ({rows} rows did not use the version pushed after the last "
-    "update); this is a bug in the adapter sync, not in your config"
-)
-
-NO_ROWS_ERROR = (
-    "step {step} produced no training rows: every episode failed or made no model call{errors}; "
-    "fix the workflow (or env), the run cannot update on nothing"
-)
+from roll_ma.pipelines.evaluation import evaluate
+from roll_ma.pipelines.rl_run import RLRun, StepHook, prepare_rl_run
+from roll_ma.pipelines.rl_stages import save_checkpoint_if_due
+from roll_ma.pipelines.rl_step import synchronous_step
+from roll_ma.pipelines.rl_step_streamed import streamed_step
+from roll_ma.pipelines.session import RunSession, done_line, open_session, start_session
+from roll_ma.pipelines.step_timer import startup_line
+from roll_ma.tracking import plot_rewards
 
 
-StepHook = Callable[[Any, int], "dict[str, float] | None"]
-
-
-# The step's named stages, one after another on the driver: with the bookkeeping between them (record)
-# they cover the step's wall time; timing/unaccounted is what none of them holds
-STAGES = (
-    "rollout", "sleep", "reference", "old_log_probs", "values", "advantages", "update", "joint_search",
-    "sync", "eval", "record",
-)  # fmt: skip
-
-
-class StepTimer:
-    """Collects ``<prefix>/<name>`` seconds: one step's (``timing/``) or the run's start-up (``startup/``)."""
-
-    def __init__(self, prefix: str = "timing") -> None:
-        self.prefix = prefix
-        self.times: dict[str, float] = {}
-        self.timeline: dict[str, float] = {}  # timeline/<lane>_start|_end: wall clock of the trainer's work
-
-    @contextmanager
-    def __call__(self, name: str):
-        start, wall = time.perf_counter(), time.time()
-        yield
-        key = f"{self.prefix}/{name}"
-        self.times[key] = self.times.get(key, 0.0) + time.perf_counter() - start
-        lane = {"reference": "score", "old_log_probs": "score", "update": "update", "sync": "sync"}.get(name)
-        if lane is not None:  # the trainer's work: scoring, the update, what is left of the sync
-            self.timeline.setdefault(f"timeline/{lane}_start", wall)
-            self.timeline[f"timeline/{lane}_end"] = time.time()
-
-
-def run_pipeline(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, Any]:
+def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, Any]:
     """Train ``cfg.agents`` in ``cfg.env`` for ``cfg.trainer.max_steps`` steps; returns the last metrics.
 
     ``step_hook(workers, step)``, if given, runs after each step's work and its result is added to that
     step's metrics (benchmarks use it to probe the workers; training never needs it).
     """
-    from roll_ma import checkpoint as ckpt
-    from roll_ma.algorithms.advantages import add_advantages
-    from roll_ma.algorithms.gae import critic_metrics, last_turns_only, team_reward_metrics
-    from roll_ma.distributed.ray_env import init_ray
-    from roll_ma.error_report import run_log
-    from roll_ma.models.flops import ModelShape
-    from roll_ma.packing import concat_padded
-    from roll_ma.pipelines.adapter_sync import AdapterSync
-    from roll_ma.pipelines.episodes import EpisodePlanner
-    from roll_ma.pipelines.evaluation import evaluate
-    from roll_ma.pipelines.joint_search import JointSearch
-    from roll_ma.pipelines.metrics import (
-        episode_env_metrics,
-        forward_flops_of,
-        logprob_gap_metrics,
-        mfu_metrics,
-        rollout_metrics,
-        system_metrics,
-        update_mfu_metrics,
-    )
-    from roll_ma.pipelines.on_policy import agents_taking_no_step, old_log_probs_pass_reason
-    from roll_ma.pipelines.rollout_queue import RolloutQueue
-    from roll_ma.pipelines.staleness import drop_stale_rows
-    from roll_ma.pipelines.workers import build_workers, process_env
-    from roll_ma.preflight.checkpoint_compat import run_signature
-    from roll_ma.tracking import Tracker, console_summary, plot_rewards
-
-    run_start = time.perf_counter()
-    startup = StepTimer("startup")  # where the time to the first step goes: printed, and in step 1's metrics
-    out_dir = Path(cfg.trainer.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # the newest checkpoint that matches its manifest; damaged newer ones are reported and set aside
-    resume_from = ckpt.resume_checkpoint(out_dir) if cfg.trainer.resume == "auto" else None
-    if cfg.trainer.resume == "never":
-        _set_aside_previous_run(out_dir)
-    ckpt.prune(out_dir, cfg.trainer.keep_last)  # drops temporaries of a write that was killed
-    signature = run_signature(cfg)  # what every checkpoint records of this config (resume compares it)
-
-    if cfg.model.random_weights:
-        from roll_ma.models.random_weights import use_random_weights
-
-        with startup("random_weights"):
-            cfg = use_random_weights(cfg)  # model.path -> a random model of that architecture, built once
-    with startup("ray"):
-        init_ray(cfg.resources.ray_address, env_vars=process_env(cfg), log_file=run_log(out_dir))
-    _check_cluster_gpus(cfg)
-    from roll_ma.envs.registry import resolve_env_class
-
-    seats = resolve_seats(cfg, _num_players(cfg, resolve_env_class))
-    agent_names = [a.name for a in cfg.agents]
-    trainable = {a.adapter_name for a in cfg.agents if not a.frozen}
-    all_adapters = {a.adapter_name for a in cfg.agents}
-    planner = EpisodePlanner(cfg.env, cfg.seed)
-    search = JointSearch(cfg, seats) if cfg.study.joint_search_every > 0 else None
-    with startup("workers"):
-        workers = build_workers(cfg, seats)
-    print(
-        f"[roll_ma] {cfg.name}: agents {agent_names} in seats {seats}, rollout={cfg.rollout.backend} "
-        f"x{cfg.rollout.num_workers}, train={cfg.train.strategy} x{cfg.train.num_workers}, "
-        f"reference={cfg.reference.mode}, output {out_dir}",
-        flush=True,
-    )
-    try:
+    with open_session(cfg) as session:
+        cfg = session.cfg
+        print(header_line(session), flush=True)
         # lr decay horizon in optimizer steps per adapter (exact when each step is one mini-batch)
-        with startup("train_model"):
-            workers.train.init_model(total_steps=cfg.trainer.max_steps * cfg.train.ppo_epochs)
-        with startup("rollout_engine"):
-            workers.rollout.init_model(initial_adapters=False)  # the first sync below serves the trainer's
-        if workers.reference is not None:
-            with startup("reference_model"):
-                workers.reference.init_model()
-        profile = workers.train.flops_profile()  # model shape and GPU peak: MFU of every pass
-        shape = ModelShape(**profile["shape"])
-        gpus = {"reference": workers.ref_source.world_size, "old_log_probs": cfg.train.num_workers,
-                "values": cfg.train.num_workers, "update": cfg.train.num_workers}
+        resumed = start_session(session, train_steps=cfg.trainer.max_steps * cfg.train.ppo_epochs,
+                                initial_adapters=False,  # the first sync serves the trainer's
+                                reference_model=True)
+        if resumed is not None:
+            print(f"[roll_ma] resumed from {session.saved} (step {session.start_step})", flush=True)
+        run = prepare_rl_run(session, step_hook)
+        evaluate_before_training(run)
+        session.startup.times["startup/total"] = time.perf_counter() - session.startup.started
+        print(startup_line(session.startup.times), flush=True)
 
-        start_step, saved = 0, None  # saved: the newest checkpoint, named by the run's last line
-        if resume_from is not None:
-            start_step, path = resume_from
-            saved = path
-            with startup("resume"):
-                workers.train.load_checkpoint(str(path / "trainer"))
-            planner.load_state_dict(ckpt.load_state(path)["planner"])
-            print(f"[roll_ma] resumed from {path} (step {start_step})", flush=True)
-        tracker = Tracker(
-            out_dir,
-            cfg.tracking,
-            cfg.name,
-            dataclasses.asdict(cfg),
-            resume_step=start_step if resume_from is not None else None,
-        )
-        # version = the step whose update produced the weights; the first sync serves the initial adapters
-        sync = AdapterSync(cfg, workers)
-        with startup("first_sync"):
-            sync.push(all_adapters, start_step)
-        served = {a: (start_step if a in trainable else 0) for a in all_adapters}  # adapter -> version
-        expected = {i: served[a.adapter_name] for i, a in enumerate(cfg.agents)}
-        adapter_of_agent = [a.adapter_name for a in cfg.agents]
-        train_order = list(dict.fromkeys(a.adapter_name for a in cfg.agents if not a.frozen))
-        if cfg.trainer.eval_every > 0 and start_step == 0:
-            with startup("eval"):
-                tracker.log(evaluate(workers, planner, seats, cfg.env.eval_opponent, 0), step=0)
-        startup.times["startup/total"] = time.perf_counter() - run_start
-        print(startup_line(startup.times), flush=True)
-
+        take_step = streamed_step if cfg.rollout.max_staleness > 0 else synchronous_step
         metrics: dict[str, Any] = {}
-        # max_staleness 0: roll out, then train. k >= 1: step s + 1's rollout plays while step s trains
-        staleness = cfg.rollout.max_staleness
-        gae = cfg.algorithm.advantage == "gae"  # PPO with a value critic (algorithms/gae.py)
-        rollouts = RolloutQueue(workers, planner, ahead=staleness > 0)
-        sleeps = workers.colocated() and cfg.rollout.sleep_level > 0  # the engine frees the GPU to train
-        for step in range(start_step + 1, cfg.trainer.max_steps + 1):
-            timer = StepTimer()
-            step_start = time.perf_counter()
-            with timer("step"):
-                # 1. roll out: env workers x rollout workers (with k >= 1: mostly played already)
-                with timer("rollout"):
-                    parts = rollouts.take(step)
-                    batch = concat_padded(parts)
-                    episodes = [e for p in parts for e in p.meta_info["episodes"]]
-                    # concat gathers every env worker's summaries; the workers below need none of them
-                    batch.pop(meta_info_keys=["episodes"])
-                if step < cfg.trainer.max_steps:
-                    rollouts.launch(step + 1)  # k >= 1: the next step's episodes play from now on
-                if len(batch) == 0:
-                    raise RuntimeError(NO_ROWS_ERROR.format(step=step, errors=_episode_errors(episodes)))
-                metrics = rollout_metrics(batch, episodes, agent_names, expected)
-                metrics.update(episode_env_metrics(episodes, "rollout/env"))
-                metrics.update(rollout_timeline(parts))
-                if staleness == 0 and metrics.get("rollout/stale_rows", 0) > 0:
-                    raise RuntimeError(STALE_ERROR.format(rows=int(metrics["rollout/stale_rows"])))
-                if staleness > 0:  # rows more than k versions old are not trained on
-                    batch, dropped = drop_stale_rows(batch, agent_names, adapter_of_agent, served, staleness)
-                    metrics.update(dropped)
-                    batch.meta_info["behavior_correction"] = True  # the decoupled objective (policy_updater)
-                if workers.colocated() and cfg.resources.num_gpus > 0:
-                    # the whole GPU with the engine awake, read by the trainer
-                    metrics["system/gpu_used_gb_rollout"] = workers.train.gpu_memory_used_gb()
-                if sleeps:
-                    with timer("sleep"):
-                        workers.rollout.sleep()  # frees the engine's GPU memory for the update
-                batch.meta_info.update(step=step, temperature=cfg.rollout.temperature)
-                scored_flops = forward_flops_of(batch, shape)  # a scoring pass: one forward over every row
-                pass_flops = {"reference": scored_flops, "values": scored_flops}
-
-                # 2. reference and old log-probs (one row = one agent's turn, scored with its adapter)
-                if cfg.algorithm.kl_coef > 0:
-                    with timer("reference"):
-                        batch = batch.union(workers.ref_source.compute_ref_log_probs(batch))
-                if old_log_probs_pass_reason(cfg, len(batch)) is not None:  # else the update's own forward
-                    with timer("old_log_probs"):
-                        batch = batch.union(workers.train.compute_log_probs(batch))
-                    pass_flops["old_log_probs"] = scored_flops
-                    if cfg.rollout.log_probs:
-                        metrics.update(logprob_gap_metrics(batch, agent_names))
-                elif cfg.rollout.log_probs:  # the update reports its agents' gap; score the others' rows
-                    idle = np.nonzero(np.isin(batch.non_tensor["agent_id"].astype(int),
-                                              agents_taking_no_step(cfg, step)))[0]
-                    if len(idle):
-                        with timer("old_log_probs"):
-                            rows = batch.select_idxs(idle)
-                            rows = rows.union(workers.train.compute_log_probs(rows))
-                        metrics.update(logprob_gap_metrics(rows, agent_names))
-                        pass_flops["old_log_probs"] = forward_flops_of(rows, shape)
-                if gae:  # the critic's values V(prefix) at every response token, forward only
-                    with timer("values"):
-                        batch = batch.union(workers.train.compute_values(batch))
-
-                # 3. advantages, normalised per agent
-                with timer("advantages"):
-                    batch = add_advantages(batch, cfg.algorithm, cfg.study.balance_reward_classes)
-                metrics.update(team_reward_metrics(batch, agent_names, cfg.algorithm.share_reward_in_agent))
-                if gae:
-                    metrics.update(critic_metrics(batch, agent_names))
-                    # critic.warmup_steps: only the critic trains (the agents' adapters are not pushed)
-                    batch.meta_info["critic_only"] = step <= cfg.critic.warmup_steps
-                if not cfg.train.use_all_traj:  # the last round's turns only (after GAE saw them all)
-                    batch = last_turns_only(batch)
-
-                if staleness > 0:
-                    # 4-5. (k >= 1) agent after agent: update it, push it to the engines at once, go on
-                    streamed, changed = sync.stream(batch, train_order, step, timer)
-                    metrics.update(streamed)
-                else:
-                    # 4. per-agent update, agent after agent
-                    with timer("update"):
-                        metrics.update(workers.train.train_step(batch)[0])
-                    metrics.update(update_mfu_metrics(cfg, batch, metrics, timer.times, shape, gpus,
-                                                      profile["peak_flops"]))
-
-                    # 4b. joint search (small cooperative games): distill a better joint policy when found
-                    search_ran = search is not None and step % cfg.study.joint_search_every == 0
-                    if search_ran:
-                        with timer("joint_search"):
-                            metrics.update(search.improve(workers.train, step))
-
-                    # 5. push the adapters that changed this step into every engine under version = step
-                    with timer("sync"):
-                        changed = trainable if search_ran else updated_adapters(cfg, metrics)
-                        if sleeps:
-                            with timer("sync_wake"):
-                                workers.rollout.wake_up()
-                        metrics.update(sync.push(changed, step, timer))  # export, install, versions checked
-                served.update({a: step for a in changed})
-                expected = {i: served[a.adapter_name] for i, a in enumerate(cfg.agents)}
-
-                # 6. evaluation and checkpoint
-                if cfg.trainer.eval_every > 0 and (
-                    step % cfg.trainer.eval_every == 0 or step == cfg.trainer.max_steps
-                ):
-                    with timer("eval"):
-                        rollouts.settle()  # the env workers finish the next step's rollout first
-                        metrics.update(evaluate(workers, planner, seats, cfg.env.eval_opponent, step))
-            record_start = time.perf_counter()
-            metrics.update(timer.times)
-            metrics.update(timer.timeline)
-            metrics.update(mfu_metrics(pass_flops, {p: timer.times.get(f"timing/{p}", 0.0) for p in gpus},
-                                       gpus, profile["peak_flops"]))
-            metrics.update(system_metrics())
-            if cfg.model.random_weights:
-                metrics["system/random_weights"] = 1.0
-            if step_hook is not None:
-                metrics.update(step_hook(workers, step) or {})
-            tokens = metrics.get("rollout/response_tokens", 0.0)
-            rollout_s = metrics["timing/rollout"]
-            if staleness > 0:  # timing/rollout is only the trainer's wait: the rollout's own wall clock
-                rollout_s = metrics.get("timeline/rollout_end", 0) - metrics.get("timeline/rollout_start", 0)
-            metrics["system/rollout_tokens_per_s"] = tokens / max(rollout_s, 1e-9)
-            trained = sum(v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/tokens"))
-            metrics["system/train_tokens_per_s"] = trained / max(metrics["timing/update"], 1e-9)
-            now = time.perf_counter()
-            metrics["timing/record"] = now - record_start  # metrics, per-rank gathers, MFU, the GPU query
-            metrics["timing/step_wall"] = now - step_start
-            metrics["timing/unaccounted"] = metrics["timing/step_wall"] - sum(
-                metrics.get(f"timing/{name}", 0.0) for name in STAGES
-            )
-            if step == start_step + 1:
-                metrics.update(startup.times)  # the run's start-up joins its first step's line
-            tracker.log(metrics, step)
-            if step % cfg.trainer.log_every == 0:
-                print(console_summary(step, cfg.trainer.max_steps, metrics, agent_names), flush=True)
-            if (
-                cfg.trainer.save_every and step % cfg.trainer.save_every == 0
-            ) or step == cfg.trainer.max_steps:
-                tmp = ckpt.begin_checkpoint(out_dir, step)
-                workers.train.save_checkpoint(str(tmp / "trainer"))
-                # the planner as before any rollout not yet trained on: a resume plays those episodes again
-                saved = ckpt.finish_checkpoint(
-                    tmp, step, {"planner": rollouts.planner_state(), "config": cfg.name},
-                    cfg.trainer.keep_last, signature,
-                )
-        tracker.close()
-        plot = plot_rewards(out_dir / "metrics.jsonl", out_dir / "rewards.png", agent_names)
-        print(done_line(saved, out_dir / "metrics.jsonl", plot), flush=True)
+        for step in range(session.start_step + 1, cfg.trainer.max_steps + 1):
+            metrics = take_step(run, step)
+            save_checkpoint_if_due(run, step)
+        session.tracker.close()
+        agent_names = [a.name for a in cfg.agents]
+        plot = plot_rewards(session.out_dir / "metrics.jsonl", session.out_dir / "rewards.png", agent_names)
+        print(done_line(session.saved, session.out_dir / "metrics.jsonl", plot), flush=True)
         return metrics
-    finally:
-        workers.shutdown()
 
 
-def startup_line(times: dict[str, float]) -> str:
-    """``[roll_ma] start-up 12.3 s: ray 2.0, workers 1.1, ...``: each stage that ran, in the order it ran."""
-    stages = [
-        f"{key.split('/', 1)[1].replace('_', ' ')} {seconds:.1f}"
-        for key, seconds in times.items() if key != "startup/total"
-    ]  # fmt: skip
-    return f"[roll_ma] start-up {times['startup/total']:.1f} s: " + ", ".join(stages)
+def header_line(session: RunSession) -> str:
+    """The run's first line: who plays where, the workers, the output folder."""
+    cfg = session.cfg
+    return (
+        f"[roll_ma] {cfg.name}: agents {[a.name for a in cfg.agents]} in seats {session.seats}, "
+        f"rollout={cfg.rollout.backend} x{cfg.rollout.num_workers}, train={cfg.train.strategy} "
+        f"x{cfg.train.num_workers}, reference={cfg.reference.mode}, output {session.out_dir}"
+    )
 
 
-def done_line(checkpoint: Path | None, metrics_path: Path, plot: Path | None) -> str:
-    """The run's last line: where its checkpoint, metrics and plot are."""
-    parts = [f"checkpoint {checkpoint}" if checkpoint else "no checkpoint", f"metrics {metrics_path}"]
-    return "[roll_ma] done: " + ", ".join(parts + ([f"plot {plot}"] if plot else []))
-
-
-def rollout_timeline(parts: list[Any]) -> dict[str, float]:
-    """Wall-clock start and end of a step's rollout, as its env workers saw them (benchmarks' timeline)."""
-    starts = [p.meta_info["started_at"] for p in parts if "started_at" in p.meta_info]
-    ends = [p.meta_info["finished_at"] for p in parts if "finished_at" in p.meta_info]
-    if not (starts and ends):
-        return {}
-    return {"timeline/rollout_start": min(starts), "timeline/rollout_end": max(ends)}
-
-
-def updated_adapters(cfg: RunConfig, train_metrics: dict[str, Any]) -> set[str]:
-    """Adapters whose agents took an optimizer step this step (``agent/<name>/updated``): only these
-    are pushed to the engines; the others keep serving, and reporting, their last version."""
-    return {a.adapter_name for a in cfg.agents
-            if not a.frozen and train_metrics.get(f"agent/{a.name}/updated", 0.0) > 0}
-
-
-def _episode_errors(episodes: list[dict]) -> str:
-    errors = [e["error"] for e in episodes if e.get("error")]
-    return f" (first error: {errors[0]})" if errors else ""
-
-
-def _num_players(cfg: RunConfig, resolve_env_class: Any) -> int:
-    from roll_ma.workers.env_worker import env_kwargs
-
-    if cfg.env.workflow:  # every agent is its own "seat" of a workflow
-        return len(cfg.agents)
-
-    env = resolve_env_class(cfg.env.name)(**{**env_kwargs(cfg.env, cfg.agents, None), "seat_agents": None})
-    return env.num_players
-
-
-def _check_cluster_gpus(cfg: RunConfig) -> None:
-    import ray
-
-    have = int(ray.cluster_resources().get("GPU", 0))
-    if cfg.resources.num_gpus > have:
-        raise SystemExit(
-            f"error: resources.num_gpus={cfg.resources.num_gpus} but the Ray cluster has {have} GPUs; "
-            "lower it or add GPU nodes"
-        )
-
-
-def _set_aside_previous_run(out_dir: Path) -> None:
-    """resume=never: move an earlier run's files aside instead of mixing them with the new run."""
-    old = [p for p in (out_dir / "checkpoints", out_dir / "metrics.jsonl", out_dir / "phases") if p.exists()]
-    if old:
-        dest = out_dir / f"previous_{time.strftime('%Y%m%d_%H%M%S')}"
-        dest.mkdir()
-        for p in old:
-            shutil.move(str(p), dest / p.name)
-        print(f"[roll_ma] trainer.resume=never: moved the previous run's files to {dest}", flush=True)
+def evaluate_before_training(run: RLRun) -> None:
+    """A fresh run with ``trainer.eval_every`` > 0 evaluates the initial adapters (step 0)."""
+    session = run.session
+    if run.cfg.trainer.eval_every > 0 and session.start_step == 0:
+        with session.startup("eval"):
+            metrics = evaluate(run.workers, session.planner, session.seats, run.cfg.env.eval_opponent, 0)
+            session.tracker.log(metrics, step=0)

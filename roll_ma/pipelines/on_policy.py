@@ -10,6 +10,7 @@ scoring pass is then a forward over every token for nothing (~12 s of an 88 s 7B
 from __future__ import annotations
 
 from roll_ma.config.schema import RunConfig
+from roll_ma.pipelines.workers import agents_with_train_cycle
 
 
 def old_log_probs_pass_reason(cfg: RunConfig, num_rows: int) -> str | None:
@@ -37,8 +38,6 @@ def agents_taking_no_step(cfg: RunConfig, step: int) -> list[int]:
     """Agents (ids) whose adapters this step's update leaves alone: frozen, not due (``update_every``,
     ``train.train_cycle``), or waiting out the critic's warm-up. The update reports the trainer-vs-rollout
     gap of the agents it trains; these agents' rows are scored for theirs."""
-    from roll_ma.pipelines.workers import agents_with_train_cycle
-
     warming_up = cfg.algorithm.advantage == "gae" and step <= cfg.critic.warmup_steps
     return [i for i, a in enumerate(agents_with_train_cycle(cfg))
             if a.frozen or warming_up or step % a.update_every != 0]

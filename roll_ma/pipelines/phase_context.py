@@ -12,9 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from roll_ma import checkpoint as ckpt
 from roll_ma.config.phase_plan import Phase
 from roll_ma.config.schema import RunConfig
+from roll_ma.packing import concat_padded
+from roll_ma.pipelines.evaluation import evaluate
 from roll_ma.protocol import DataProto
+from roll_ma.strategies.rollout_common import adapter_sync_dtype
 
 
 @dataclass
@@ -47,8 +51,6 @@ class PhaseContext:
         self, specs: list, greedy: bool = False, rollout: Any = None, env: Any = None
     ) -> tuple[DataProto, list[dict]]:
         """Play ``specs`` on the env workers against ``rollout`` (default: the run's, current adapters)."""
-        from roll_ma.packing import concat_padded
-
         env = env or self.workers.env
         n = env.world_size
         parts = env.run_episodes(
@@ -86,8 +88,6 @@ class PhaseContext:
             self.workers.rollout.update_adapters(tensors, self.step)
 
     def _sync_dtype(self) -> str | None:
-        from roll_ma.strategies.rollout_common import adapter_sync_dtype
-
         return adapter_sync_dtype(self.cfg.rollout, self.cfg.model)
 
     # ------------------------------------------------------------------ bookkeeping
@@ -118,8 +118,6 @@ class PhaseContext:
 
     def save(self, phase: int, progress: dict[str, Any]) -> None:
         """An atomic checkpoint: trainer state, data cursor, the phase to run and its progress."""
-        from roll_ma import checkpoint as ckpt
-
         tmp = ckpt.begin_checkpoint(self.out_dir, self.step)
         self.workers.train.save_checkpoint(str(tmp / "trainer"))
         state = {
@@ -133,8 +131,6 @@ class PhaseContext:
         self.saved_step = self.step
 
     def evaluate(self, label: str) -> dict[str, float]:
-        from roll_ma.pipelines.evaluation import evaluate
-
         metrics = evaluate(self.workers, self.planner, self.seats, self.cfg.env.eval_opponent, self.step)
         print(
             f"[roll_ma] eval {label} (step {self.step}): {headline(metrics, self.cfg.env.max_rounds)}",

@@ -14,7 +14,7 @@ What a run does (``run_phases``):
 3. Checkpoints (every ``trainer.save_every`` steps and at the end) hold the adapters (and their frozen
    copies), optimizer states, the data cursor, the phase and its progress: ``trainer.resume=auto``
    continues a run where it stopped, inside a phase, from the same manifest-checked checkpoint the RL
-   loop would take.
+   loop would take (``session.py``: one setup, resume and teardown for both kinds of run).
 
 ``metrics.jsonl``'s step counts optimizer steps over the whole run (agent/<name>/sft_loss,
 agent/<name>/rewards/margins, ...), one line per step: what a phase measures after a step (an eval,
@@ -24,15 +24,17 @@ line of its first step.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from roll_ma import checkpoint as ckpt
 from roll_ma.config.phase_plan import Phase, needs_reference_copies, needs_teacher, plan_phases
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.phase_context import PhaseContext, headline
+from roll_ma.pipelines.phase_dpo import run_dpo_phase
+from roll_ma.pipelines.phase_sft import run_sft_phase
+from roll_ma.pipelines.session import done_line, open_session, start_session
 
 
 def run_eval_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> None:
@@ -42,89 +44,47 @@ def run_eval_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) ->
 
 
 def phase_runners() -> dict[str, Callable[[PhaseContext, Phase, dict[str, Any]], None]]:
-    from roll_ma.pipelines.phase_dpo import run_dpo_phase
-    from roll_ma.pipelines.phase_sft import run_sft_phase
-
     return {"eval": run_eval_phase, "sft": run_sft_phase, "dpo": run_dpo_phase}
 
 
 def run_phases(cfg: RunConfig) -> dict[str, Any]:
     """Run ``cfg``'s phases (or its one ``train.objective`` phase); returns the eval results by phase."""
-    from roll_ma import checkpoint as ckpt
-    from roll_ma.config.seats import resolve_seats
-    from roll_ma.distributed.ray_env import init_ray
-    from roll_ma.envs.registry import resolve_env_class
-    from roll_ma.error_report import run_log
-    from roll_ma.pipelines.episodes import EpisodePlanner
-    from roll_ma.pipelines.multi_agent_pipeline import (
-        _check_cluster_gpus,
-        _num_players,
-        _set_aside_previous_run,
-    )
-    from roll_ma.pipelines.workers import build_workers, process_env
-    from roll_ma.preflight.checkpoint_compat import run_signature
-    from roll_ma.tracking import Tracker
-
-    out_dir = Path(cfg.trainer.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # the newest checkpoint that matches its manifest, as the RL loop resumes; damaged newer ones set aside
-    resume_from = ckpt.resume_checkpoint(out_dir) if cfg.trainer.resume == "auto" else None
-    if cfg.trainer.resume == "never":
-        _set_aside_previous_run(out_dir)
-    ckpt.prune(out_dir, cfg.trainer.keep_last)
     phases = plan_phases(cfg)
-    signature = run_signature(cfg)  # before random_weights rewrites model.path
-    if cfg.model.random_weights:
-        from roll_ma.models.random_weights import use_random_weights
-
-        cfg = use_random_weights(cfg)  # benchmarks: model.path -> a random model of that architecture
-    init_ray(cfg.resources.ray_address, env_vars=process_env(cfg), log_file=run_log(cfg.trainer.output_dir))
-    _check_cluster_gpus(cfg)
-    seats = resolve_seats(cfg, _num_players(cfg, resolve_env_class))
-    planner = EpisodePlanner(cfg.env, cfg.seed)
     teacher_workers = cfg.teacher.rollout.num_workers if needs_teacher(phases) else 0
-    workers = build_workers(cfg, seats, needs_reference_copies(phases), teacher_workers)
-    print(
-        f"[roll_ma] {cfg.name}: phases {[p.name for p in phases]}, agents {[a.name for a in cfg.agents]}, "
-        f"rollout={cfg.rollout.backend}, output {out_dir}",
-        flush=True,
-    )
-    try:
-        workers.train.init_model(total_steps=None)
-        workers.rollout.init_model()
-        start, progress, step, results = 0, {}, 0, {}
-        if resume_from is not None:
-            step, path = resume_from
-            workers.train.load_checkpoint(str(path / "trainer"))
-            state = ckpt.load_state(path)
-            planner.load_state_dict(state["planner"])
+    with open_session(cfg, needs_reference_copies(phases), teacher_workers) as session:
+        cfg = session.cfg
+        agents = [a.name for a in cfg.agents]
+        print(f"[roll_ma] {cfg.name}: phases {[p.name for p in phases]}, agents {agents}, "
+              f"rollout={cfg.rollout.backend}, output {session.out_dir}", flush=True)
+        # DPO's reference is on the train workers (adapters off, or a frozen copy): no reference model
+        state = start_session(session, train_steps=None, initial_adapters=True, reference_model=False)
+        start, progress, results = 0, {}, {}
+        if state is not None:
             start, progress, results = state["phase"], state["progress"], state["results"]
-            print(f"[roll_ma] resumed from {path}: phase {start} of {len(phases)}, step {step}", flush=True)
-        tracker = Tracker(
-            out_dir,
-            cfg.tracking,
-            cfg.name,
-            dataclasses.asdict(cfg),
-            resume_step=step if resume_from is not None else None,
-        )
-        ctx = PhaseContext(cfg, workers, planner, tracker, seats, out_dir, step, results, signature,
-                           saved_step=step)
+            print(f"[roll_ma] resumed from {session.saved}: phase {start} of {len(phases)}, "
+                  f"step {session.start_step}", flush=True)
+        step = session.start_step
+        ctx = PhaseContext(cfg, session.workers, session.planner, session.tracker, session.seats,
+                           session.out_dir, step, results, session.signature, saved_step=step)
         ctx.sync()  # the rollout serves what the trainer holds (the checkpoint's adapters on resume)
-        runners = phase_runners()
-        for phase in phases[start:]:
-            began = time.perf_counter()
-            runners[phase.objective](ctx, phase, progress if phase.index == start else {})
-            seconds = time.perf_counter() - began
-            ctx.flush_ahead()  # a phase that took no step: what it measured joins the current line
-            ctx.log({f"timing/phase/{phase.name}": seconds, "phase": phase.index})
-            print(f"[roll_ma] phase {phase.name} done in {seconds:.0f} s", flush=True)
-            if ctx.save_due() or phase is phases[-1]:  # checkpoints: every save_every steps and the end
-                ctx.save(phase.index + 1, {})
-        tracker.close()
+        run_each_phase(ctx, phases, start, progress)
+        session.tracker.close()
         print_summary(ctx, phases)
         return ctx.results
-    finally:
-        workers.shutdown()
+
+
+def run_each_phase(ctx: PhaseContext, phases: list[Phase], start: int, progress: dict[str, Any]) -> None:
+    """The phases from ``start`` on (``progress``: how far the first of them got before a resume)."""
+    runners = phase_runners()
+    for phase in phases[start:]:
+        began = time.perf_counter()
+        runners[phase.objective](ctx, phase, progress if phase.index == start else {})
+        seconds = time.perf_counter() - began
+        ctx.flush_ahead()  # a phase that took no step: what it measured joins the current line
+        ctx.log({f"timing/phase/{phase.name}": seconds, "phase": phase.index})
+        print(f"[roll_ma] phase {phase.name} done in {seconds:.0f} s", flush=True)
+        if ctx.save_due() or phase is phases[-1]:  # checkpoints: every save_every steps and the end
+            ctx.save(phase.index + 1, {})
 
 
 def print_summary(ctx: PhaseContext, phases: list[Phase]) -> None:
@@ -136,8 +96,5 @@ def print_summary(ctx: PhaseContext, phases: list[Phase]) -> None:
             f"{headline(ctx.results[name], k)}",
             flush=True,
         )
-    from roll_ma import checkpoint as ckpt
-    from roll_ma.pipelines.multi_agent_pipeline import done_line
-
     last = ckpt.latest_checkpoint(ctx.out_dir)  # the end of the run always writes one
     print(done_line(last[1] if last else None, ctx.out_dir / "metrics.jsonl", None), flush=True)

@@ -119,16 +119,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
             TrainWorker,
             cfg.train.num_workers,
             resources,
-            {
-                **common,
-                "lora_cfg": cfg.lora,
-                "agents": agents_with_train_cycle(cfg),
-                "train_cfg": cfg.train,
-                "algo_cfg": cfg.algorithm,
-                "critic_cfg": cfg.critic,
-                "study_cfg": cfg.study,
-                "reference_copies": reference_copies,
-            },
+            train_worker_kwargs(cfg, reference_copies),
         )
         rollout = cluster(
             "rollout",
@@ -146,15 +137,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
             WorkflowWorker if cfg.env.workflow else EnvWorker,
             cfg.env.num_workers,
             cpu_placement(cfg),
-            {
-                "env_cfg": cfg.env,
-                "model_cfg": cfg.model,
-                "agents": cfg.agents,
-                "seats": seats,
-                "rollout_cfg": cfg.rollout,
-                "seed": cfg.seed,
-                "action_choices": cfg.study.action_entropy_coef > 0,
-            },
+            env_worker_kwargs(cfg, seats),
         )
     except BaseException:
         shutdown_clusters(built)
@@ -165,6 +148,34 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
     if report:
         print(report, flush=True)
     return workers
+
+
+def train_worker_kwargs(cfg: RunConfig, reference_copies: bool) -> dict[str, Any]:
+    """What a train worker is built with (``reference_copies``: a frozen copy of each adapter, DPO)."""
+    return {
+        "model_cfg": cfg.model,
+        "seed": cfg.seed,
+        "lora_cfg": cfg.lora,
+        "agents": agents_with_train_cycle(cfg),
+        "train_cfg": cfg.train,
+        "algo_cfg": cfg.algorithm,
+        "critic_cfg": cfg.critic,
+        "study_cfg": cfg.study,
+        "reference_copies": reference_copies,
+    }
+
+
+def env_worker_kwargs(cfg: RunConfig, seats: list[str]) -> dict[str, Any]:
+    """What an env (or workflow) worker is built with."""
+    return {
+        "env_cfg": cfg.env,
+        "model_cfg": cfg.model,
+        "agents": cfg.agents,
+        "seats": seats,
+        "rollout_cfg": cfg.rollout,
+        "seed": cfg.seed,
+        "action_choices": cfg.study.action_entropy_coef > 0,
+    }
 
 
 def placement_report(workers: RunWorkers) -> str | None:

@@ -14,7 +14,7 @@
 
 The config's own consistency (keys, types, combinations) is checked earlier, when it is loaded
 (``config_loader.load_config``: ``roll_ma.config`` types it, ``validate`` checks it across keys and against
-the runtime); ``pipelines.run_pipeline`` calls this before dispatching to the RL loop or the supervised
+the runtime); ``pipelines.run_training`` calls this before dispatching to the RL loop or the supervised
 phases.
 """
 

@@ -12,7 +12,8 @@ from ray.experimental.tqdm_ray import RAY_TQDM_MAGIC
 
 from roll_ma.distributed import worker_output
 from roll_ma.distributed.worker_output import PlainProgress, WorkerOutput, route_worker_output
-from roll_ma.pipelines.multi_agent_pipeline import done_line, startup_line
+from roll_ma.pipelines.session import done_line
+from roll_ma.pipelines.step_timer import startup_line
 from roll_ma.tracking import console_summary
 
 METRICS = {

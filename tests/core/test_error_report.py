@@ -152,10 +152,10 @@ def tiny_cfg(tmp_path):
 
 
 def _raising(err: BaseException):
-    def run_pipeline(cfg, step_hook=None):  # noqa: ANN001, ANN202 - stands in for the real one
+    def run_training(cfg, step_hook=None):  # noqa: ANN001, ANN202 - stands in for the real one
         raise err
 
-    return run_pipeline
+    return run_training
 
 
 def test_cli_prints_a_worker_failure_as_its_message_with_the_log_and_exits_1(tiny_cfg, monkeypatch, capsys):
@@ -164,7 +164,7 @@ def test_cli_prints_a_worker_failure_as_its_message_with_the_log_and_exits_1(tin
 
     err, text = _traceback_of(_hook_error)
     failure = task_failure("env", 0, "run_episodes", err, text)
-    monkeypatch.setattr(roll_ma.pipelines, "run_pipeline", _raising(failure))
+    monkeypatch.setattr(roll_ma.pipelines, "run_training", _raising(failure))
     assert cli.run(tiny_cfg) == 1
     printed = capsys.readouterr().err
     lines = printed.strip().splitlines()
@@ -180,12 +180,12 @@ def test_cli_prints_an_unknown_driver_error_in_short_form_too(tiny_cfg, monkeypa
     import roll_ma.pipelines
     from roll_ma import cli
 
-    monkeypatch.setattr(roll_ma.pipelines, "run_pipeline", _raising(KeyError("adapter_version")))
+    monkeypatch.setattr(roll_ma.pipelines, "run_training", _raising(KeyError("adapter_version")))
     assert cli.run(tiny_cfg) == 1
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[0] == "error: the run failed: KeyError: 'adapter_version'"
     assert lines[1].startswith("  where: ") and "test_error_report.py" in lines[1]
-    assert "in run_pipeline" in lines[1]
+    assert "in run_training" in lines[1]
     assert Path(lines[-1].removeprefix("  full traceback: ")).is_file()
 
 
@@ -194,7 +194,7 @@ def test_cli_prints_a_preflight_error_without_log_and_exits_2(tiny_cfg, monkeypa
     from roll_ma import cli
 
     failure = PreflightError(["data.jsonl:3: chosen: empty"])
-    monkeypatch.setattr(roll_ma.pipelines, "run_pipeline", _raising(failure))
+    monkeypatch.setattr(roll_ma.pipelines, "run_training", _raising(failure))
     assert cli.run(tiny_cfg) == 2
     assert capsys.readouterr().err == ("error: the run cannot start (1 problem):\n"
                                        "  - data.jsonl:3: chosen: empty\n")
@@ -207,7 +207,7 @@ def test_train_raises_the_typed_error_with_the_same_message_and_log(tiny_cfg, mo
 
     err, text = _traceback_of(_hook_error)
     failure = task_failure("env", 0, "run_episodes", err, text)
-    monkeypatch.setattr(roll_ma.pipelines, "run_pipeline", _raising(failure))
+    monkeypatch.setattr(roll_ma.pipelines, "run_training", _raising(failure))
     with pytest.raises(WorkerError) as raised:
         roll_ma.train(tiny_cfg)
     assert isinstance(raised.value, RollMaError)

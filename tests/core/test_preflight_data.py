@@ -39,7 +39,7 @@ def problems_of(cfg) -> list[str]:
 
 
 def test_a_dpo_pair_with_an_empty_side_is_refused_before_ray_starts(tmp_path, no_ray):
-    from roll_ma.pipelines import run_pipeline
+    from roll_ma.pipelines import run_training
 
     path = write_jsonl(tmp_path / "pairs.jsonl", [
         {"role": "actor", "prompt": "Problem: 1+1", "chosen": "\\boxed{2}", "rejected": "\\boxed{3}"},
@@ -48,7 +48,7 @@ def test_a_dpo_pair_with_an_empty_side_is_refused_before_ray_starts(tmp_path, no
          "rejected": "Correct"},
     ])
     with pytest.raises(PreflightError) as err:
-        run_pipeline(phase_config(tmp_path, "dpo", path))  # the CLI's and roll_ma.train's entry
+        run_training(phase_config(tmp_path, "dpo", path))  # the CLI's and roll_ma.train's entry
     assert err.value.problems == [
         f"{path}:2: chosen: is empty",
         f"{path}:3: chosen[0].content: is empty",

@@ -43,13 +43,13 @@ def test_the_signature_is_a_file_of_the_checkpoint_listed_in_its_manifest(tmp_pa
 
 
 def test_resuming_after_changing_the_lora_rank_names_the_key_and_both_fixes(tmp_path, no_ray):
-    from roll_ma.pipelines import run_pipeline
+    from roll_ma.pipelines import run_training
 
     old = config(tmp_path)
     name = save_checkpoint(old)
     new = config(tmp_path, overrides=[f"lora.rank={old.lora.rank * 2}", "agents.1.lora.alpha=4"])
     with pytest.raises(PreflightError) as err:
-        run_pipeline(new)  # the CLI's and roll_ma.train's entry
+        run_training(new)  # the CLI's and roll_ma.train's entry
     (problem,) = err.value.problems
     assert problem == (
         f"trainer.output_dir={tmp_path / 'out'} holds a checkpoint of another config ({name}); "

@@ -68,10 +68,10 @@ def test_env_from_a_file(tmp_path, monkeypatch):
     assert cfg.env.name == "my_envs.py:MyHanabi"
     # the run hands the env workers an absolute path: they may run in another directory
     import roll_ma.pipelines.multi_agent_pipeline as loop
-    from roll_ma.pipelines import run_pipeline
+    from roll_ma.pipelines import run_training
 
-    monkeypatch.setattr(loop, "run_pipeline", lambda cfg, step_hook=None: cfg)
-    assert run_pipeline(cfg).env.name == f"{(tmp_path / 'my_envs.py').resolve()}:MyHanabi"
+    monkeypatch.setattr(loop, "run_rl_loop", lambda cfg, step_hook=None: cfg)
+    assert run_training(cfg).env.name == f"{(tmp_path / 'my_envs.py').resolve()}:MyHanabi"
     with pytest.raises(ConfigError, match="has no 'Nope'"):
         load_config("tiny_hanabi_selfplay", overrides=["env.name=my_envs.py:Nope"])
     with pytest.raises(ValueError, match="no file 'missing.py'"):

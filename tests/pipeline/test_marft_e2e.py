@@ -2,7 +2,7 @@
 
 import pytest
 
-from roll_ma.pipelines import run_pipeline
+from roll_ma.pipelines import run_training
 from roll_ma.preflight.config_loader import load_config
 from roll_ma.tracking import read_metrics
 
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 def test_marft_tiny_runs_and_resumes_with_its_critic(ray_session, tmp_path):
     small = ["env.groups_per_step=2", "env.group_size=4", "trainer.eval_every=0", "trainer.save_every=1",
              "critic.warmup_steps=1", f"trainer.output_dir={tmp_path}", "trainer.progress_bars=false"]
-    run_pipeline(load_config("marft_tiny", overrides=small + ["trainer.max_steps=2"]))
+    run_training(load_config("marft_tiny", overrides=small + ["trainer.max_steps=2"]))
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
@@ -29,5 +29,5 @@ def test_marft_tiny_runs_and_resumes_with_its_critic(ray_session, tmp_path):
     ckpt = tmp_path / "checkpoints" / "step_000002" / "trainer"
     assert (ckpt / "adapters" / "value_critic").is_dir() and (ckpt / "critic" / "heads.pt").exists()
     # resume: the critic comes back from the checkpoint and step 3 runs
-    run_pipeline(load_config("marft_tiny", overrides=small + ["trainer.max_steps=3"]))
+    run_training(load_config("marft_tiny", overrides=small + ["trainer.max_steps=3"]))
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]

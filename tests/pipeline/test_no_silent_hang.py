@@ -4,7 +4,7 @@ import pytest
 from pipeline_helpers import load, toy_config
 
 from roll_ma.distributed.cluster import WorkerStalled
-from roll_ma.pipelines import run_pipeline
+from roll_ma.pipelines import run_training
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +15,7 @@ def test_a_stuck_env_worker_stops_the_run_instead_of_hanging(ray_session, tiny_m
     cfg = toy_config(tmp_path, tiny_model_dir, [{"name": "alice"}, {"name": "bob"}],
                      env={"name": "toy_envs:StuckGame"}, trainer={"stall_timeout_s": 30})
     with pytest.raises(WorkerStalled) as err:
-        run_pipeline(load(tmp_path, cfg))
+        run_training(load(tmp_path, cfg))
     text = str(err.value)
     assert text.startswith("env worker rank 0 made no progress for"), text
     assert "in run_episodes() (trainer.stall_timeout_s=30)" in text, text

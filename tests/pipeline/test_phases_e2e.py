@@ -11,7 +11,7 @@ import pytest
 from pipeline_helpers import adapter_tensors_at, load, same_tensors
 
 from roll_ma import checkpoint as ckpt
-from roll_ma.pipelines import run_pipeline
+from roll_ma.pipelines import run_training
 from roll_ma.tracking import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -108,7 +108,7 @@ def test_every_source_and_objective_in_one_chain(tmp_path, tiny_model_dir, ray_s
         {"name": "after", "objective": "eval"},
     ]
     cfg = load(tmp_path, reflection_config(tmp_path, tiny_model_dir, phases))
-    results = run_pipeline(cfg)
+    results = run_training(cfg)
     assert set(results) == {"before", "after"}
     assert {"eval/p1@t1", "eval/m1@t2", "eval/p1@t2"} <= set(results["after"])
     rows = read_metrics(Path(cfg.trainer.output_dir) / "metrics.jsonl")
@@ -124,7 +124,7 @@ def test_every_source_and_objective_in_one_chain(tmp_path, tiny_model_dir, ray_s
     assert any(r.get("dpo/iteration") == 2.0 for r in rows)
     # a finished run resumes into nothing: no new step, no new line
     lines = len(rows)
-    run_pipeline(cfg)
+    run_training(cfg)
     assert len(read_metrics(Path(cfg.trainer.output_dir) / "metrics.jsonl")) == lines + 0
 
 
@@ -132,7 +132,7 @@ def test_resume_inside_a_phase_gives_the_same_adapters(tmp_path, tiny_model_dir,
     phases = [{"name": "sft", "objective": "sft"}, {"name": "dpo", "objective": "dpo"}]
     cfg = load(tmp_path, reflection_config(tmp_path, tiny_model_dir, phases))
     out = Path(cfg.trainer.output_dir)
-    run_pipeline(cfg)
+    run_training(cfg)
     done = ckpt.complete_checkpoints(out)
     last_step = done[-1][0]
     assert last_step == 4 + 4  # sft: 2 epochs x 2 steps (4 rows per agent, 2 a step); dpo: the same
@@ -146,7 +146,7 @@ def test_resume_inside_a_phase_gives_the_same_adapters(tmp_path, tiny_model_dir,
         cfg2 = load(
             tmp_path, reflection_config(tmp_path, tiny_model_dir, phases), [f"trainer.output_dir={copy}"]
         )
-        run_pipeline(cfg2)
+        run_training(cfg2)
         for adapter, tensors in full.items():
             assert same_tensors(adapter_tensors_at(copy, last_step, adapter), tensors), (
                 f"resumed at step {resume_at}: {adapter} differs from the uninterrupted run"
@@ -172,7 +172,7 @@ def test_a_file_run_logs_each_step_once_saves_where_asked_and_resumes_past_a_dam
     cfg = load(tmp_path, reflection_config(tmp_path, tiny_model_dir, phases),
                ["trainer.save_every=3", "trainer.resume=auto"])
     out = Path(cfg.trainer.output_dir)
-    run_pipeline(cfg)
+    run_training(cfg)
     log = capsys.readouterr().out
     assert [step for step, _ in ckpt.complete_checkpoints(out)] == [3, 4]
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
@@ -184,7 +184,7 @@ def test_a_file_run_logs_each_step_once_saves_where_asked_and_resumes_past_a_dam
 
     damaged = out / "checkpoints" / "step_000004" / "trainer/adapters/actor/adapter_model.safetensors"
     damaged.write_bytes(damaged.read_bytes()[:100])
-    run_pipeline(cfg)
+    run_training(cfg)
     log = capsys.readouterr().out
     assert "[roll_ma] skipped the damaged checkpoint step_000004" in log, log
     assert f"resumed from {out / 'checkpoints' / 'step_000003'}" in log, log

@@ -3,7 +3,7 @@
 import pytest
 from pipeline_helpers import adapter_tensors_at, load, same_tensors, toy_config
 
-from roll_ma.pipelines import run_pipeline
+from roll_ma.pipelines import run_training
 from roll_ma.tracking import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ def _check_run(out, agents, steps=3):
 def test_every_trainable_agent_changes_between_checkpoints(ray_session, tiny_model_dir, tmp_path):
     agents = [{"name": "alice"}, {"name": "bob"}]
     cfg = load(tmp_path, toy_config(tmp_path, tiny_model_dir, agents))
-    run_pipeline(cfg)
+    run_training(cfg)
     out = tmp_path / "out"
     rows = _check_run(out, ["alice", "bob"])
     # every agent trains every step: pi_old comes from the update's forward, no scoring pass of its own
@@ -46,7 +46,7 @@ def test_every_trainable_agent_changes_between_checkpoints(ray_session, tiny_mod
 def test_frozen_agent_and_shared_adapter(ray_session, tiny_model_dir, tmp_path):
     agents = [{"name": "learner"}, {"name": "fixed", "frozen": True}, {"name": "twin", "adapter": "learner"}]
     cfg = load(tmp_path, toy_config(tmp_path, tiny_model_dir, agents, env={"kwargs": {"players": 3}}))
-    run_pipeline(cfg)
+    run_training(cfg)
     out = tmp_path / "out"
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -71,7 +71,7 @@ def test_vllm_backend_syncs_only_the_adapters_that_changed(ray_session, tiny_mod
         ),
     )
     assert cfg.rollout.adapter_sync == "memory"
-    run_pipeline(cfg)
+    run_training(cfg)
     out = tmp_path / "out"
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -97,7 +97,7 @@ def test_joint_search_distills_a_better_joint_policy_that_the_next_rollout_plays
         "trainer.eval_every=0", "trainer.save_every=1", f"trainer.output_dir={tmp_path / 'out'}",
         "trainer.progress_bars=false",
     ])
-    run_pipeline(cfg)
+    run_training(cfg)
     rows = _check_run(tmp_path / "out", ["player_0", "player_1"], steps=2)
     first = rows[0]
     # the base's greedy joint policy is far from 10; two forced moves and best responses reach it
@@ -119,7 +119,7 @@ def test_random_weights_run_says_so(ray_session, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ROLL_MA_CACHE", str(tmp_path / "cache"))
     cfg = load(tmp_path, toy_config(tmp_path, "tiny", [{"name": "alice"}, {"name": "bob"}],
                                     model={"random_weights": True}, trainer={"max_steps": 1}))
-    run_pipeline(cfg)
+    run_training(cfg)
     first = capsys.readouterr().out.splitlines()[0]
     assert "RANDOM weights" in first and "benchmarks only" in first
     assert (random_model_dir("tiny", "float32", 0) / "config.json").exists()
@@ -136,7 +136,7 @@ def test_async_pipeline_overlaps_the_rollout_and_trains_rows_at_most_k_versions_
     agents = [{"name": "alice"}, {"name": "bob"}]
     cfg = load(tmp_path, toy_config(tmp_path, tiny_model_dir, agents, trainer={"max_steps": 4},
                                     rollout={"max_staleness": 1}))
-    run_pipeline(cfg)
+    run_training(cfg)
     out = tmp_path / "out"
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]

@@ -22,7 +22,7 @@ from pipeline_helpers import (
 )
 
 from roll_ma.errors import PreflightError
-from roll_ma.pipelines import run_pipeline
+from roll_ma.pipelines import run_training
 
 pytestmark = pytest.mark.slow
 AGENTS = [{"name": "alice"}, {"name": "bob"}]
@@ -77,7 +77,7 @@ def test_kill9_at_any_moment_then_resume_logs_each_step_once_and_ends_identical(
     steps = 5
     # the uninterrupted reference run, in this process
     ref_cfg = toy_config(tmp_path / "ref", tiny_model_dir, AGENTS, trainer={"max_steps": steps})
-    run_pipeline(load(tmp_path / "ref", ref_cfg))
+    run_training(load(tmp_path / "ref", ref_cfg))
     ref_out = tmp_path / "ref" / "out"
 
     cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": steps, "resume": "auto"})
@@ -101,11 +101,11 @@ def test_kill9_at_any_moment_then_resume_logs_each_step_once_and_ends_identical(
 def test_resume_skips_a_damaged_newest_checkpoint_and_says_which(ray_session, tiny_model_dir, tmp_path,
                                                                   capsys):
     cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": 2})
-    run_pipeline(load(tmp_path, cfg))
+    run_training(load(tmp_path, cfg))
     out = tmp_path / "out"
     # the checkpoint records its config: another LoRA rank is refused before anything loads
     with pytest.raises(PreflightError, match=r"lora.rank: 4 in the checkpoint, 8 now \(adapters alice, bob"):
-        run_pipeline(load(tmp_path, toy_config(tmp_path, tiny_model_dir, AGENTS, lora={"rank": 8})))
+        run_training(load(tmp_path, toy_config(tmp_path, tiny_model_dir, AGENTS, lora={"rank": 8})))
     rel = "trainer/adapters/alice/adapter_model.safetensors"
     damaged = out / "checkpoints" / "step_000002" / rel
     size = damaged.stat().st_size
@@ -114,7 +114,7 @@ def test_resume_skips_a_damaged_newest_checkpoint_and_says_which(ray_session, ti
     capsys.readouterr()
 
     # before: the train worker's SafetensorError traceback ended the resumed run
-    run_pipeline(load(tmp_path, toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": 3})))
+    run_training(load(tmp_path, toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": 3})))
     log = capsys.readouterr().out
     assert (
         f"[roll_ma] skipped the damaged checkpoint step_000002: {rel} is {size // 2:,} bytes, "

@@ -1,0 +1,96 @@
+"""What every step of an RL run works with (``RLRun``), set up once after the session's models are loaded:
+the adapter sync and the first push, the train rollouts, the optional joint search, the model shape for
+MFU, and which adapter version each engine serves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from roll_ma.config.schema import RunConfig
+from roll_ma.models.flops import ModelShape
+from roll_ma.pipelines.adapter_sync import AdapterSync
+from roll_ma.pipelines.joint_search import JointSearch
+from roll_ma.pipelines.rollout_queue import RolloutQueue
+from roll_ma.pipelines.session import RunSession
+from roll_ma.pipelines.workers import RunWorkers
+
+# step_hook(workers, step): runs after each step's work; what it returns joins that step's metrics
+# (benchmarks use it to probe the workers; training never needs it)
+StepHook = Callable[[Any, int], "dict[str, float] | None"]
+
+
+@dataclass
+class RLRun:
+    """One RL run's parts and the adapter versions the engines serve; the steps read and advance it."""
+
+    session: RunSession
+    sync: AdapterSync  # pushes updated adapters into every engine
+    rollouts: RolloutQueue  # the train rollouts (one step ahead with rollout.max_staleness > 0)
+    search: JointSearch | None  # study.joint_search_every > 0: small cooperative games
+    shape: ModelShape  # the model's shape: FLOPs of every pass
+    peak_flops: float  # the GPU's peak (0: unknown), for MFU
+    gpus: dict[str, int]  # GPUs that run each pass, for MFU per GPU
+    sleeps: bool  # colocated with rollout.sleep_level > 0: the engine frees the GPU while the trainer works
+    served: dict[str, int]  # adapter -> the version (step of its update) the engines serve
+    step_hook: StepHook | None = None
+
+    @property
+    def cfg(self) -> RunConfig:
+        return self.session.cfg
+
+    @property
+    def workers(self) -> RunWorkers:
+        return self.session.workers
+
+    @property
+    def agent_names(self) -> list[str]:
+        return [a.name for a in self.cfg.agents]
+
+    @property
+    def adapter_of_agent(self) -> list[str]:
+        return [a.adapter_name for a in self.cfg.agents]
+
+    @property
+    def trainable(self) -> set[str]:
+        return {a.adapter_name for a in self.cfg.agents if not a.frozen}
+
+    @property
+    def train_order(self) -> list[str]:
+        """The trainable adapters in the agents' order: the streamed update goes through them one by one."""
+        return list(dict.fromkeys(a.adapter_name for a in self.cfg.agents if not a.frozen))
+
+    def expected_versions(self) -> dict[int, int]:
+        """Agent id -> the adapter version its next rows must report (what the engines serve now)."""
+        return {i: self.served[a.adapter_name] for i, a in enumerate(self.cfg.agents)}
+
+    def mark_served(self, adapters: Iterable[str], step: int) -> None:
+        self.served.update({a: step for a in adapters})
+
+
+def prepare_rl_run(session: RunSession, step_hook: StepHook | None = None) -> RLRun:
+    """Set up the steps' parts on a started session, and push the trainer's adapters into every engine
+    (version = the step whose update produced them: the checkpoint's step on resume, else 0)."""
+    cfg, workers, start = session.cfg, session.workers, session.start_step
+    profile = workers.train.flops_profile()  # model shape and GPU peak: MFU of every pass
+    gpus = {"reference": workers.ref_source.world_size, "old_log_probs": cfg.train.num_workers,
+            "values": cfg.train.num_workers, "update": cfg.train.num_workers}
+    sync = AdapterSync(cfg, workers)
+    adapters = {a.adapter_name for a in cfg.agents}
+    with session.startup("first_sync"):
+        sync.push(adapters, start)
+    trainable = {a.adapter_name for a in cfg.agents if not a.frozen}
+    return RLRun(
+        session=session,
+        sync=sync,
+        # max_staleness 0: roll out, then train. k >= 1: step s + 1's rollout plays while step s trains
+        rollouts=RolloutQueue(workers, session.planner, ahead=cfg.rollout.max_staleness > 0),
+        search=JointSearch(cfg, session.seats) if cfg.study.joint_search_every > 0 else None,
+        shape=ModelShape(**profile["shape"]),
+        peak_flops=profile["peak_flops"],
+        gpus=gpus,
+        sleeps=workers.colocated() and cfg.rollout.sleep_level > 0,
+        served={a: (start if a in trainable else 0) for a in adapters},
+        step_hook=step_hook,
+    )

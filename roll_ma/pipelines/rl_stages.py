@@ -1,0 +1,194 @@
+"""The named stages of an RL step that the synchronous (``rl_step``) and the streamed
+(``rl_step_streamed``) steps share: roll out, score, advantages, evaluate, record, checkpoint.
+
+Each stage takes the run (``RLRun``), the step's batch where it needs it and the step's timer, and returns
+what it made (a new batch, metrics); the step functions merge the metrics in the order the stages ran.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from roll_ma import checkpoint as ckpt
+from roll_ma.algorithms.advantages import add_advantages
+from roll_ma.algorithms.gae import critic_metrics, last_turns_only, team_reward_metrics
+from roll_ma.packing import concat_padded
+from roll_ma.pipelines.evaluation import evaluate
+from roll_ma.pipelines.metrics import (
+    episode_env_metrics,
+    forward_flops_of,
+    logprob_gap_metrics,
+    mfu_metrics,
+    rollout_metrics,
+    system_metrics,
+)
+from roll_ma.pipelines.on_policy import agents_taking_no_step, old_log_probs_pass_reason
+from roll_ma.pipelines.rl_run import RLRun
+from roll_ma.pipelines.step_timer import STAGES, StepTimer
+from roll_ma.protocol import DataProto
+from roll_ma.tracking import console_summary
+
+NO_ROWS_ERROR = (
+    "step {step} produced no training rows: every episode failed or made no model call{errors}; "
+    "fix the workflow (or env), the run cannot update on nothing"
+)
+
+
+def roll_out(run: RLRun, step: int, timer: StepTimer) -> tuple[DataProto, dict[str, Any]]:
+    """The step's rows (env workers x rollout workers; with max_staleness >= 1 mostly played already) and
+    the rollout's metrics: rewards, turns, versions per agent, the envs' own metrics, its timeline."""
+    with timer("rollout"):
+        parts = run.rollouts.take(step)
+        batch = concat_padded(parts)
+        episodes = [e for p in parts for e in p.meta_info["episodes"]]
+        # concat gathers every env worker's summaries; the workers below need none of them
+        batch.pop(meta_info_keys=["episodes"])
+    if len(batch) == 0:
+        raise RuntimeError(NO_ROWS_ERROR.format(step=step, errors=_episode_errors(episodes)))
+    metrics = rollout_metrics(batch, episodes, run.agent_names, run.expected_versions())
+    metrics.update(episode_env_metrics(episodes, "rollout/env"))
+    metrics.update(rollout_timeline(parts))
+    return batch, metrics
+
+
+def free_engine_memory(run: RLRun, timer: StepTimer) -> dict[str, float]:
+    """Colocated on a GPU: the GPU's use with the engine awake; then (``rollout.sleep_level`` > 0) the
+    engine sleeps, freeing its memory for the trainer."""
+    metrics = {}
+    if run.workers.colocated() and run.cfg.resources.num_gpus > 0:
+        metrics["system/gpu_used_gb_rollout"] = run.workers.train.gpu_memory_used_gb()
+    if run.sleeps:
+        with timer("sleep"):
+            run.workers.rollout.sleep()
+    return metrics
+
+
+def score(run: RLRun, batch: DataProto, step: int, timer: StepTimer
+          ) -> tuple[DataProto, dict[str, float], dict[str, float]]:
+    """Reference and old log-probs (one row = one agent's turn, scored with its adapter) and, with GAE,
+    the critic's values; returns the scored batch, its metrics and each scoring pass's FLOPs."""
+    cfg = run.cfg
+    batch.meta_info.update(step=step, temperature=cfg.rollout.temperature)
+    scored_flops = forward_flops_of(batch, run.shape)  # a scoring pass: one forward over every row
+    flops = {"reference": scored_flops, "values": scored_flops}
+    metrics: dict[str, float] = {}
+    if cfg.algorithm.kl_coef > 0:
+        with timer("reference"):
+            batch = batch.union(run.workers.ref_source.compute_ref_log_probs(batch))
+    if old_log_probs_pass_reason(cfg, len(batch)) is not None:  # else the update's own forward gives pi_old
+        with timer("old_log_probs"):
+            batch = batch.union(run.workers.train.compute_log_probs(batch))
+        flops["old_log_probs"] = scored_flops
+        if cfg.rollout.log_probs:
+            metrics.update(logprob_gap_metrics(batch, run.agent_names))
+    elif cfg.rollout.log_probs:
+        metrics.update(_score_idle_agents(run, batch, step, timer, flops))
+    if cfg.algorithm.advantage == "gae":  # the critic's values V(prefix) at every response token
+        with timer("values"):
+            batch = batch.union(run.workers.train.compute_values(batch))
+    return batch, metrics, flops
+
+
+def _score_idle_agents(run: RLRun, batch: DataProto, step: int, timer: StepTimer,
+                       flops: dict[str, float]) -> dict[str, float]:
+    """The update reports the trainer-vs-rollout gap of the agents it trains; the rows of the agents it
+    leaves alone this step are scored for theirs."""
+    agent_ids = batch.non_tensor["agent_id"].astype(int)
+    idle = np.nonzero(np.isin(agent_ids, agents_taking_no_step(run.cfg, step)))[0]
+    if not len(idle):
+        return {}
+    with timer("old_log_probs"):
+        rows = batch.select_idxs(idle)
+        rows = rows.union(run.workers.train.compute_log_probs(rows))
+    flops["old_log_probs"] = forward_flops_of(rows, run.shape)
+    return logprob_gap_metrics(rows, run.agent_names)
+
+
+def compute_advantages(run: RLRun, batch: DataProto, step: int, timer: StepTimer
+                       ) -> tuple[DataProto, dict[str, float]]:
+    """Advantages normalised per agent, the team's reward metrics (and the critic's, with GAE)."""
+    cfg = run.cfg
+    with timer("advantages"):
+        batch = add_advantages(batch, cfg.algorithm, cfg.study.balance_reward_classes)
+    metrics = team_reward_metrics(batch, run.agent_names, cfg.algorithm.share_reward_in_agent)
+    if cfg.algorithm.advantage == "gae":
+        metrics.update(critic_metrics(batch, run.agent_names))
+        # critic.warmup_steps: only the critic trains (the agents' adapters are not pushed)
+        batch.meta_info["critic_only"] = step <= cfg.critic.warmup_steps
+    if not cfg.train.use_all_traj:  # the last round's turns only (after GAE saw them all)
+        batch = last_turns_only(batch)
+    return batch, metrics
+
+
+def evaluate_if_due(run: RLRun, step: int, timer: StepTimer) -> dict[str, float]:
+    """Every ``trainer.eval_every`` steps and at the last: the held-out episodes, played greedily."""
+    every, last = run.cfg.trainer.eval_every, run.cfg.trainer.max_steps
+    if every <= 0 or not (step % every == 0 or step == last):
+        return {}
+    with timer("eval"):
+        run.rollouts.settle()  # the env workers finish the next step's rollout first
+        return evaluate(run.workers, run.session.planner, run.session.seats, run.cfg.env.eval_opponent, step)
+
+
+def record(run: RLRun, step: int, metrics: dict[str, Any], timer: StepTimer, flops: dict[str, float],
+           rollout_s: float) -> dict[str, Any]:
+    """The step's timings, MFU, throughput and system metrics into ``metrics``; logged, and printed every
+    ``trainer.log_every`` steps. ``rollout_s``: the rollout's own seconds (tokens per second)."""
+    record_start = time.perf_counter()
+    metrics.update(timer.times)
+    metrics.update(timer.timeline)
+    seconds = {p: timer.times.get(f"timing/{p}", 0.0) for p in run.gpus}
+    metrics.update(mfu_metrics(flops, seconds, run.gpus, run.peak_flops))
+    metrics.update(system_metrics())
+    if run.cfg.model.random_weights:
+        metrics["system/random_weights"] = 1.0
+    if run.step_hook is not None:
+        metrics.update(run.step_hook(run.workers, step) or {})
+    tokens = metrics.get("rollout/response_tokens", 0.0)
+    metrics["system/rollout_tokens_per_s"] = tokens / max(rollout_s, 1e-9)
+    trained = sum(v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/tokens"))
+    metrics["system/train_tokens_per_s"] = trained / max(metrics["timing/update"], 1e-9)
+    now = time.perf_counter()
+    metrics["timing/record"] = now - record_start  # metrics, per-rank gathers, MFU, the GPU query
+    metrics["timing/step_wall"] = now - timer.started
+    metrics["timing/unaccounted"] = metrics["timing/step_wall"] - sum(
+        metrics.get(f"timing/{name}", 0.0) for name in STAGES
+    )
+    session = run.session
+    if step == session.start_step + 1:
+        metrics.update(session.startup.times)  # the run's start-up joins its first step's line
+    session.tracker.log(metrics, step)
+    if step % run.cfg.trainer.log_every == 0:
+        print(console_summary(step, run.cfg.trainer.max_steps, metrics, run.agent_names), flush=True)
+    return metrics
+
+
+def save_checkpoint_if_due(run: RLRun, step: int) -> None:
+    """Every ``trainer.save_every`` steps and at the last: trainer state and the episode planner's."""
+    cfg, session = run.cfg, run.session
+    if not ((cfg.trainer.save_every and step % cfg.trainer.save_every == 0) or step == cfg.trainer.max_steps):
+        return
+    tmp = ckpt.begin_checkpoint(session.out_dir, step)
+    run.workers.train.save_checkpoint(str(tmp / "trainer"))
+    # the planner as before any rollout not yet trained on: a resume plays those episodes again
+    session.saved = ckpt.finish_checkpoint(
+        tmp, step, {"planner": run.rollouts.planner_state(), "config": cfg.name},
+        cfg.trainer.keep_last, session.signature,
+    )
+
+
+def rollout_timeline(parts: list[Any]) -> dict[str, float]:
+    """Wall-clock start and end of a step's rollout, as its env workers saw them (benchmarks' timeline)."""
+    starts = [p.meta_info["started_at"] for p in parts if "started_at" in p.meta_info]
+    ends = [p.meta_info["finished_at"] for p in parts if "finished_at" in p.meta_info]
+    if not (starts and ends):
+        return {}
+    return {"timeline/rollout_start": min(starts), "timeline/rollout_end": max(ends)}
+
+
+def _episode_errors(episodes: list[dict]) -> str:
+    errors = [e["error"] for e in episodes if e.get("error")]
+    return f" (first error: {errors[0]})" if errors else ""

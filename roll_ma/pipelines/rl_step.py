@@ -1,0 +1,93 @@
+"""The synchronous RL step (``rollout.max_staleness=0``): roll out with the newest adapters, then train on
+the rows, then push the updated adapters before the next rollout starts.
+
+Its stages, in order: rollout (every row must report its agent's newest adapter version), score
+(reference and old log-probs, the critic's values), advantages, update (agent after agent), joint search
+(small cooperative games, every ``study.joint_search_every`` steps), sync, evaluation, record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roll_ma.config.schema import RunConfig
+from roll_ma.pipelines.metrics import update_mfu_metrics
+from roll_ma.pipelines.rl_run import RLRun
+from roll_ma.pipelines.rl_stages import (
+    compute_advantages,
+    evaluate_if_due,
+    free_engine_memory,
+    record,
+    roll_out,
+    score,
+)
+from roll_ma.pipelines.step_timer import StepTimer
+from roll_ma.protocol import DataProto
+
+STALE_ERROR = (
+    "the rollout used a stale adapter ({rows} rows did not use the version pushed after the last "
+    "update); this is a bug in the adapter sync, not in your config"
+)
+
+
+def synchronous_step(run: RLRun, step: int) -> dict[str, Any]:
+    """One step: its stages one after another; returns the step's metrics (logged by ``record``)."""
+    timer = StepTimer()
+    with timer("step"):
+        batch, metrics = roll_out(run, step, timer)
+        refuse_stale_rows(metrics)
+        metrics.update(free_engine_memory(run, timer))
+        batch, scored, flops = score(run, batch, step, timer)
+        metrics.update(scored)
+        batch, advantaged = compute_advantages(run, batch, step, timer)
+        metrics.update(advantaged)
+        trained = update(run, batch, timer)
+        metrics.update(trained)
+        searched = joint_search_if_due(run, step, timer)
+        metrics.update(searched or {})
+        # a joint search distills into every adapter; else only those that took an optimizer step changed
+        changed = run.trainable if searched is not None else updated_adapters(run.cfg, trained)
+        metrics.update(push_adapters(run, changed, step, timer))
+        run.mark_served(changed, step)
+        metrics.update(evaluate_if_due(run, step, timer))
+    return record(run, step, metrics, timer, flops, rollout_s=timer.times["timing/rollout"])
+
+
+def refuse_stale_rows(metrics: dict[str, Any]) -> None:
+    """Every row must come from its agent's newest adapter: anything else is a bug in the sync."""
+    if metrics.get("rollout/stale_rows", 0) > 0:
+        raise RuntimeError(STALE_ERROR.format(rows=int(metrics["rollout/stale_rows"])))
+
+
+def update(run: RLRun, batch: DataProto, timer: StepTimer) -> dict[str, float]:
+    """The train workers update the adapters agent after agent, each only from its own rows; with the
+    update's MFU."""
+    with timer("update"):
+        trained = run.workers.train.train_step(batch)[0]
+    mfu = update_mfu_metrics(run.cfg, batch, trained, timer.times, run.shape, run.gpus, run.peak_flops)
+    return {**trained, **mfu}
+
+
+def joint_search_if_due(run: RLRun, step: int, timer: StepTimer) -> dict[str, float] | None:
+    """Every ``study.joint_search_every`` steps: search the game for a better joint policy and distill it
+    into the adapters (``pipelines/joint_search.py``); None when the search did not run."""
+    if run.search is None or step % run.cfg.study.joint_search_every != 0:
+        return None
+    with timer("joint_search"):
+        return run.search.improve(run.workers.train, step)
+
+
+def push_adapters(run: RLRun, changed: set[str], step: int, timer: StepTimer) -> dict[str, float]:
+    """Wake the engines (if they slept) and install the adapters that changed under version = step."""
+    with timer("sync"):
+        if run.sleeps:
+            with timer("sync_wake"):
+                run.workers.rollout.wake_up()
+        return run.sync.push(changed, step, timer)  # export, install, versions checked
+
+
+def updated_adapters(cfg: RunConfig, train_metrics: dict[str, Any]) -> set[str]:
+    """Adapters whose agents took an optimizer step this step (``agent/<name>/updated``): only these
+    are pushed to the engines; the others keep serving, and reporting, their last version."""
+    return {a.adapter_name for a in cfg.agents
+            if not a.frozen and train_metrics.get(f"agent/{a.name}/updated", 0.0) > 0}
