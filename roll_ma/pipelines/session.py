@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -52,7 +52,14 @@ class RunSession:
     resume_from: tuple[int, Path] | None  # the checkpoint to resume from: (step, path)
     start_step: int = 0  # the step the run goes on from (the checkpoint's on resume)
     saved: Path | None = None  # the newest checkpoint, written or resumed from
-    tracker: Tracker | None = field(default=None)
+    opened_tracker: Tracker | None = None  # set by start_session
+
+    @property
+    def tracker(self) -> Tracker:
+        """The run's metric sinks, opened by ``start_session``."""
+        if self.opened_tracker is None:
+            raise RuntimeError("the session's tracker opens in start_session; call it first")
+        return self.opened_tracker
 
     def __enter__(self) -> RunSession:
         return self
@@ -116,7 +123,7 @@ def start_session(
         state = ckpt.load_state(session.saved)
         session.planner.load_state_dict(state["planner"])
     cfg = session.cfg
-    session.tracker = Tracker(
+    session.opened_tracker = Tracker(
         session.out_dir,
         cfg.tracking,
         cfg.name,

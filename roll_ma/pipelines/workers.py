@@ -26,7 +26,7 @@ class RunWorkers:
     resources: ResourceManager
 
     @property
-    def ref_source(self) -> Cluster | None:
+    def ref_source(self) -> Cluster:
         """Who computes reference log-probs: the reference workers, or the train workers (adapters off)."""
         return self.reference if self.reference is not None else self.train
 
