@@ -235,8 +235,8 @@ def build_rollout(
     as the pipeline does, then given random nonzero adapters as version 1: (strategy, adapter specs, start s).
     """
     from roll_ma.config.schema import AgentConfig, LoraConfig, ModelConfig, RolloutConfig
+    from roll_ma.inference import infer_strategy_class
     from roll_ma.models.adapters import plan_adapters
-    from roll_ma.strategies import infer_strategy_class
 
     lora = LoraConfig(rank=args.lora_rank, alpha=2.0 * args.lora_rank)
     if args.targets:

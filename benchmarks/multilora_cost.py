@@ -133,7 +133,7 @@ def build_random_model(
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     from roll_ma.models.tiny import make_config
-    from roll_ma.models.tokenizer import build_tokenizer
+    from roll_ma.models.tiny_tokenizer import build_tokenizer
 
     out_dir.mkdir(parents=True, exist_ok=True)
     config = make_config("qwen2", shape=shape)

@@ -29,7 +29,7 @@ On GPU the run is configured as the shipped 7B configs are (gradient checkpointi
 micro-batches, chunked LM head, in-memory adapter sync, no per-row seeds) and the engine keeps the
 same LoRA slots for every agent count (``max_loras=8``), so that only the agents differ between runs
 (and vLLM's compile cache serves every run after the first). ``--replay`` records the last step's
-generate calls and replays them bare on the engine (``roll_ma.strategies.engine_replay``).
+generate calls and replays them bare on the engine (``roll_ma.inference.engine_replay``).
 
 Memory (weights only, no optimizer state): N adapters on one base against N copies of the base,
 from parameter counts, and on GPU measured as ``torch.cuda.max_memory_allocated`` while loading

@@ -91,7 +91,7 @@ def make_batch(args: Any, vocab: int) -> Any:
 def build_strategy(args: Any, model_dir: str) -> Any:
     from roll_ma.config.schema import AgentConfig, AlgorithmConfig, LoraConfig, ModelConfig, TrainConfig
     from roll_ma.models.adapters import plan_adapters
-    from roll_ma.strategies.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
+    from roll_ma.training.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
 
     agents = [AgentConfig(name=f"agent{i}") for i in range(args.agents)]
     lora = LoraConfig(rank=args.lora_rank, alpha=2.0 * args.lora_rank,
@@ -108,7 +108,7 @@ def build_strategy(args: Any, model_dir: str) -> Any:
 
 def use_variant(strategy: Any, name: str) -> None:
     """Switch how rows run, in place: packing, checkpointing and token budgets."""
-    from roll_ma.strategies.micro_batches import MicroBatching
+    from roll_ma.training.micro_batches import MicroBatching
 
     packed, ckpt, train_tokens, score_tokens = VARIANTS[name]
     strategy.train_cfg = dataclasses.replace(strategy.train_cfg, remove_padding=packed,

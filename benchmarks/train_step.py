@@ -67,7 +67,7 @@ class UpdateTimer:
     def __init__(self, args: argparse.Namespace, model_dir: str, num_agents: int, agent_ids: list[int]):
         from roll_ma.config.schema import AgentConfig, AlgorithmConfig, LoraConfig, ModelConfig, TrainConfig
         from roll_ma.models.adapters import plan_adapters
-        from roll_ma.strategies.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
+        from roll_ma.training.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
 
         agents = [AgentConfig(name=f"agent{i}") for i in range(num_agents)]
         lora = LoraConfig(rank=args.lora_rank, alpha=2.0 * args.lora_rank)

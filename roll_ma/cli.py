@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cfg not in (None, PLAIN, *CFG_PARTS):
         parser.error(f"--cfg takes job, hydra or all (or nothing: JSON), got {args.cfg!r}")
     from roll_ma.config import ConfigError, RunConfig, available_configs
-    from roll_ma.config.loading import mars_flags_to_overrides
+    from roll_ma.config.compose import mars_flags_to_overrides
     from roll_ma.error_report import error_prefix
     from roll_ma.preflight.config_loader import load_config
 

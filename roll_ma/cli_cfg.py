@@ -66,7 +66,7 @@ def check_before_run(cfg: Any) -> int:
     from roll_ma.error_report import error_prefix
     from roll_ma.errors import PreflightError
     from roll_ma.preflight import run_preflight
-    from roll_ma.workflows.loader import with_absolute_files
+    from roll_ma.workflows.lookup import with_absolute_files
 
     try:
         run_preflight(with_absolute_files(cfg), log=lambda text: print(text, file=sys.stderr))
@@ -90,7 +90,7 @@ def _runs_elsewhere(cfg: Any) -> str | None:
 
 def _launcher(cfg: Any, config_name: str, config_path: str | None, overrides: list[str]) -> dict[str, Any]:
     """What roll_ma has in place of Hydra's ``hydra`` node."""
-    from roll_ma.config.loading import config_dirs, find_config
+    from roll_ma.config.compose import config_dirs, find_config
 
     return {
         "config_name": config_name,

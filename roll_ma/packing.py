@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from roll_ma.protocol import DataProto
-from roll_ma.protocol_args import tensor_columns
-from roll_ma.protocol_values import merge_meta_info
+from roll_ma.protocol.args import tensor_columns
+from roll_ma.protocol.values import merge_meta_info
 
 
 def balanced_shares(costs: np.ndarray, n: int) -> list[np.ndarray]:

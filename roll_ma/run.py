@@ -74,7 +74,7 @@ def resolve_config(config_or_path: str | os.PathLike | Mapping | RunConfig, **ov
 
 
 def _raw_config(source: Any) -> dict[str, Any]:
-    from roll_ma.config.loading import compose_raw
+    from roll_ma.config.compose import compose_raw
     from roll_ma.config.typed import ConfigError, ConfigProblem
 
     if isinstance(source, RunConfig):

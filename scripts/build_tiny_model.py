@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from roll_ma.models.tokenizer import build_tokenizer
+    from roll_ma.models.tiny_tokenizer import build_tokenizer
 
     mix = {"solver": 0.4, "critic": 0.3, "refiner": 0.2, "hanabi": 0.1}
     examples = Examples(args.seed, args.hanabi_answers)

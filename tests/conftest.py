@@ -1,13 +1,20 @@
 """Shared fixtures: one local Ray per test session, tiny models built once in a tmp dir."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-# Ray actors import test-module classes by name: put every test folder on their PYTHONPATH
-_TEST_DIRS = [str(p) for p in sorted({f.parent for f in Path(__file__).parent.rglob("test_*.py")})]
+# Test folders mirror roll_ma's packages; what several folders share (helpers, toy envs, fixtures) lives in
+# tests/helpers. Ray actors import test-module classes by name: every test folder goes on their PYTHONPATH.
+_HELPERS = Path(__file__).parent / "helpers"
+sys.path.insert(0, str(_HELPERS))
+_TEST_DIRS = [str(p) for p in sorted({f.parent for f in _HELPERS.parent.rglob("test_*.py")} | {_HELPERS})]
 os.environ["PYTHONPATH"] = os.pathsep.join(_TEST_DIRS + [p for p in [os.environ.get("PYTHONPATH")] if p])
+
+# fixtures several test folders use: DataProto moves, train-side strategies, rollout engines
+pytest_plugins = ["fixtures_protocol", "fixtures_training", "fixtures_inference"]
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -43,7 +50,7 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def refusals_in_user_words(request, monkeypatch):
     """In the validation and pre-flight suites, every refusal message names config keys, file:line and
-    what the user wrote, never a word from inside the code (tests/message_words.py)."""
+    what the user wrote, never a word from inside the code (tests/helpers/message_words.py)."""
     from message_words import MESSAGE_SUITES, RefusalWords
 
     if request.module.__name__.rsplit(".", 1)[-1] not in MESSAGE_SUITES:

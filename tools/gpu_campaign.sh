@@ -20,8 +20,8 @@ b('/tmp/q05b', shape='qwen2.5-0.5b', vocab_size=151936, dtype='bfloat16')"
 
 case "${1:-}" in
   tests)  # GPU tests (freshness, hf vs vllm, bf16 isolation), rollout throughput, adapter sync
-    log "gpu tests"; python -m pytest -m gpu -s -q -p no:cacheprovider tests/train/test_gpu.py \
-      tests/train/test_freshness_gpu.py tests/rollout/test_vllm_gpu.py 2>&1 | tail -40 > "$OUT/gpu_tests.log"
+    log "gpu tests"; python -m pytest -m gpu -s -q -p no:cacheprovider tests/training/test_gpu.py \
+      tests/training/test_freshness_gpu.py tests/inference/test_vllm_gpu.py 2>&1 | tail -40 > "$OUT/gpu_tests.log"
     tail -5 "$OUT/gpu_tests.log"
     log "rollout throughput (vllm)"; timeout 240 python benchmarks/rollout_throughput.py --device cuda \
       --shape qwen2.5-0.5b --backends vllm --out "$OUT/rollout_throughput.json" > "$OUT/rollout_vllm.log" 2>&1
@@ -176,7 +176,7 @@ PY
         --variants "${VARIANTS1:-packed_nockpt_8k,padded_nockpt_8k,packed_big}" --out "$OUT/mfu_gpu1.json" > "$OUT/mfu_gpu1.log" 2>&1
     fi
     wait
-    CUDA_VISIBLE_DEVICES=0 python -m pytest -q -m gpu -p no:cacheprovider tests/train/test_varlen_attention.py 2>&1 | tail -3
+    CUDA_VISIBLE_DEVICES=0 python -m pytest -q -m gpu -p no:cacheprovider tests/models/test_varlen_attention.py 2>&1 | tail -3
     for f in "$OUT"/mfu_gpu*.log; do grep -E "^\||^- |JSON|Error|error" "$f" | tail -14; done ;;
   step7b)  # issue 31: the shipped math_selfplay_7b before (the tree in .before/, GPU 0) and now (GPU 1), at once
     m=$(python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct | tail -1)

@@ -6,7 +6,7 @@ once per agent, each on that agent's prompts of the same episodes (job.agent_pro
 
 One TRL step = one generation batch = one optimizer step: the run's prompts of one job step, each
 sampled group_size times (per_device_train_batch_size x gradient_accumulation_steps rows). The GRPO
-settings are the ones that make TRL's loss roll_ma's (tests/train/test_trl_grpo_parity.py): loss_type
+settings are the ones that make TRL's loss roll_ma's (tests/training/test_trl_grpo_parity.py): loss_type
 "dapo" for token_mean ("grpo" for seq_mean), beta = kl_coef, use_bias_correction_kl=False.
 
 The forward passes of a step are roll_ma's: generation, reference log-probs (beta > 0: TRL runs the

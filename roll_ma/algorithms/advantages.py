@@ -16,8 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from roll_ma.algorithms.algorithm_registry import (
+    ADVANTAGE_ESTIMATORS,
+    CRITIC_ESTIMATOR,
+    register_advantage_estimator,
+)
 from roll_ma.algorithms.gae import add_gae_advantages
-from roll_ma.algorithms.registry import ADVANTAGE_ESTIMATORS, CRITIC_ESTIMATOR, register_advantage_estimator
 from roll_ma.algorithms.turn_rewards import (
     kl_reward_tokens,
     place_on_last_token,
@@ -138,8 +142,8 @@ def reverse_cumsum(token_values: torch.Tensor, response_mask: torch.Tensor) -> t
 
 def add_advantages(data: Any, algo: Any, balance_reward_classes: bool = False) -> Any:
     """Turn rewards -> per-agent advantages on a DataProto of turns (adds advantages, returns, token_rewards,
-    trained_rewards). ``algo.advantage`` names a registered estimator (``algorithms/registry.py``); "gae" goes
-    to ``algorithms/gae.py`` (needs the critic's values).
+    trained_rewards). ``algo.advantage`` names a registered estimator (``algorithms/algorithm_registry.py``);
+    "gae" goes to ``algorithms/gae.py`` (needs the critic's values).
 
     Needs batch ``scores`` and ``response_mask`` and non_tensor episode_id, player, turn, agent_id,
     group_id. With ``algo.kl_mode == "reward"`` it also needs ``old_log_probs`` and

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from roll_ma.algorithms.registry import register_policy_loss
+from roll_ma.algorithms.algorithm_registry import register_policy_loss
 
 
 def aggregate(

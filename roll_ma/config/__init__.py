@@ -3,7 +3,7 @@
 It imports nothing of the runtime. The checks across keys and against the runtime, and the loader every
 entry point uses, are in the pre-flight layer: ``roll_ma.preflight.config_loader.load_config``."""
 
-from roll_ma.config.loading import available_configs, type_config
+from roll_ma.config.compose import available_configs, type_config
 from roll_ma.config.schema import (
     AgentConfig,
     AlgorithmConfig,

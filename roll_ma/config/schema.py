@@ -1,7 +1,7 @@
 """Typed config of a roll_ma run.
 
 Every field is documented with ``help`` in its metadata; ``min``/``max`` give the allowed
-range. ``roll_ma.config.loading`` turns a Hydra-composed yaml into these dataclasses and
+range. ``roll_ma.config.compose`` turns a Hydra-composed yaml into these dataclasses and
 ``roll_ma.preflight.validate`` checks them before any Ray actor starts. Workers receive only
 the pieces they need (``ModelConfig``, ``TrainConfig``, ...), never the whole tree.
 """
@@ -405,12 +405,13 @@ class AlgorithmConfig:
         "grpo",
         "grpo: normalise within (group, agent); reinforce_pp: baseline per agent, normalised per agent; "
         "gae: PPO with a value critic (the critic block), token-level GAE over each agent's turns of an "
-        "episode; or a name registered with roll_ma.algorithms.registry.register_advantage_estimator",
+        "episode; or a name registered with "
+        "roll_ma.algorithms.algorithm_registry.register_advantage_estimator",
     )
     policy_loss: str = _f(
         "ppo_clip",
         "ppo_clip: PPO's clipped surrogate (clip_ratio_low/high, loss_agg); or a name registered with "
-        "roll_ma.algorithms.registry.register_policy_loss",
+        "roll_ma.algorithms.algorithm_registry.register_policy_loss",
     )
     gamma: float = _f(1.0, "discount of turn rewards back through an agent's earlier turns (gae: per token)",
                       min=0.0, max=1.0)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roll_ma.config.typed import suggest
-from roll_ma.data.loader import Row, RowProblem, bad_rows_error, in_file_order, read_located_rows
+from roll_ma.data.math_files import Row, RowProblem, bad_rows_error, in_file_order, read_located_rows
 
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")  # what chat templates (Qwen, Llama, TRL data) render
 ABSENT = object()  # a column or key the row does not have (an explicit null is reported as null, not missing)

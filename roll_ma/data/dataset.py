@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from roll_ma.data.loader import load_math_records
+from roll_ma.data.math_files import load_math_records
 from roll_ma.data.synthetic import generate_arithmetic
 
 

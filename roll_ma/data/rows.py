@@ -1,4 +1,4 @@
-"""Token sequences -> the rows the supervised objectives train on (``strategies/objective_{sft,dpo}.py``).
+"""Token sequences -> the rows the supervised objectives train on (``training/objective_{sft,dpo}.py``).
 
 SFT rows are the standard layout of ``roll_ma.protocol`` (prompts left-padded, responses right-padded)
 with ``agent_id``. A DPO row is one pair: ``chosen_<key>`` and ``rejected_<key>`` for the standard keys

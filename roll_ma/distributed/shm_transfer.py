@@ -34,7 +34,7 @@ import torch
 
 Entry = tuple[str, str, tuple[int, ...], int, int]  # name, dtype, shape, byte offset, byte count
 PREFIX = "roll_ma_sync"
-LORA_PREFIX = "roll_ma_lora"  # vLLM engines' adapter folders (strategies/vllm_adapters.py)
+LORA_PREFIX = "roll_ma_lora"  # vLLM engines' adapter folders (inference/vllm_adapters.py)
 
 
 @dataclass

@@ -83,7 +83,7 @@ def make_env(name_or_path: str, **kwargs) -> MultiAgentEnv:
 
 
 def _env_class(spec: str) -> type[MultiAgentEnv]:
-    from roll_ma.workflows.loader import load_target
+    from roll_ma.workflows.lookup import load_target
 
     try:
         _, cls = load_target(spec)

@@ -59,9 +59,9 @@ def cache_root() -> Path:
 def random_model_dir(path: str, dtype: str, seed: int = 0) -> Path:
     """Where the random model of (architecture, dtype, seed) lives; the builder's code is in the name,
     so a changed builder never reuses an old model."""
-    from roll_ma.models import tiny, tokenizer
+    from roll_ma.models import tiny, tiny_tokenizer
 
-    code = zlib.crc32(b"".join(Path(inspect.getfile(m)).read_bytes() for m in (tiny, tokenizer)))
+    code = zlib.crc32(b"".join(Path(inspect.getfile(m)).read_bytes() for m in (tiny, tiny_tokenizer)))
     return cache_root() / f"{shape_of(path)}_{dtype}_s{seed}_{code:08x}"
 
 

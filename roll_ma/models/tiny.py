@@ -62,7 +62,7 @@ def build_tiny_model(out_dir: str | Path, arch: str = "qwen2", shape: str = "tin
     import torch
     from transformers import AutoModelForCausalLM
 
-    from roll_ma.models.tokenizer import build_tokenizer
+    from roll_ma.models.tiny_tokenizer import build_tokenizer
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ def run_training(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
     # imported here, not at the top: importing any pipelines module runs this file, and these pull in
     # Ray, torch and every worker; ``roll_ma.pipelines.metrics`` alone should not
     from roll_ma.preflight import run_preflight
-    from roll_ma.workflows.loader import with_absolute_files
+    from roll_ma.workflows.lookup import with_absolute_files
 
     cfg = with_absolute_files(cfg)  # env, workflow, task and hook files, wherever actors run
     run_preflight(cfg)

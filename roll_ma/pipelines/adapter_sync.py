@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from roll_ma.config.schema import RunConfig
-from roll_ma.strategies.rollout_common import adapter_sync_dtype
+from roll_ma.inference.rollout_common import adapter_sync_dtype
 
 Timer = Callable[[str], AbstractContextManager]
 

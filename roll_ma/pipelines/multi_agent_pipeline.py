@@ -15,7 +15,7 @@ What one step does (every agent is a LoRA adapter on one shared base model):
 4. Update: the train workers partition the batch by agent and update the adapters one after
    another, each only from its own rows, each with its own optimizer state. Small cooperative
    games may add a joint policy search every ``study.joint_search_every`` steps, whose
-   better joint policy is distilled into the adapters (``pipelines/joint_search.py``).
+   better joint policy is distilled into the adapters (``pipelines/joint_search_step.py``).
 5. Sync: every adapter updated this step is pushed into the rollout engines under version = step
    (in memory, straight into vLLM's LoRA slots); the next step's rows must report each agent's
    newest version (a stale row stops the run).

@@ -10,7 +10,7 @@ scoring pass is then a forward over every token for nothing (~12 s of an 88 s 7B
 from __future__ import annotations
 
 from roll_ma.config.schema import RunConfig
-from roll_ma.pipelines.workers import agents_with_train_cycle
+from roll_ma.pipelines.clusters import agents_with_train_cycle
 
 
 def old_log_probs_pass_reason(cfg: RunConfig, num_rows: int) -> str | None:

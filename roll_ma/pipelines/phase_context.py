@@ -15,10 +15,10 @@ import numpy as np
 from roll_ma import checkpoint as ckpt
 from roll_ma.config.phase_plan import Phase
 from roll_ma.config.schema import RunConfig
+from roll_ma.inference.rollout_common import adapter_sync_dtype
 from roll_ma.packing import concat_padded
 from roll_ma.pipelines.evaluation import evaluate
 from roll_ma.protocol import DataProto
-from roll_ma.strategies.rollout_common import adapter_sync_dtype
 
 
 @dataclass

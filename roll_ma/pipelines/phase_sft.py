@@ -27,7 +27,7 @@ import numpy as np
 from roll_ma.config.phase_plan import Phase
 from roll_ma.pipelines.phase_context import PhaseContext, agent_schedule
 from roll_ma.protocol import DataProto
-from roll_ma.strategies.objective_sft import SFT_KEYS
+from roll_ma.training.objective_sft import SFT_KEYS
 
 
 def run_sft_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> None:
@@ -110,10 +110,10 @@ def rejection_rows(ctx: PhaseContext, phase: Phase) -> tuple[DataProto, dict[str
 
 
 def teacher_rows(ctx: PhaseContext, phase: Phase) -> tuple[DataProto, dict[str, float]]:
+    from roll_ma.pipelines.clusters import build_teacher
     from roll_ma.pipelines.metrics import episode_env_metrics
     from roll_ma.pipelines.reflection_data import episode_texts
     from roll_ma.pipelines.replay import ScriptedRollout, scripted_texts
-    from roll_ma.pipelines.workers import build_teacher
     from roll_ma.workers.env_worker import EpisodeSpec
 
     firsts = _problem_specs(ctx, phase, phase.sft.problems, 1, horizon=1)

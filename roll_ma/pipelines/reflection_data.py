@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from roll_ma.inference.rollout_common import scoring_rows
 from roll_ma.protocol import DataProto
-from roll_ma.strategies.rollout_common import scoring_rows
 from roll_ma.workers.env_worker import EpisodeSpec
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from roll_ma.config.schema import ModelConfig
+from roll_ma.inference.rollout_common import RowResult, pack_generation, request_rows
 from roll_ma.protocol import DataProto
-from roll_ma.strategies.rollout_common import RowResult, pack_generation, request_rows
 from roll_ma.workers.env_worker import sample_seed
 
 

@@ -11,10 +11,10 @@ from typing import Any
 from roll_ma.config.schema import RunConfig
 from roll_ma.models.flops import ModelShape
 from roll_ma.pipelines.adapter_sync import AdapterSync
-from roll_ma.pipelines.joint_search import JointSearch
+from roll_ma.pipelines.clusters import RunWorkers
+from roll_ma.pipelines.joint_search_step import JointSearch
 from roll_ma.pipelines.rollout_queue import RolloutQueue
 from roll_ma.pipelines.session import RunSession
-from roll_ma.pipelines.workers import RunWorkers
 
 # step_hook(workers, step): runs after each step's work; what it returns joins that step's metrics
 # (benchmarks use it to probe the workers; training never needs it)

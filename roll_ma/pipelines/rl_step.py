@@ -70,7 +70,7 @@ def update(run: RLRun, batch: DataProto, timer: StepTimer) -> dict[str, float]:
 
 def joint_search_if_due(run: RLRun, step: int, timer: StepTimer) -> dict[str, float] | None:
     """Every ``study.joint_search_every`` steps: search the game for a better joint policy and distill it
-    into the adapters (``pipelines/joint_search.py``); None when the search did not run."""
+    into the adapters (``pipelines/joint_search_step.py``); None when the search did not run."""
     if run.search is None or step % run.cfg.study.joint_search_every != 0:
         return None
     with timer("joint_search"):

@@ -30,9 +30,9 @@ from roll_ma.config.seats import resolve_seats
 from roll_ma.distributed.ray_env import init_ray
 from roll_ma.envs.registry import resolve_env_class
 from roll_ma.error_report import run_log
+from roll_ma.pipelines.clusters import RunWorkers, build_workers, process_env
 from roll_ma.pipelines.episodes import EpisodePlanner
 from roll_ma.pipelines.step_timer import StepTimer
-from roll_ma.pipelines.workers import RunWorkers, build_workers, process_env
 from roll_ma.preflight.checkpoint_compat import run_signature
 from roll_ma.tracking import Tracker
 from roll_ma.workers.env_worker import env_kwargs

@@ -31,10 +31,10 @@ def run_preflight(cfg: RunConfig, log: Callable[[str], None] = print) -> None:
     allowed but worth knowing, e.g. an older checkpoint resumed unchecked) go to ``log``."""
     from roll_ma.preflight.checkpoint_compat import resume_problems
     from roll_ma.preflight.data_files import chat_file_problems, chat_files, problem_file_problems
-    from roll_ma.preflight.hooks import hook_problems
+    from roll_ma.preflight.model_probe import probe_model
     from roll_ma.preflight.model_source import Hub
     from roll_ma.preflight.ray_auth import ray_auth_problems
-    from roll_ma.preflight.tokenizer import probe_model
+    from roll_ma.preflight.user_functions import hook_problems
 
     problems: list[str] = []
     notes: list[str] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roll_ma.config.loading import compose_raw, type_config
+from roll_ma.config.compose import compose_raw, type_config
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.typed import ConfigError
 from roll_ma.preflight.validate import validate

@@ -21,7 +21,7 @@ from typing import Any
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.data.chat_files import Example, check_file, full_prompt_ids, reply_ids
-from roll_ma.data.loader import (
+from roll_ma.data.math_files import (
     RowProblem,
     in_file_order,
     listed,

@@ -10,7 +10,7 @@ import inspect
 import os
 from pathlib import Path
 
-from roll_ma.algorithms.registry import unknown_algorithm_names
+from roll_ma.algorithms.algorithm_registry import unknown_algorithm_names
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.seats import resolve_seats
 from roll_ma.config.typed import ConfigProblem, suggest

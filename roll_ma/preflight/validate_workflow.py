@@ -9,7 +9,7 @@ from roll_ma.config.typed import ConfigProblem, suggest
 def check_workflow(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
     """Load the workflow and its tools, check what the config hands them; returns the number of "seats"
     (one per agent), or None when the workflow cannot be loaded."""
-    from roll_ma.workflows.loader import load_workflow
+    from roll_ma.workflows.lookup import load_workflow
 
     add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
     env, names = cfg.env, [a.name for a in cfg.agents]

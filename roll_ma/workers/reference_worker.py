@@ -37,7 +37,7 @@ class ReferenceWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         from roll_ma.models.loading import load_base_model
-        from roll_ma.strategies.ds_utils import training_device, use_cpu_threads
+        from roll_ma.training.ds_utils import training_device, use_cpu_threads
 
         if not torch.cuda.is_available():
             use_cpu_threads(self.world_size)  # oversubscribed threads slow every worker on the machine down
@@ -49,7 +49,7 @@ class ReferenceWorker(Worker):
     @register(Dispatch.DP_BALANCED)
     def compute_ref_log_probs(self, data: DataProto) -> DataProto:
         """``ref_log_probs`` (B, R) float32 from the base at meta_info temperature, in micro-batches."""
-        from roll_ma.strategies.scoring import score_rows
+        from roll_ma.training.scoring import score_rows
 
         if self.model is None:
             raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")

@@ -56,11 +56,11 @@ class RolloutWorker(Worker):
         not draw version 0 itself: at 7B that means loading the base on the CPU once more)."""
         import torch
 
-        from roll_ma.strategies import infer_strategy_class
+        from roll_ma.inference import infer_strategy_class
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cpu":
-            from roll_ma.strategies.ds_utils import use_cpu_threads
+            from roll_ma.training.ds_utils import use_cpu_threads
 
             use_cpu_threads(self.world_size)  # oversubscribed threads slow every worker on the machine down
         cls = infer_strategy_class(self.rollout_cfg.backend)

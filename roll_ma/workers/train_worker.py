@@ -55,8 +55,8 @@ class TrainWorker(Worker):
     def init_model(self, total_steps: int | None = None) -> None:
         """Load the base, inject the adapters and build the engines (``total_steps``: lr decay horizon)."""
         from roll_ma.models.adapters import plan_adapters
-        from roll_ma.strategies import train_strategy_class
-        from roll_ma.strategies.ds_utils import use_cpu_threads
+        from roll_ma.training import train_strategy_class
+        from roll_ma.training.ds_utils import use_cpu_threads
 
         if not torch.cuda.is_available():
             use_cpu_threads(self.world_size)  # oversubscribed threads slow every worker on the machine down

@@ -55,7 +55,7 @@ class WorkflowWorker(Worker):
     ):
         super().__init__(role, rank, world_size, env_vars)
         from roll_ma.models.loading import load_tokenizer
-        from roll_ma.workflows.loader import load_workflow
+        from roll_ma.workflows.lookup import load_workflow
         from roll_ma.workflows.tools import build_tools
 
         self.env_cfg, self.seed = env_cfg, seed

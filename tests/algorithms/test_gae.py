@@ -152,7 +152,7 @@ def test_use_all_traj_false_keeps_each_agents_last_turn():
 
 def test_train_cycle_is_the_default_update_every():
     from roll_ma.config.schema import AgentConfig, RunConfig, TrainConfig
-    from roll_ma.pipelines.workers import agents_with_train_cycle
+    from roll_ma.pipelines.clusters import agents_with_train_cycle
 
     cfg = RunConfig(agents=[AgentConfig(name="a"), AgentConfig(name="b", update_every=3)],
                     train=TrainConfig(train_cycle=2))
@@ -161,7 +161,7 @@ def test_train_cycle_is_the_default_update_every():
 
 def test_critic_per_group_shared_or_per_agent():
     from roll_ma.models.adapters import AgentSpec
-    from roll_ma.strategies.critic import critic_of_agents
+    from roll_ma.training.critic import critic_of_agents
 
     agents = [AgentSpec(i, n, n) for i, n in enumerate(["reasoner", "actor", "judge"])]
     assert set(critic_of_agents(agents, share=True).values()) == {"value_critic"}

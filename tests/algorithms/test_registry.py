@@ -7,14 +7,14 @@ import pytest
 import torch
 
 from roll_ma.algorithms.advantages import add_advantages
-from roll_ma.algorithms.losses import ppo_clip_loss
-from roll_ma.algorithms.registry import (
+from roll_ma.algorithms.algorithm_registry import (
     ADVANTAGE_ESTIMATORS,
     POLICY_LOSSES,
     Registry,
     register_advantage_estimator,
     unknown_algorithm_names,
 )
+from roll_ma.algorithms.losses import ppo_clip_loss
 from roll_ma.config.schema import AlgorithmConfig
 from roll_ma.protocol import DataProto
 

@@ -9,7 +9,7 @@ import yaml
 from roll_ma.config import ConfigError, RunConfig
 from roll_ma.preflight.config_loader import load_config
 from roll_ma.run import resolve_config
-from roll_ma.workflows.loader import absolute_spec, load_workflow
+from roll_ma.workflows.lookup import absolute_spec, load_workflow
 
 FLOWS = Path(__file__).with_name("flows.py")
 TINY = ["math_tool_tiny", "code_tests_tiny"]
@@ -30,7 +30,7 @@ def test_a_workflow_loads_from_a_file_path_or_a_dotted_name(monkeypatch):
 
 def test_a_run_hands_its_actors_absolute_paths_of_every_user_file(monkeypatch):
     from roll_ma.config.schema import AgentConfig, EnvConfig
-    from roll_ma.workflows.loader import with_absolute_files
+    from roll_ma.workflows.lookup import with_absolute_files
 
     monkeypatch.chdir(FLOWS.parent)
     cfg = RunConfig(

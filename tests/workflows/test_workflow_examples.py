@@ -11,7 +11,7 @@ from scripted import ScriptedRollout, make_worker, specs
 from roll_ma.data.code_tasks import CODE_TASKS, code_task_splits
 from roll_ma.tracking import read_metrics
 from roll_ma.workflows import PythonTool, ToolBox
-from roll_ma.workflows.loader import load_workflow
+from roll_ma.workflows.lookup import load_workflow
 
 MATH = "examples/workflows/math_tool.py:MathToolWorkflow"
 CODE = "examples/workflows/code_tests.py:CodeTestsWorkflow"

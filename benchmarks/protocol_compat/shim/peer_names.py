@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from roll_ma import protocol as ours
-from roll_ma import protocol_io, protocol_values
+from roll_ma.protocol import io as protocol_io
+from roll_ma.protocol import values as protocol_values
 
 
 def missing(name: str) -> Any:

@@ -1,0 +1,238 @@
+"""Build the Ray clusters of one run: rollout, train, reference (optional) and env workers, and a teacher."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from roll_ma.config.schema import AgentConfig, RunConfig
+from roll_ma.distributed.cluster import Cluster, shutdown_clusters
+from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
+from roll_ma.distributed.resources import ResourceManager
+from roll_ma.distributed.shm_transfer import remove_orphans
+from roll_ma.preflight.validate_resources import gpus_per_worker
+from roll_ma.training.ds_utils import SHARERS_VAR
+from roll_ma.training.micro_batches import MicroBatching
+
+
+@dataclass
+class RunWorkers:
+    rollout: Cluster
+    train: Cluster
+    reference: Cluster | None
+    env: Cluster
+    resources: ResourceManager
+
+    @property
+    def ref_source(self) -> Cluster:
+        """Who computes reference log-probs: the reference workers, or the train workers (adapters off)."""
+        return self.reference if self.reference is not None else self.train
+
+    def colocated(self) -> bool:
+        return self.resources.colocated("rollout", "train")
+
+    def shutdown(self) -> None:
+        shutdown_clusters([self.env, self.rollout, self.reference, self.train])  # one wait for all
+        self.resources.release()
+
+
+def worker_env(cfg: RunConfig) -> dict[str, str]:
+    env = {"TOKENIZERS_PARALLELISM": "false", PROGRESS_FLAG: "1" if cfg.trainer.progress_bars else "0"}
+    if cfg.resources.num_gpus == 0:
+        env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks gloo on CPU only when told it has no GPU
+    return env
+
+
+def process_env(cfg: RunConfig) -> dict[str, str]:
+    """Variables every actor process must have when it starts (libraries read them on import)."""
+    env = {}
+    if cfg.resources.num_gpus == 0 and "OMP_WAIT_POLICY" not in os.environ:
+        # OpenMP's default spin-wait keeps a worker's idle threads busy on the cores that another role (the
+        # rollout beside the trainer: docs/studies/async_staleness) or another run on the machine needs: two
+        # tiny CPU runs at once took 5-10x longer per update (docs/benchmarks.md, "Two runs on one machine")
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env
+
+
+def cpu_sharers(cfg: RunConfig, role: str) -> int:
+    """How many of the run's workers compute at the same time as one of ``role`` (CPU runs): each takes
+    that share of its node's cores as torch / OpenMP threads (``ds_utils.use_cpu_threads``). The ranks of
+    a role compute together; rollouts and the update also overlap with ``rollout.max_staleness`` > 0."""
+    ref = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
+    counts = {"train": cfg.train.num_workers, "rollout": cfg.rollout.num_workers, "reference": ref}
+    if cfg.rollout.max_staleness > 0 and role in ("train", "rollout"):
+        return counts["train"] + counts["rollout"]
+    return max(1, counts.get(role, 1))
+
+
+def cpu_placement(cfg: RunConfig) -> ResourceManager:
+    """Placement of the CPU-only roles (env workers): CPUs, and the nodes resources.role_resources names."""
+    return ResourceManager.cpu_only(cfg.resources.num_cpus_per_worker, cfg.resources.role_resources)
+
+
+def agents_with_train_cycle(cfg: RunConfig) -> list[AgentConfig]:
+    """The agents as the train workers see them: train.train_cycle is the update_every of every agent
+    that does not set its own (update_every other than 1)."""
+    return [a if a.update_every != 1 else dataclasses.replace(a, update_every=cfg.train.train_cycle)
+            for a in cfg.agents]
+
+
+def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = False,
+                  teacher_workers: int = 0) -> RunWorkers:
+    """Create every actor (models are loaded by init_model calls, which the pipeline makes).
+
+    ``reference_copies``: the train workers also hold a frozen copy of every trainable adapter (DPO).
+    ``teacher_workers``: GPU bundles are reserved for a teacher's rollout workers, which
+    ``build_teacher`` starts when a phase needs them. If any cluster fails to start, the ones already
+    started are killed and the GPU bundles released.
+    """
+    from roll_ma.workers.env_worker import EnvWorker
+    from roll_ma.workers.reference_worker import ReferenceWorker
+    from roll_ma.workers.rollout_worker import RolloutWorker
+    from roll_ma.workers.train_worker import TrainWorker
+    from roll_ma.workers.workflow_worker import WorkflowWorker
+
+    remove_orphans()  # what a killed run on this machine left in /dev/shm (each worker sweeps its node too)
+    ref_workers = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
+    resources = ResourceManager.from_config(
+        cfg.resources,
+        {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers,
+         "teacher": teacher_workers},
+        gpus_per_worker(cfg),
+    )
+    env = worker_env(cfg)
+    common: dict[str, Any] = {"model_cfg": cfg.model, "seed": cfg.seed}
+    built: list[Cluster] = []
+
+    def cluster(role: str, cls: type, n: int, res: ResourceManager, init_kwargs: dict) -> Cluster:
+        role_env = {**env, SHARERS_VAR: str(cpu_sharers(cfg, role))} if cfg.resources.num_gpus == 0 else env
+        built.append(Cluster(role, cls, n, res, env_vars=role_env, init_kwargs=init_kwargs,
+                             start_timeout_s=cfg.resources.actor_start_timeout_s,
+                             stall_timeout_s=cfg.trainer.stall_timeout_s))
+        return built[-1]
+
+    try:
+        train = cluster(
+            "train",
+            TrainWorker,
+            cfg.train.num_workers,
+            resources,
+            train_worker_kwargs(cfg, reference_copies),
+        )
+        rollout = cluster(
+            "rollout",
+            RolloutWorker,
+            cfg.rollout.num_workers,
+            resources,
+            {**common, "lora_cfg": cfg.lora, "agents": cfg.agents, "rollout_cfg": cfg.rollout},
+        )
+        ref_kwargs = {**common, "batching": MicroBatching.for_scoring(cfg.train)}
+        reference = (
+            cluster("reference", ReferenceWorker, ref_workers, resources, ref_kwargs) if ref_workers else None
+        )
+        envs = cluster(
+            "env",
+            WorkflowWorker if cfg.env.workflow else EnvWorker,
+            cfg.env.num_workers,
+            cpu_placement(cfg),
+            env_worker_kwargs(cfg, seats),
+        )
+    except BaseException:
+        shutdown_clusters(built)
+        resources.release()
+        raise
+    workers = RunWorkers(rollout, train, reference, envs, resources)
+    report = placement_report(workers)
+    if report:
+        print(report, flush=True)
+    return workers
+
+
+def train_worker_kwargs(cfg: RunConfig, reference_copies: bool) -> dict[str, Any]:
+    """What a train worker is built with (``reference_copies``: a frozen copy of each adapter, DPO)."""
+    return {
+        "model_cfg": cfg.model,
+        "seed": cfg.seed,
+        "lora_cfg": cfg.lora,
+        "agents": agents_with_train_cycle(cfg),
+        "train_cfg": cfg.train,
+        "algo_cfg": cfg.algorithm,
+        "critic_cfg": cfg.critic,
+        "study_cfg": cfg.study,
+        "reference_copies": reference_copies,
+    }
+
+
+def env_worker_kwargs(cfg: RunConfig, seats: list[str]) -> dict[str, Any]:
+    """What an env (or workflow) worker is built with."""
+    return {
+        "env_cfg": cfg.env,
+        "model_cfg": cfg.model,
+        "agents": cfg.agents,
+        "seats": seats,
+        "rollout_cfg": cfg.rollout,
+        "seed": cfg.seed,
+        "action_choices": cfg.study.action_entropy_coef > 0,
+    }
+
+
+def placement_report(workers: RunWorkers) -> str | None:
+    """Which node every worker runs on, when the run spans several nodes (None on one node)::
+
+        [roll_ma] placement over 2 nodes: node 3f2a9c1e (10.0.0.5): rollout 0, env 0; node 8b0d...: train 0
+    """
+    import ray
+
+    where: dict[str, list[str]] = {}
+    for c in (workers.rollout, workers.train, workers.reference, workers.env):
+        if c is not None:
+            for rank, node in enumerate(c.node_id()):
+                where.setdefault(node, []).append(f"{c.role} {rank}")
+    if len(where) < 2:
+        return None
+    ips = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes()}
+    nodes = "; ".join(f"node {node[:8]} ({ips.get(node, '?')}): {', '.join(names)}"
+                      for node, names in where.items())
+    return f"[roll_ma] placement over {len(where)} nodes: {nodes}"
+
+
+@dataclass
+class TeacherWorkers:
+    """A teacher: rollout workers serving its model without adapters, and env workers that render and
+    tokenize prompts for it (its tokenizer may differ from the run's)."""
+
+    rollout: Cluster
+    env: Cluster
+
+    def shutdown(self) -> None:
+        shutdown_clusters([self.env, self.rollout])
+
+
+def build_teacher(cfg: RunConfig, seats: list[str], resources: ResourceManager) -> TeacherWorkers:
+    """Start the teacher's clusters (on the ``teacher`` GPUs of ``resources``) and load its model."""
+    from roll_ma.workers.env_worker import EnvWorker
+    from roll_ma.workers.rollout_worker import RolloutWorker
+
+    env = worker_env(cfg)
+    model = cfg.teacher.model
+    rollout = Cluster("teacher", RolloutWorker, cfg.teacher.rollout.num_workers, resources, env_vars=env,
+                      init_kwargs={"model_cfg": model, "lora_cfg": cfg.lora, "agents": [],
+                                   "rollout_cfg": cfg.teacher.rollout, "seed": cfg.seed})
+    try:
+        envs = Cluster("teacher_env", EnvWorker, cfg.env.num_workers,
+                       cpu_placement(cfg),
+                       env_vars=env, init_kwargs={"env_cfg": cfg.env, "model_cfg": model,
+                                                  "agents": cfg.agents, "seats": seats,
+                                                  "rollout_cfg": cfg.teacher.rollout, "seed": cfg.seed})
+    except BaseException:
+        rollout.shutdown()
+        raise
+    teacher = TeacherWorkers(rollout, envs)
+    try:
+        rollout.init_model()
+    except BaseException:
+        teacher.shutdown()
+        raise
+    return teacher

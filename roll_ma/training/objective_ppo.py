@@ -1,0 +1,305 @@
+"""ppo: the RL loop's policy-gradient objective over one policy's rows.
+
+The policy loss is the one ``algorithm.policy_loss`` names (``algorithms/algorithm_registry.py``; default
+``ppo_clip``), plus the KL to the reference (``kl_mode: loss``), the entropy bonus and, for games, the
+entropy bonus over legal actions. Rows from older adapters (``rollout.max_staleness`` > 0) are trained
+with the decoupled objective: the clip against pi_old (proximal), each token weighted by
+pi_old / pi_behaviour. Without ``old_log_probs`` pi_old is this update's own forward, detached
+(``pipelines/on_policy.py``): exact only for one optimizer step on fresh rows.
+
+Reported per agent: ``policy_loss``, ``entropy``, ``clip_frac``, ``kl`` (with a reference),
+``action_entropy`` (bonus on), ``is_weight_{mean,max,truncated}`` (decoupled),
+``logprob_gap{,_max}`` (reused pi_old with the engine's log-probs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from roll_ma.algorithms.algorithm_registry import POLICY_LOSSES, PolicyLoss
+from roll_ma.algorithms.losses import (
+    aggregate,
+    behavior_weights,
+    choice_entropy,
+    entropy_coef_at,
+    kl_estimate,
+)
+from roll_ma.config.schema import AlgorithmConfig
+from roll_ma.models.logprobs import choice_log_probs, response_log_probs
+from roll_ma.protocol import DataProto
+from roll_ma.training.agent_sums import AgentSums, row_slots
+from roll_ma.training.micro_batches import real_lengths
+from roll_ma.training.policy_engine import PolicyEngine
+from roll_ma.training.scoring import check_columns
+from roll_ma.training.update_loop import PolicyUpdate, UpdateContext, UpdatePlan, run_update
+
+TRAIN_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages")
+# per-agent sums over micro-batches, epochs and ranks; tokens: this agent's response tokens, units: the
+# loss's unit (tokens, or rows with loss_agg=seq_mean)
+PPO_SUMS = (
+    "policy_loss",
+    "kl",
+    "entropy",
+    "clipped",
+    "tokens",
+    "units",
+    "action_entropy",
+    "choice_rows",
+    "is_weight",
+    "is_truncated",
+    "logprob_gap",
+)
+PPO_MAXIMA = ("is_weight", "logprob_gap")  # decoupled: largest weight; reused pi_old: largest |gap|
+
+
+@dataclass
+class _ActionBonus:
+    """The action entropy bonus of one update: its weight at this step and each row's legal answers."""
+
+    coef: float
+    choices: list[list[list[int]]]  # per row: token ids of each legal action's answer
+    has_choice: np.ndarray  # (N,) float32: 1 where a row has two or more legal actions
+
+    @classmethod
+    def of(cls, rows: DataProto, coef: float) -> _ActionBonus | None:
+        if coef <= 0:
+            return None
+        if "action_choices" not in rows.non_tensor:
+            raise ValueError(
+                "study.action_entropy_coef > 0 but the rows carry no 'action_choices' "
+                "(env workers fill them for games when the bonus is on)"
+            )
+        choices = [list(c) for c in rows.non_tensor["action_choices"]]
+        has_choice = np.array([len(c) >= 2 for c in choices], dtype=np.float32)
+        return cls(coef, choices, has_choice)
+
+
+class PPOLoss:
+    """The ``MicroBatchLoss`` of one PPO update over ``rows``.
+
+    counts: (N, 3) response tokens (the skip test), the loss's unit per ``loss_agg`` (tokens or 1 per
+    row), rows with a choice among legal actions (the action bonus is a mean over decisions).
+    """
+
+    sum_fields: tuple[str, ...] = PPO_SUMS
+
+    def __init__(
+        self,
+        engine: PolicyEngine,
+        rows: DataProto,
+        agent_of_row: np.ndarray,
+        agent_ids: list[int],
+        ctx: UpdateContext,
+    ):
+        algo = ctx.algo_cfg
+        self.engine, self.algo, self.temperature = engine, algo, ctx.temperature
+        self.policy_loss: PolicyLoss = POLICY_LOSSES.get(algo.policy_loss)
+        present = set(rows.batch.keys())
+        n = len(rows)
+        mini = min(engine.train_cfg.mini_batch_size or n, n)
+        # rows from older adapters (rollout.max_staleness > 0): the decoupled objective needs the engine's
+        # behaviour log-probs next to the proximal ones (old_log_probs)
+        self.decoupled = bool(rows.meta_info.get("behavior_correction", False))
+        reuse_old = "old_log_probs" not in present
+        if reuse_old and (engine.train_cfg.ppo_epochs > 1 or mini < n or self.decoupled):
+            raise ValueError(
+                f"policy {engine.name!r}: the rows carry no old_log_probs, which only a step of "
+                "one optimizer step on fresh rows can do without (ppo_epochs 1, one mini-batch, "
+                "max_staleness 0); score them first (compute_log_probs)"
+            )
+        if self.decoupled and "rollout_log_probs" not in present:
+            raise ValueError(
+                "the decoupled objective (rollout.max_staleness > 0) needs the rows' "
+                "rollout_log_probs (rollout.log_probs=true)"
+            )
+        keys = list(TRAIN_KEYS) + [k for k in ("old_log_probs", "ref_log_probs") if k in present]
+        if self.decoupled or (reuse_old and "rollout_log_probs" in present):  # the weights, or the gap metric
+            keys.append("rollout_log_probs")
+        self.cols = {k: rows.batch[k] for k in keys}
+        self.gap_metric = reuse_old and "rollout_log_probs" in self.cols
+        self.row_slot = row_slots(agent_of_row, agent_ids)  # (N,)
+        self.maxima = AgentSums(PPO_MAXIMA, len(agent_ids), reduce="max")
+        self.entropy_coef = entropy_coef_at(algo.entropy_coef, algo.entropy_decay_steps, ctx.step)
+        action_coef = entropy_coef_at(ctx.study_cfg.action_entropy_coef, algo.entropy_decay_steps, ctx.step)
+        self.bonus = _ActionBonus.of(rows, action_coef)  # None while off
+        tokens = self.cols["response_mask"].float().sum(-1).numpy().astype(np.float64)  # (N,)
+        units = tokens if algo.loss_agg == "token_mean" else np.ones(n)
+        choices = self.bonus.has_choice.astype(np.float64) if self.bonus is not None else np.zeros(n)
+        self.counts = np.stack([tokens, units, choices], axis=1)  # (N, 3)
+
+    def micro_loss(
+        self, idx: torch.Tensor, real: torch.Tensor, local_denoms: np.ndarray, sums: AgentSums
+    ) -> torch.Tensor:
+        algo, dev, cols = self.algo, self.engine.device, self.cols
+        local_denom, choice_denom = float(local_denoms[1]), float(local_denoms[2])
+        ids = cols["input_ids"][idx].to(dev)  # (b, T)
+        attn = cols["attention_mask"][idx].to(dev)  # (b, T)
+        mask = cols["response_mask"][idx].to(dev).float() * real.to(dev)[:, None]  # (b, R) pad rows count 0
+        adv = cols["advantages"][idx].to(dev).float()  # (b, R)
+        log_probs, entropy = response_log_probs(
+            self.engine.engine,
+            ids,
+            attn,
+            mask.shape[1],
+            temperature=self.temperature,
+            with_entropy=True,
+            remove_padding=self.engine.batching.remove_padding,
+            chunk_tokens=self.engine.batching.chunk_tokens,
+        )  # (b, R) each
+        assert entropy is not None  # with_entropy=True
+        # (b, R) pi_old: scored before the update, or (one optimizer step on fresh rows) this very forward
+        old = cols["old_log_probs"][idx].to(dev).float() if "old_log_probs" in cols else log_probs.detach()
+        weights = truncated = gap = None
+        if self.decoupled:  # clip against pi_old (proximal), weight pi_old / pi_behav
+            behav = cols["rollout_log_probs"][idx].to(dev).float()  # (b, R)
+            weights, truncated = behavior_weights(old, behav, algo.is_weight_cap)  # (b, R) each
+        elif "rollout_log_probs" in cols:  # reused pi_old: the trainer-vs-engine gap comes from here
+            gap = (old - cols["rollout_log_probs"][idx].to(dev).float()).abs()  # (b, R)
+        loss, _ = self.policy_loss(log_probs, old, adv, mask, algo, local_denom, weights)
+        kl = None
+        if "ref_log_probs" in cols:
+            ref = cols["ref_log_probs"][idx].to(dev).float()  # (b, R)
+            kl = kl_estimate(log_probs, ref, algo.kl_estimator)  # (b, R)
+            if algo.kl_coef > 0 and algo.kl_mode == "loss":
+                loss = loss + algo.kl_coef * aggregate(kl, mask, algo.loss_agg, local_denom)
+        if self.entropy_coef > 0:
+            loss = loss - self.entropy_coef * aggregate(entropy, mask, algo.loss_agg, local_denom)
+        action_ent: torch.Tensor | None = None
+        choice_rows: torch.Tensor | None = None
+        if self.bonus is not None and choice_denom > 0:
+            choice_rows = torch.from_numpy(self.bonus.has_choice[idx.numpy()]).to(dev) * real.to(dev)  # (b,)
+            action_ent = self._action_entropy(idx)  # (b,)
+            loss = loss - self.bonus.coef * (action_ent * choice_rows).sum() / choice_denom
+
+        with torch.no_grad():
+            slots = self.row_slot[idx]
+            lp, ent = log_probs.detach(), entropy.detach()
+            for s in torch.unique(slots[real > 0]).tolist():
+                agent_mask = mask * (slots == s).to(dev, mask.dtype)[:, None]  # (b, R) this agent's tokens
+                # denominator 1: sums, divided by the agent's total count after all micro-batches and ranks
+                pl, stats = self.policy_loss(lp, old, adv, agent_mask, algo, 1.0, weights)
+                is_w = is_trunc = 0.0
+                if weights is not None and truncated is not None:
+                    is_w = float((weights * agent_mask).sum())
+                    is_trunc = float((truncated.to(agent_mask.dtype) * agent_mask).sum())
+                    if agent_mask.any():
+                        self.maxima.raise_to(s, "is_weight", float(weights[agent_mask > 0].max()))
+                gap_sum = 0.0
+                if gap is not None and agent_mask.any():
+                    gap_sum = float((gap * agent_mask).sum())
+                    self.maxima.raise_to(s, "logprob_gap", float((gap * agent_mask).max()))
+                toks = float(agent_mask.sum())
+                units = toks if algo.loss_agg == "token_mean" else float(((slots == s) & (real > 0)).sum())
+                kl_sum = 0.0 if kl is None else float(aggregate(kl.detach(), agent_mask, algo.loss_agg, 1.0))
+                ent_sum = float(aggregate(ent, agent_mask, algo.loss_agg, 1.0))
+                a_ent = a_rows = 0.0
+                if action_ent is not None and choice_rows is not None:
+                    agent_rows = choice_rows * (slots == s).to(dev, choice_rows.dtype)  # (b,)
+                    a_ent, a_rows = float((action_ent.detach() * agent_rows).sum()), float(agent_rows.sum())
+                sums.add(
+                    s,
+                    {
+                        "policy_loss": float(pl),
+                        "kl": kl_sum,
+                        "entropy": ent_sum,
+                        "clipped": stats.get("clip_frac", 0.0) * toks,
+                        "tokens": toks,
+                        "units": units,
+                        "action_entropy": a_ent,
+                        "choice_rows": a_rows,
+                        "is_weight": is_w,
+                        "is_truncated": is_trunc,
+                        "logprob_gap": gap_sum,
+                    },
+                )
+        return loss
+
+    def _action_entropy(self, idx: torch.Tensor) -> torch.Tensor:
+        """(b,) entropy of each row's choice among its legal actions, under the policy being trained."""
+        assert self.bonus is not None
+        cols, dev = self.cols, self.engine.device
+        prompt_len = cols["input_ids"].shape[1] - cols["responses"].shape[1]
+        prompt_ids = cols["input_ids"][idx, :prompt_len].to(dev)  # (b, P) left-padded
+        prompt_mask = cols["attention_mask"][idx, :prompt_len].to(dev)  # (b, P)
+        lp, mask = choice_log_probs(
+            self.engine.engine,
+            prompt_ids,
+            prompt_mask,
+            [self.bonus.choices[int(i)] for i in idx],
+            self.temperature,
+        )  # (b, K) each
+        return choice_entropy(lp, mask)
+
+    def agent_metrics(self, sums: AgentSums, maxima: AgentSums, slot: int) -> dict[str, float]:
+        """One agent's metrics from the update's all-reduced sums and maxima."""
+        t, top = sums.row(slot), maxima.row(slot)
+        units, toks = t["units"], t["tokens"]
+        metrics = {
+            "policy_loss": t["policy_loss"] / units if units > 0 else 0.0,
+            "entropy": t["entropy"] / units if units > 0 else 0.0,
+            "clip_frac": t["clipped"] / toks if toks > 0 else 0.0,
+        }
+        if "ref_log_probs" in self.cols:
+            metrics["kl"] = t["kl"] / units if units > 0 else 0.0
+        if t["choice_rows"] > 0:  # only while the action bonus is on (it costs a forward per action)
+            metrics["action_entropy"] = t["action_entropy"] / t["choice_rows"]
+        if self.decoupled and toks > 0:  # per response token of this agent
+            metrics.update(
+                is_weight_mean=t["is_weight"] / toks,
+                is_weight_max=top["is_weight"],
+                is_weight_truncated=t["is_truncated"] / toks,
+            )
+        if self.gap_metric and toks > 0:  # trainer vs engine on the rows' own adapter (was the pi_old pass's)
+            metrics.update(logprob_gap=t["logprob_gap"] / toks, logprob_gap_max=top["logprob_gap"])
+        return metrics
+
+
+class PPOObjective:
+    """The RL loop's ``TrainObjective``: PPO epochs x mini-batches x micro-batches over a policy's rows
+    (the FULL batch on every rank; each rank trains on its share of every mini-batch)."""
+
+    name = "ppo"
+
+    def check(self, data: DataProto, algo_cfg: AlgorithmConfig) -> None:
+        check_columns(data, TRAIN_KEYS, "train_step")
+        kl_in_loss = algo_cfg.kl_coef > 0 and algo_cfg.kl_mode == "loss"
+        if kl_in_loss and "ref_log_probs" not in data.batch.keys():
+            raise ValueError(
+                "algorithm.kl_coef > 0 with kl_mode=loss needs ref_log_probs in the batch; "
+                "compute them with the reference (compute_ref_log_probs) before train_step"
+            )
+
+    def row_tokens(self, data: DataProto) -> np.ndarray:
+        return data.batch["response_mask"].float().sum(-1).numpy()
+
+    def update(
+        self,
+        engine: PolicyEngine,
+        rows: DataProto,
+        agent_of_row: np.ndarray,
+        agent_ids: list[int],
+        ctx: UpdateContext,
+    ) -> PolicyUpdate:
+        loss = PPOLoss(engine, rows, agent_of_row, agent_ids, ctx)
+        # (N,) real prompt and response tokens of each row: what a token budget counts
+        prompt_lens, response_lens = real_lengths(
+            rows.batch["attention_mask"], rows.batch["responses"].shape[1]
+        )
+        plan = UpdatePlan(
+            np.arange(len(rows)),
+            prompt_lens,
+            response_lens,
+            len(agent_ids),
+            epochs=engine.train_cfg.ppo_epochs,
+            shuffle=True,
+            progress=f"update {engine.name}, step {ctx.step}",
+            keep_train_mode=True,
+        )
+        result, sums = run_update(engine, loss, plan, ctx.step)
+        maxima = loss.maxima.reduced(engine.device)
+        for s, agent_id in enumerate(agent_ids):
+            result.agent_metrics[agent_id] = loss.agent_metrics(sums, maxima, s)
+        return result

@@ -1,0 +1,63 @@
+"""Response log-probs of a batch in micro-batches, without gradients.
+
+Shared by the train strategies (old log-probs, reference log-probs with adapters disabled)
+and the reference worker, so both reference paths run the very same computation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from roll_ma.models.logprobs import response_log_probs
+from roll_ma.protocol import DataProto
+from roll_ma.training.micro_batches import MicroBatching, real_lengths
+
+SCORING_KEYS = ("input_ids", "attention_mask", "responses")
+
+
+def check_columns(data: DataProto, keys: tuple[str, ...] | list[str], who: str) -> None:
+    missing = [k for k in keys if k not in data.batch.keys()]
+    if missing:
+        raise ValueError(f"{who}: the batch lacks {missing}; it has {list(data.batch.keys())}")
+
+
+@torch.no_grad()
+def score_rows(
+    model: Any,
+    data: DataProto,
+    batching: MicroBatching | int,
+    device: torch.device,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, R) float32 CPU log pi(response token) and optionally (B, R) entropy, in micro-batches.
+
+    ``batching``: how rows are grouped (a plain int: that many rows per micro-batch). The caller
+    picks the model state (eval mode, active adapter, ``disable_adapter()``).
+    """
+    check_columns(data, SCORING_KEYS, "scoring")
+    if isinstance(batching, int):
+        if batching < 1:
+            raise ValueError(f"micro_batch_size must be >= 1, got {batching}")
+        batching = MicroBatching(max_rows=batching)
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
+    n, resp_len = data.batch["responses"].shape
+    log_probs = torch.zeros(n, resp_len, dtype=torch.float32)  # (B, R)
+    entropy = torch.zeros(n, resp_len, dtype=torch.float32) if with_entropy else None  # (B, R)
+    prompt_lens, response_lens = real_lengths(data.batch["attention_mask"], resp_len)  # (B,) each
+    for rows in batching.split(np.arange(n), prompt_lens, response_lens):
+        sel = torch.from_numpy(rows)
+        ids = data.batch["input_ids"][sel].to(device)  # (b, T)
+        mask = data.batch["attention_mask"][sel].to(device)  # (b, T)
+        lp, ent = response_log_probs(model, ids, mask, resp_len, temperature=temperature,
+                                     with_entropy=with_entropy, remove_padding=batching.remove_padding,
+                                     chunk_tokens=batching.chunk_tokens)
+        log_probs[sel] = lp.float().cpu()
+        if entropy is not None:
+            assert ent is not None  # asked for with_entropy
+            entropy[sel] = ent.float().cpu()
+    return log_probs, entropy

@@ -1,0 +1,319 @@
+"""The padded tokenizer of real-vocab random models, the benchmark helpers, and each benchmark script run
+end to end on CPU with the smallest sizes (numbers are never checked, only that they are produced)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))  # the scripts import their helpers as `common`
+
+
+# ---------------------------------------------------------------------------- padded tokenizer
+def test_padded_tokenizer_keeps_encoding_and_decodes_every_id():
+    from roll_ma.models.tiny_tokenizer import build_tokenizer
+
+    small, padded = build_tokenizer(), build_tokenizer(pad_vocab_to=1000)
+    assert len(padded) == 1000 and len(small) < 1000
+    text = "Problem: 37+48\n<|im_start|>user é 😀 <|fill_500|> (Play 0)<|im_end|>"
+    assert padded.encode(text) == small.encode(text)  # same merges: no filler is ever produced
+    assert max(padded.encode(text)) < len(small)
+    for attr in ("eos_token_id", "pad_token_id"):
+        assert getattr(padded, attr) == getattr(small, attr)
+    assert padded.convert_tokens_to_ids("<|im_start|>") == small.convert_tokens_to_ids("<|im_start|>")
+    ids = [len(small), 999]  # the first and the last filler
+    assert padded.decode(ids) == f"<|fill_{len(small)}|><|fill_999|>"
+    assert padded.decode(small.encode(text)) == small.decode(small.encode(text))
+    with pytest.raises(ValueError, match="smaller than the trained vocabulary"):
+        build_tokenizer(pad_vocab_to=10)
+
+
+def test_real_vocab_random_model_gets_a_tokenizer_of_its_vocab_size(tmp_path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from roll_ma.models.tiny import build_tiny_model
+
+    path = build_tiny_model(tmp_path / "m", vocab_size=151936)
+    tok = AutoTokenizer.from_pretrained(path)
+    assert len(tok) == AutoConfig.from_pretrained(path).vocab_size == 151936
+    assert tok.decode([151935]) == "<|fill_151935|>"
+    tiny = build_tiny_model(tmp_path / "tiny")  # the default tiny model is left as it was: no fillers
+    assert len(AutoTokenizer.from_pretrained(tiny)) < 512
+
+
+# ---------------------------------------------------------------------------- helpers
+def test_markdown_table_and_planned_runs():
+    import common
+    import pipeline_scaling
+
+    table = common.markdown_table(["a", "b"], [{"a": 1, "b": 0.123456}, {"a": "x"}])
+    assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | 0.1235 |", "| x | - |"]
+    args = pipeline_scaling.parse_args(["--agents", "1,2,4", "--batches", "8,16", "--batch-agents", "2"])
+    assert pipeline_scaling.planned_runs(args) == [(1, 8), (2, 8), (4, 8), (2, 16)]
+    cpu, gpu = pipeline_scaling.parse_args([]), pipeline_scaling.parse_args(["--device", "cuda"])
+    assert cpu.memory_agents == cpu.agents == [1, 2, 4] and gpu.memory_agents == gpu.agents == [1, 2, 4, 8]
+    assert pipeline_scaling.planned_runs(gpu) == [(1, 64), (2, 64), (4, 64), (8, 64)]
+    # the GPU runs are configured as the shipped 7B configs are
+    assert (gpu.turns, gpu.new_tokens, gpu.max_tokens, gpu.eager) == (2, 256, 16384, False)
+    assert gpu.targets == ["q_proj", "k_proj", "v_proj", "o_proj"] and cpu.targets is None
+
+
+def test_pipeline_scaling_summary_skips_the_first_step():
+    import pipeline_scaling
+
+    def step(s):
+        return {
+            "timing/step": s,
+            "timing/rollout": s / 2,
+            "timing/old_log_probs": 0.1,
+            "timing/update": 0.2,
+            "timing/sync": 0.05,
+            "timing/sync/agent0": 0.01,
+            "timing/sync/agent1": 0.03,
+            "timing/sync_export": 0.02,
+            "timing/sync_install": 0.03,
+            "rollout/turns": 16.0,
+        }
+
+    last = {**step(3.0), "system/rollout_tokens_per_s": 50.0, "replay/engine_tok_s": 100.0,
+            "system/gpu_used_gb_rollout": 30.0, "system/gpu_peak_gb_update": 40.0}
+    out = pipeline_scaling.summarize_run([step(100.0), step(1.0), last], agents=2)
+    assert out["step_s"] == 2.0 and out["rollout_s"] == 1.0 and out["update_agent_s"] == 0.1
+    assert out["sync_adapter_ms"] == pytest.approx(20.0)
+    assert (out["sync_export_s"], out["sync_install_s"]) == (0.02, 0.03)
+    assert out["other_s"] == pytest.approx(2.0 - (1.0 + 0.1 + 0.2 + 0.05))
+    assert out["rollout_vs_engine"] == 0.5 and out["engine_tok_s"] == 100.0 and out["gpu_peak_gb"] == 40.0
+
+
+def test_gpu_sweep_plans_fixed_work_per_gpu_and_configures_every_gpu(monkeypatch):
+    import pipeline_scaling
+    from throughput import planned_gpu_runs
+
+    from roll_ma.preflight import validate as validate_module
+
+    args = pipeline_scaling.parse_args(["--device", "cuda", "--gpus", "1,2,4,8", "--agents", "1,8"])
+    assert args.gpus == [1, 2, 4, 8] and args.batches == [64]
+    assert planned_gpu_runs(args.agents, args.batches[0], args.gpus) == [
+        (1, 64, 1), (1, 128, 2), (1, 256, 4), (1, 512, 8), (8, 64, 1), (8, 128, 2), (8, 256, 4), (8, 512, 8)]
+    with pytest.raises(SystemExit):  # no 1-GPU run to compare with
+        pipeline_scaling.parse_args(["--gpus", "2,4"])
+    monkeypatch.setattr(validate_module, "local_gpu_count", lambda: 8)
+    args.model, args.dtype = "builtin:tiny", "bfloat16"  # what setup_device and prepare_model would set
+    cfg = pipeline_scaling.run_config(args, agents=8, batch=256, out_dir="/tmp/unused", gpus=4)
+    assert (cfg.rollout.num_workers, cfg.train.num_workers, cfg.env.num_workers) == (4, 4, 4)
+    assert cfg.resources.num_gpus == 4 and cfg.resources.device_mapping == {}  # every role on GPUs 0..3
+    assert cfg.env.groups_per_step * cfg.env.group_size == 256
+    cpu = pipeline_scaling.parse_args(["--gpus", "1,2"])
+    cpu.model, cpu.dtype = "builtin:tiny", "float32"
+    cfg = pipeline_scaling.run_config(cpu, agents=2, batch=8, out_dir="/tmp/unused", gpus=2)
+    assert (cfg.rollout.num_workers, cfg.train.num_workers, cfg.resources.num_gpus) == (2, 2, 0)
+
+
+def test_throughput_efficiency_and_plot_from_a_fake_sweep(tmp_path):
+    from throughput import add_throughput, plot_throughput
+
+    rows = [  # 64 episodes per GPU; 128 rows of 200 response tokens per GPU
+        {"agents": 8, "gpus": 1, "episodes": 64, "step_s": 16.0, "response_tokens": 25600.0},
+        {"agents": 8, "gpus": 2, "episodes": 128, "step_s": 20.0, "response_tokens": 51200.0},
+        {"agents": 8, "gpus": 8, "episodes": 512, "step_s": 32.0, "response_tokens": 204800.0},
+        {"agents": 1, "gpus": 4, "episodes": 256, "step_s": 13.0, "response_tokens": None},  # no 1-GPU run
+    ]
+    add_throughput(rows)
+    assert [r["episodes_per_s"] for r in rows[:3]] == [4.0, 6.4, 16.0]
+    assert [r["tokens_per_s"] for r in rows[:3]] == [1600.0, 2560.0, 6400.0]
+    assert [r["efficiency"] for r in rows[:3]] == [1.0, 0.8, 0.5] and rows[2]["speedup"] == 4.0
+    assert "efficiency" not in rows[3] and rows[3]["tokens_per_s"] is None
+    png = plot_throughput(rows, str(tmp_path / "t.png"), "fake sweep")
+    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_seat_game_gives_every_seat_its_turns():
+    import random
+
+    from seat_game import SeatGame
+
+    env = SeatGame(players=3, turns=6)
+    turn, seats = env.reset(seed=1), []
+    while turn is not None:
+        seats.append(turn.agent)
+        result = env.step("12ab")
+        turn = result.next_turn
+    assert seats == ["agent1", "agent2", "agent0"] * 2 and result.done  # seed 1 starts at seat 1
+    assert env.episode_returns() == [1.0, 1.0, 1.0]  # half the characters are digits, twice per seat
+    assert env.builtin_action("random", random.Random(0)).isdigit()
+    # fewer turns than seats: other seeds start elsewhere, so every seat acts somewhere
+    acted = {SeatGame(players=4, turns=2).reset(seed=s).agent for s in range(4)}
+    assert acted == {"agent0", "agent1", "agent2", "agent3"}
+
+
+def test_multilora_levers_combine_and_baseline_has_no_lora_args():
+    import multilora_cost
+
+    args = multilora_cost.parse_args(["--device", "cpu", "--levers", "targets+slots"])
+    kwargs, env = multilora_cost.lever_settings("targets+slots+dual_stream", args)
+    assert kwargs["lora_target_modules"] == multilora_cost.TARGETS
+    assert (kwargs["max_loras"], kwargs["max_lora_rank"]) == (3, 16) and kwargs["enable_lora"]
+    assert env == {"VLLM_LORA_ENABLE_DUAL_STREAM": "1"}
+    base, _ = multilora_cost.lever_settings("baseline", args)
+    assert not base["enable_lora"] and "max_loras" not in base
+    with pytest.raises(SystemExit):
+        multilora_cost.parse_args(["--levers", "default,nonsense"])
+
+
+# ---------------------------------------------------------------------------- the scripts, end to end
+def run_script(name: str, *args: str, timeout: float = 600) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / name), *args], capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "\nJSON {" in proc.stdout and "machine:" in proc.stdout
+    return proc.stdout
+
+
+def _load(path: Path) -> dict:
+    data = json.loads(path.read_text())
+    assert data["environment"]["machine"] and data["environment"]["torch"]
+    return data
+
+
+needs_vllm = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="vllm(-cpu) is not installed"
+)
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_rollout_throughput_script(tmp_path):
+    # a real-vocab tiny model: ids beyond the trained BPE decode through the padded tokenizer in both backends
+    out = tmp_path / "rollout.json"
+    run_script(
+        "rollout_throughput.py",
+        "--vocab-size",
+        "151936",
+        "--adapters",
+        "0,3",
+        "--prompts",
+        "3",
+        "--prompt-len",
+        "4",
+        "--new-tokens",
+        "3",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+    )
+    rows = _load(out)["rows"]
+    got = {(r["backend"], r["level"], r["adapters"]) for r in rows}
+    assert got == {
+        (b, lv, n) for b in ("vllm", "hf") for lv, n in [("engine", 0), ("engine", 3), ("generate()", 3)]
+    }
+    for r in rows:
+        if r["level"] == "engine":
+            assert r["out_tokens"] == 3 * 3  # exactly K tokens per row: EOS ignored
+        assert r["out_tok_s"] > 0
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_adapter_sync_script(tmp_path):
+    # --full-reload plain: the path vLLM 0.25 on GPU takes (it cannot reload a LoRA-wrapped model in place)
+    out = tmp_path / "sync.json"
+    run_script("adapter_sync.py", "--repeats", "1", "--full-reload", "plain", "--out", str(out))
+    data = _load(out)
+    for backend in ("vllm", "hf"):
+        ops = {r["operation"]: r for r in data["rows"] if r["backend"] == backend}
+        assert {"update_adapters: 1 adapter(s)", "update_adapters: 3 adapter(s)", "full base reload"} <= set(
+            ops
+        )
+        assert data["summary"][f"{backend}_update_3_ms"] > 0
+        assert data["summary"][f"{backend}_full_reload_ms"] > 0
+    vllm_reload = next(
+        r for r in data["rows"] if r["backend"] == "vllm" and r["operation"] == "full base reload"
+    )
+    assert "plain engine" in vllm_reload["how"]
+
+
+@pytest.mark.slow
+def test_pipeline_scaling_script(tmp_path):
+    out = tmp_path / "scaling.json"
+    run_script(
+        "pipeline_scaling.py",
+        "--agents",
+        "2",
+        "--batches",
+        "4",
+        "--steps",
+        "2",
+        "--turns",
+        "2",
+        "--out",
+        str(out),
+    )
+    data = _load(out)
+    (row,) = data["rows"]
+    assert (row["agents"], row["episodes"], row["rows"]) == (2, 4, 4 * 2)  # 4 episodes x 2 turns
+    assert row["step_s"] > 0 and row["update_agent_s"] == pytest.approx(row["update_s"] / 2)
+    assert row["sync_adapter_ms"] is not None  # the rollout's own per-adapter sync times reached the metrics
+    (mem,) = data["memory"]
+    assert mem["separate_models_GiB"] == pytest.approx(2 * mem["base_params_M"] * 1e6 * 4 / 2**30)
+
+
+@pytest.mark.slow
+def test_pipeline_scaling_gpu_sweep_on_cpu(tmp_path):
+    # the --gpus path end to end with CPU workers: 1 and 2 rollout workers and train ranks (gloo)
+    out, plot = tmp_path / "sweep.json", tmp_path / "sweep.png"
+    run_script("pipeline_scaling.py", "--gpus", "1,2", "--agents", "2", "--batches", "4", "--steps", "2",
+               "--turns", "2", "--skip-memory", "--out", str(out), "--plot", str(plot))
+    rows = {r["gpus"]: r for r in _load(out)["rows"]}
+    assert sorted(rows) == [1, 2] and (rows[1]["episodes"], rows[2]["episodes"]) == (4, 8)
+    assert rows[2]["rows"] == 8 * 2 and rows[1]["efficiency"] == 1.0 and rows[2]["efficiency"] > 0
+    assert rows[2]["tokens_per_s"] > 0 and plot.stat().st_size > 0
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_multilora_cost_script_on_cpu(tmp_path):
+    out = tmp_path / "multilora.json"
+    run_script(
+        "multilora_cost.py",
+        "--device",
+        "cpu",
+        "--shape",
+        "tiny",
+        "--model-dir",
+        str(tmp_path / "m"),
+        "--levers",
+        "targets+slots,tuned",
+        "--decode",
+        "3x4x3",
+        "--prefill",
+        "2x16x2",
+        "--repeats",
+        "1",
+        "--max-model-len",
+        "128",
+        "--out",
+        str(out),
+    )
+    data = json.loads(out.read_text())
+    assert set(data["levers"]) == {"targets+slots"}  # tuned is skipped without --tuned-config-dir
+    lever = data["levers"]["targets+slots"]
+    assert lever["kwargs"]["lora_target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert [r["adapters"] for r in lever["rows"]] == ["3 mixed", "3 mixed"]
+    assert all(r["vs_baseline"] is None for r in data["rows"])  # no baseline measured
+
+
+@pytest.mark.slow
+def test_shared_cpu_runs_script(tmp_path):
+    out = tmp_path / "shared.json"
+    text = run_script("shared_cpu_runs.py", "--steps", "2", "--counts", "1", "--out", str(out),
+                      "env.groups_per_step=2", "env.group_size=2")
+    (row,) = json.loads(out.read_text())
+    assert row["runs at once"] == 1 and row["update s median"] > 0 and "| runs at once |" in text

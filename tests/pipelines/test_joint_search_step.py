@@ -1,0 +1,82 @@
+"""The pipeline's joint search step: what it scores, when it distills, and what it asks each agent to learn.
+
+The train worker here is a table of answer probabilities per prompt (the step only calls
+``score_choices`` and ``distill_choices``); the real worker is in test_pipeline_e2e.py's run.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from roll_ma.pipelines.joint_search_step import JointSearch
+from roll_ma.preflight.config_loader import load_config
+from roll_ma.protocol import DataProto
+
+pytest.importorskip("pyspiel")
+
+# tiny Hanabi's 9 (player 0 signals d0 with a2, keeps a1 with d1) and 10 (d1 signals with a0)
+NINE = {"Player 0. Card d0.": 2, "Player 0. Card d1.": 1}
+TEN = {"Player 0. Card d0.": 2, "Player 0. Card d1.": 0}
+ANSWERS_1 = {(0, 0): 0, (0, 1): 1, (0, 2): 0, (1, 0): 2, (1, 1): 1, (1, 2): 2}  # the 9's reading
+ANSWERS_1_TEN = {(0, 0): 2, (0, 1): 1, (0, 2): 0, (1, 0): 0, (1, 1): 1, (1, 2): 2}
+
+
+class TableTrainer:
+    """Greedy answer per information set (by its observation line), picked at 0.8; records distill calls."""
+
+    def __init__(self, search: JointSearch, player0: dict, player1: dict):
+        self.search, self.distilled = search, []
+        self.picks = []
+        for key in search.keys:
+            player, seen, _ = search.labels[key]
+            if player == 0:
+                self.picks.append(player0[seen])
+            else:
+                card, partner = int(seen.split("Card d")[1][0]), int(seen.split("chose a")[1][0])
+                self.picks.append(player1[(card, partner)])
+
+    def score_choices(self, rows: DataProto) -> DataProto:
+        probs = torch.full((len(rows), 3), 0.1)
+        probs[torch.arange(len(rows)), torch.tensor(self.picks)] = 0.8
+        return DataProto.from_dict({"choice_log_probs": probs.log()})
+
+    def distill_choices(self, rows: DataProto, max_steps: int, stop_prob: float) -> list[dict]:
+        self.distilled.append((list(rows.non_tensor["agent_id"]), list(rows.non_tensor["target_action"])))
+        self.picks = list(rows.non_tensor["target_action"])  # learned exactly
+        return [{"player_0/steps": 3.0, "player_1/steps": 5.0}]
+
+
+@pytest.fixture(scope="module")
+def search():
+    cfg = load_config("tiny_hanabi_selfplay")
+    return JointSearch(cfg, ["player_0", "player_1"])
+
+
+def test_rows_are_every_information_set_with_its_seat_and_answers(search):
+    assert len(search.keys) == 8
+    agent_of = dict(zip(search.keys, search.rows.non_tensor["agent_id"], strict=True))
+    assert sorted(agent_of.values()) == [0, 0] + [1] * 6
+    assert all(len(c) == 3 for c in search.rows.non_tensor["action_choices"])
+    mask = search.rows.batch["attention_mask"]
+    assert (mask[:, -1] == 1).all()  # left-padded: every prompt ends at the last column
+
+
+def test_a_nine_is_distilled_into_the_ten_and_each_seat_gets_its_own_rows(search):
+    trainer = TableTrainer(search, NINE, ANSWERS_1)
+    metrics = search.improve(trainer, step=100)
+    assert metrics["search/value_greedy"] == pytest.approx(9.0) and metrics["search/value_found"] == 10.0
+    assert metrics["search/distilled"] == 1.0 and metrics["search/distill/player_1/steps"] == 5.0
+    ((agents, targets),) = trainer.distilled
+    want = TableTrainer(search, TEN, ANSWERS_1_TEN).picks
+    assert targets == want  # the whole joint policy, not only the changed information sets
+    players = [search.labels[k][0] for k in search.keys]
+    assert [int(a) for a in agents] == players  # seat 0's rows to player_0, seat 1's to player_1
+    assert metrics["search/value_policy_after"] > metrics["search/value_policy"]
+
+
+def test_nothing_is_distilled_at_the_optimum(search):
+    trainer = TableTrainer(search, TEN, ANSWERS_1_TEN)
+    metrics = search.improve(trainer, step=200)
+    assert metrics["search/value_greedy"] == metrics["search/value_found"] == pytest.approx(10.0)
+    assert metrics["search/distilled"] == 0.0 and not trainer.distilled
+    assert np.isclose(metrics["search/value_policy"], search.tree.value(search.policy(trainer)))
