@@ -188,6 +188,35 @@ PY
     wait
     for r in before after; do cp /tmp/runs/$r/metrics.jsonl "$OUT/${r}_metrics.jsonl" 2>/dev/null; \
       grep -E "^step|Error|error" "$OUT/$r.log" | tail -6; done ;;
+  redesign7b)  # issue 39: roll_ma's 7B step before the redesign (the tree in .before/, GPU 0) and after (GPU 1),
+    # the peers job's roll_ma rows (N = 1 and 3, 7 steps each) on one random 7B, in the background; then
+    # `WAIT=540 bash tools/gpu_campaign.sh redesign7b_wait` (a call each) until both print DONE
+    [ -s /tmp/peers_model_path ] || python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct \
+      --dtype bfloat16 --seed 0 2>&1 | tail -1 > /tmp/peers_model_path
+    MODEL=$(cat /tmp/peers_model_path); log "model: $MODEL"
+    rm -rf /tmp/w_before /tmp/w_after /tmp/red_out && mkdir -p /tmp/w_after /tmp/red_out
+    tar --exclude='./.wb*' --exclude='./.pw*' --exclude='./.before' -cf - . | tar -xf - -C /tmp/w_after
+    cp -r .before /tmp/w_before
+    for side in before:0 after:1; do
+      name=${side%%:*}; gpu=${side##*:}
+      setsid nohup bash -c "cd /tmp/w_$name && PYTHONPATH=/tmp/w_$name:$PYTHONPATH timeout ${TOTAL:-1500} python \
+        benchmarks/peers/run_all.py --out-dir /tmp/red_out/$name --gpus $gpu --model $MODEL --frameworks roll_ma \
+        --timeout ${RUN_TIMEOUT:-900}; echo DONE" > /tmp/red_out/$name.log 2>&1 < /dev/null &
+      [ "$name" = before ] && sleep 45  # two local Ray instances started at once can hang (run_all's note)
+    done
+    sleep 5; tail -2 /tmp/red_out/*.log ;;
+  redesign7b_wait)  # wait up to WAIT s for both sides, then their tables and logs to $OUT
+    end=$(( $(date +%s) + ${WAIT:-540} ))
+    while [ "$(date +%s)" -lt "$end" ] && [ "$(grep -l '^DONE' /tmp/red_out/*.log 2>/dev/null | wc -l)" -lt 2 ]; do
+      sleep 10
+    done
+    for name in before after; do
+      echo "== $name"; grep '\[run_all\]' /tmp/red_out/$name.log | tail -8; cat /tmp/red_out/$name/peers.md 2>/dev/null
+      cp /tmp/red_out/$name/peers.json "$OUT/${name}_peers.json" 2>/dev/null
+      cp /tmp/red_out/$name/peers.md "$OUT/${name}_peers.md" 2>/dev/null
+      tar -czf "$OUT/${name}_logs.tgz" -C /tmp/red_out $name.log $name 2>/dev/null
+    done
+    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader ;;
   peers_model)  # the job's random 7B, built in the background (a call that carries a .pwN part can start it);
     # peers_start waits for its path in /tmp/peers_model_path
     rm -f /tmp/peers_model_path
@@ -222,5 +251,5 @@ PY
     nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
     cp /tmp/peers_out/peers.json /tmp/peers_out/peers.md /tmp/peers_out/run_all.log "$OUT"/ 2>/dev/null
     tar -czf "$OUT/peer_logs.tgz" -C /tmp/peers_out $(cd /tmp/peers_out && ls *.log) 2>/dev/null ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b|peers_start|peers_wait"; exit 2 ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b|redesign7b|redesign7b_wait|peers_start|peers_wait"; exit 2 ;;
 esac
