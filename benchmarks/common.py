@@ -91,7 +91,8 @@ def prepare_model(args: argparse.Namespace) -> str:
         return args.model
     import zlib
 
-    from roll_ma.models import tiny, tokenizer
+    from roll_ma.models import tiny
+    from roll_ma.models import tiny_tokenizer as tokenizer
     from roll_ma.models.tiny import build_tiny_model
 
     # the builder's source in the name: a changed builder never reuses an old model
