@@ -132,16 +132,3 @@ def register_advantage_estimator(name: str) -> Callable[[AdvantageEstimator], Ad
 def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
     """Decorator: make a ``PolicyLoss`` selectable as ``algorithm.policy_loss: <name>``."""
     return POLICY_LOSSES.register(name)
-
-
-def unknown_algorithm_names(algo: Any) -> list[tuple[str, str]]:
-    """(config key, problem) for an ``algorithm`` block whose ``advantage`` or ``policy_loss`` names nothing
-    registered (empty: both known). For the driver's pre-flight checks: the config layer keeps plain strings
-    and imports nothing of this package."""
-    # the built-ins register themselves when their modules load; those modules import this one
-    import roll_ma.algorithms.advantages  # noqa: F401
-    import roll_ma.algorithms.losses  # noqa: F401
-
-    found = ((table.config_key, table.unknown(name))
-             for table, name in ((ADVANTAGE_ESTIMATORS, algo.advantage), (POLICY_LOSSES, algo.policy_loss)))
-    return [(key, why) for key, why in found if why]

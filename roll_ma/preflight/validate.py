@@ -10,12 +10,12 @@ import inspect
 import os
 from pathlib import Path
 
-from roll_ma.algorithms.algorithm_registry import unknown_algorithm_names
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.seats import resolve_seats
 from roll_ma.config.typed import ConfigProblem, suggest
 from roll_ma.envs.base import BUILTIN_POLICIES, GameTreeEnv
 from roll_ma.models.builtin import BUILTIN_MODELS
+from roll_ma.preflight.validate_algorithm import unknown_algorithm_names
 from roll_ma.preflight.validate_async import check_async
 
 BUILTIN_MODEL_NAMES = list(BUILTIN_MODELS)

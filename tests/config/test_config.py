@@ -228,3 +228,12 @@ def test_configuration_reference_is_generated_from_the_schema_and_up_to_date(tmp
     stale = tmp_path / "configuration.md"
     stale.write_text(text.replace("experiment name", "an old help text"))
     assert main(["--check", "--out", str(stale)]) == 1 and main(["--check"]) == 0
+
+
+def test_an_unregistered_estimator_or_policy_loss_is_refused_at_load():
+    """The names are plain strings in the config; the registries are asked before any actor starts."""
+    problems = "\n".join(
+        problems_of("math_selfplay_tiny", ["algorithm.advantage=grpoo", "algorithm.policy_loss=clip"])
+    )
+    assert "algorithm.advantage" in problems and "algorithm.policy_loss" in problems
+    assert all(name in problems for name in ("registered:", "gae", "grpo", "reinforce_pp", "ppo_clip"))

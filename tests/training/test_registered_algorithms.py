@@ -15,7 +15,7 @@ from roll_ma.config.schema import AlgorithmConfig
 CALLS: list[str] = []
 
 
-@register_policy_loss("test_tripled_ppo")
+@register_policy_loss("tripled")
 def tripled_ppo(log_probs, old_log_probs, advantages, mask, algo, denominator, weights):
     """PPO's clipped loss times 3: its gradient and its reported ``policy_loss`` are 3x the default's."""
     CALLS.append("loss")
@@ -23,7 +23,7 @@ def tripled_ppo(log_probs, old_log_probs, advantages, mask, algo, denominator, w
     return 3.0 * loss, stats
 
 
-@register_advantage_estimator("test_sign")
+@register_advantage_estimator("signs")
 def sign_of_return(returns: np.ndarray, rows, algo) -> np.ndarray:
     """+1 above the batch mean, -1 below: a user's estimator."""
     CALLS.append("estimator")
@@ -44,7 +44,7 @@ def scored_turns(strategy, seed: int):
 
 
 def test_a_registered_estimator_and_policy_loss_train_the_policy(make_strategy):
-    algo = AlgorithmConfig(advantage="test_sign", policy_loss="test_tripled_ppo")
+    algo = AlgorithmConfig(advantage="signs", policy_loss="tripled")
     default, tripled = make_strategy(["a0"]), make_strategy(["a0"], algo=algo)
     CALLS.clear()
     batch = add_advantages(scored_turns(tripled, seed=3), algo)
