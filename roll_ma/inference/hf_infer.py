@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from roll_ma.config.schema import ModelConfig, RolloutConfig
 from roll_ma.distributed.tensor_transfer import as_tensor_dict
+from roll_ma.inference.infer_backend import InferBackend
 from roll_ma.inference.rollout_common import (
     RowResult,
     SamplingSettings,
@@ -263,3 +264,7 @@ class HFInferStrategy:
             raise RuntimeError("HFInferStrategy: call initialize() first")
         if self._asleep:
             raise RuntimeError("HFInferStrategy is asleep: call wake_up() before generating or updating")
+
+
+if TYPE_CHECKING:  # mypy checks that the class is a InferBackend (the worker calls it only through that)
+    _conforms: type[InferBackend] = HFInferStrategy

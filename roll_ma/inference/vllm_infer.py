@@ -30,12 +30,13 @@ import logging
 import os
 import time
 import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from roll_ma.config.schema import ALL_LINEAR, ModelConfig, RolloutConfig
 from roll_ma.inference.engine_replay import GenerateRecorder, RecordedCall
+from roll_ma.inference.infer_backend import InferBackend
 from roll_ma.inference.rollout_common import (
     RowResult,
     adapters_of_rows,
@@ -408,3 +409,7 @@ class VLLMInferStrategy:
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(msg)
+
+
+if TYPE_CHECKING:  # mypy checks that the class is a InferBackend (the worker calls it only through that)
+    _conforms: type[InferBackend] = VLLMInferStrategy

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ from roll_ma.training.objectives import objective_named
 from roll_ma.training.policy_engine import PolicyEngine
 from roll_ma.training.policy_weights import FullWeights, LoraWeights
 from roll_ma.training.scoring import check_columns, score_rows
+from roll_ma.training.train_backend import TrainBackend
 from roll_ma.training.update_loop import UpdateContext
 
 
@@ -440,3 +441,7 @@ class MultiAgentDeepSpeedStrategy:
             updater.load_state_dict([torch.load(f, map_location="cpu", weights_only=False) for f in files])
         self.weights.activate(None)
         barrier()
+
+
+if TYPE_CHECKING:  # mypy checks that the class is a TrainBackend (the worker calls it only through that)
+    _conforms: type[TrainBackend] = MultiAgentDeepSpeedStrategy

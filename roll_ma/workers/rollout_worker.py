@@ -13,6 +13,7 @@ from typing import Any
 
 from roll_ma.config.schema import AgentConfig, LoraConfig, ModelConfig, RolloutConfig
 from roll_ma.distributed.worker import Dispatch, Worker, register
+from roll_ma.inference.infer_backend import InferBackend
 from roll_ma.models.adapters import plan_adapters
 from roll_ma.protocol import DataProto
 
@@ -46,7 +47,7 @@ class RolloutWorker(Worker):
         super().__init__(role, rank, world_size, env_vars)
         self.model_cfg, self.lora_cfg, self.rollout_cfg, self.seed = model_cfg, lora_cfg, rollout_cfg, seed
         self.agent_specs, self.adapter_specs = plan_adapters(lora_cfg, agents)
-        self.strategy: Any = None
+        self.strategy: InferBackend | None = None
         self._last_sync: dict[str, float] = {}
 
     @register(Dispatch.ONE_TO_ALL)
@@ -64,10 +65,11 @@ class RolloutWorker(Worker):
 
             use_cpu_threads(self.world_size)  # oversubscribed threads slow every worker on the machine down
         cls = infer_strategy_class(self.rollout_cfg.backend)
-        self.strategy = cls(
+        strategy: InferBackend = cls(
             self.model_cfg, self.rollout_cfg, self.agent_specs, self.adapter_specs, self.seed, device
         )
-        self.strategy.initialize(initial_adapters=initial_adapters)
+        strategy.initialize(initial_adapters=initial_adapters)
+        self.strategy = strategy
         logger.info("rollout rank %d: %s ready on %s", self.rank, self.rollout_cfg.backend, device)
 
     @register(Dispatch.DP_COMPUTE)
@@ -99,12 +101,12 @@ class RolloutWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def record_generate_calls(self, on: bool = True) -> None:
         """Benchmarks (vllm): record this rank's generate calls for ``replay_generate_calls``."""
-        self._ready().record_generate_calls(on)
+        self._recorder().record_generate_calls(on)
 
     @register(Dispatch.RANK_ZERO)
     def replay_generate_calls(self) -> dict[str, float]:
         """Benchmarks (vllm): rank 0's recorded calls replayed bare on its engine (``engine_replay``)."""
-        return self._ready().replay_generate_calls()
+        return self._recorder().replay_generate_calls()
 
     @register(Dispatch.ONE_TO_ALL)
     def adapter_versions(self) -> dict[str, int]:
@@ -129,7 +131,16 @@ class RolloutWorker(Worker):
     def close(self) -> None:
         self.shutdown_engine()  # vLLM: its engine process and the adapter folder in /dev/shm
 
-    def _ready(self) -> Any:
+    def _ready(self) -> InferBackend:
         if self.strategy is None:
             raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")
         return self.strategy
+
+    def _recorder(self) -> Any:
+        """The engine, if it can record and replay its generate calls (benchmarks; only vllm can)."""
+        engine = self._ready()
+        if not hasattr(engine, "replay_generate_calls"):
+            raise RuntimeError(
+                f"rollout.backend={self.rollout_cfg.backend} does not record generate calls; use vllm"
+            )
+        return engine

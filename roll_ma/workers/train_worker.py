@@ -24,6 +24,7 @@ from roll_ma.config.schema import (
 from roll_ma.distributed.shm_transfer import SegmentOwner
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
+from roll_ma.training.train_backend import TrainBackend
 
 
 class TrainWorker(Worker):
@@ -48,7 +49,7 @@ class TrainWorker(Worker):
         self.study_cfg = study_cfg or StudyConfig()
         self.critic_cfg = critic_cfg or CriticConfig()  # the value critic (algorithm.advantage=gae)
         self.seed = seed
-        self.strategy: Any = None
+        self.strategy: TrainBackend | None = None
         self._segments = SegmentOwner(self.node_id())  # shared-memory exports of adapters (same node)
 
     @register(Dispatch.ONE_TO_ALL)
@@ -62,12 +63,15 @@ class TrainWorker(Worker):
             use_cpu_threads(self.world_size)  # oversubscribed threads slow every worker on the machine down
         agent_specs, adapter_specs = plan_adapters(self.lora_cfg, self.agents)
         cls = train_strategy_class(self.train_cfg.strategy)
-        self.strategy = cls(self.model_cfg, agent_specs, adapter_specs, self.train_cfg, self.algo_cfg,
-                            self.seed, self.rank, self.world_size, reference_copies=self.reference_copies,
-                            study_cfg=self.study_cfg, critic_cfg=self.critic_cfg)
-        self.strategy.initialize(total_steps=total_steps)
+        strategy: TrainBackend = cls(
+            self.model_cfg, agent_specs, adapter_specs, self.train_cfg, self.algo_cfg, self.seed, self.rank,
+            self.world_size, reference_copies=self.reference_copies, study_cfg=self.study_cfg,
+            critic_cfg=self.critic_cfg,
+        )
+        strategy.initialize(total_steps=total_steps)
+        self.strategy = strategy
 
-    def _strategy(self) -> Any:
+    def _strategy(self) -> TrainBackend:
         if self.strategy is None:
             raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")
         return self.strategy
