@@ -159,16 +159,26 @@ def test_roll_ma_warnings_in_a_worker_take_the_form_the_console_keeps(capsys):
                                                     "roll_ma info: rollout rank 0: vllm ready"]
 
 
-def test_vllm_does_not_warn_about_what_roll_ma_chose(caplog):
+def test_vllm_does_not_warn_about_what_roll_ma_chose():
     from roll_ma.inference.vllm_quiet import quiet_own_choices
 
     quiet_own_choices()
     quiet_own_choices()
     args = logging.getLogger("vllm.engine.arg_utils")
     processor = logging.getLogger("vllm.v1.engine.input_processor")
-    with caplog.at_level(logging.WARNING):
+    # a handler of our own on the loggers: once vLLM is imported (an earlier test), its logging config stops
+    # "vllm" records from reaching the root logger, where caplog listens
+    seen: list[str] = []
+    keep = logging.Handler(logging.WARNING)
+    keep.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    for vllm_logger in (args, processor):
+        vllm_logger.addHandler(keep)
+    try:
         args.warning("This model does not officially support disabling chunked prefill. Disabling this ...")
         processor.warning("vLLM has deprecated support for supporting different tokenizers for different ...")
         args.warning("max_model_len is larger than the model's context")
-    assert [r.getMessage() for r in caplog.records] == ["max_model_len is larger than the model's context"]
+    finally:
+        for vllm_logger in (args, processor):
+            vllm_logger.removeHandler(keep)
+    assert seen == ["max_model_len is larger than the model's context"]
     assert len(args.filters) == 1

@@ -12,7 +12,7 @@ from roll_ma.pipelines.metrics import episode_env_metrics, rollout_metrics
 from roll_ma.workers.env_worker import sample_seed
 from roll_ma.workers.workflow_worker import WorkflowError
 
-FLOWS = Path(__file__).with_name("flows.py")
+FLOWS = Path(__file__).parents[1] / "helpers" / "flows.py"  # shared by the workflow and worker tests
 SOLVER, CHECKER = 0, 1
 ANSWERS = {SOLVER: "\\boxed{7}", CHECKER: "Correct"}
 

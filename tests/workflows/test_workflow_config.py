@@ -11,7 +11,7 @@ from roll_ma.preflight.config_loader import load_config
 from roll_ma.run import resolve_config
 from roll_ma.workflows.lookup import absolute_spec, load_workflow
 
-FLOWS = Path(__file__).with_name("flows.py")
+FLOWS = Path(__file__).parents[1] / "helpers" / "flows.py"  # shared by the workflow and worker tests
 TINY = ["math_tool_tiny", "code_tests_tiny"]
 
 

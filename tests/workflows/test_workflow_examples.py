@@ -178,7 +178,7 @@ def test_a_raising_workflow_stops_a_real_run_naming_its_file_and_line(ray_sessio
     import roll_ma
     from roll_ma.distributed.cluster import WorkerError
 
-    flows = Path(__file__).with_name("flows.py")
+    flows = Path(__file__).parents[1] / "helpers" / "flows.py"
     line = next(i for i, text in enumerate(flows.read_text().splitlines(), 1) if "# BROKEN HERE" in text)
     config = {
         "model": {"path": "builtin:tiny", "max_prompt_tokens": 64},
