@@ -166,19 +166,23 @@ def test_vllm_does_not_warn_about_what_roll_ma_chose():
     quiet_own_choices()
     args = logging.getLogger("vllm.engine.arg_utils")
     processor = logging.getLogger("vllm.v1.engine.input_processor")
-    # a handler of our own on the loggers: once vLLM is imported (an earlier test), its logging config stops
-    # "vllm" records from reaching the root logger, where caplog listens
+    # a handler of our own on the loggers, which are enabled at WARNING for the test: what ran before (vLLM's
+    # import, a dictConfig of Hydra's or Ray's) may have cut "vllm" off the root logger or disabled it
     seen: list[str] = []
     keep = logging.Handler(logging.WARNING)
     keep.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    saved = [(lg, lg.disabled, lg.level) for lg in (args, processor)]
     for vllm_logger in (args, processor):
         vllm_logger.addHandler(keep)
+        vllm_logger.disabled = False
+        vllm_logger.setLevel(logging.WARNING)
     try:
         args.warning("This model does not officially support disabling chunked prefill. Disabling this ...")
         processor.warning("vLLM has deprecated support for supporting different tokenizers for different ...")
         args.warning("max_model_len is larger than the model's context")
     finally:
-        for vllm_logger in (args, processor):
+        for vllm_logger, disabled, level in saved:
             vllm_logger.removeHandler(keep)
+            vllm_logger.disabled, vllm_logger.level = disabled, level
     assert seen == ["max_model_len is larger than the model's context"]
     assert len(args.filters) == 1
