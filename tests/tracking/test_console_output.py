@@ -172,6 +172,8 @@ def test_vllm_does_not_warn_about_what_roll_ma_chose():
     keep = logging.Handler(logging.WARNING)
     keep.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
     saved = [(lg, lg.disabled, lg.level) for lg in (args, processor)]
+    disabled_below = logging.root.manager.disable  # a library's logging.disable(...) would drop them too
+    logging.disable(logging.NOTSET)
     for vllm_logger in (args, processor):
         vllm_logger.addHandler(keep)
         vllm_logger.disabled = False
@@ -181,8 +183,10 @@ def test_vllm_does_not_warn_about_what_roll_ma_chose():
         processor.warning("vLLM has deprecated support for supporting different tokenizers for different ...")
         args.warning("max_model_len is larger than the model's context")
     finally:
+        logging.disable(disabled_below)
         for vllm_logger, disabled, level in saved:
             vllm_logger.removeHandler(keep)
-            vllm_logger.disabled, vllm_logger.level = disabled, level
+            vllm_logger.disabled = disabled
+            vllm_logger.setLevel(level)
     assert seen == ["max_model_len is larger than the model's context"]
     assert len(args.filters) == 1
