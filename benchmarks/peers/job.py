@@ -33,9 +33,11 @@ RESULT_PREFIX = "JSON "
 
 @dataclass(frozen=True)
 class Episodes:
-    groups_per_step: int
+    rows_per_step: int
     group_size: int
-    turns: int
+    turns: dict[int, int]  # N -> turns of one episode
+    relay: bool
+    relay_reply_chars: int
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,6 @@ class Lora:
 @dataclass(frozen=True)
 class Train:
     lr: float
-    micro_batch_rows: int
-    micro_batch_tokens: int
-    gradient_checkpointing: bool
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,46 @@ class Grpo:
 @dataclass(frozen=True)
 class Gpu:
     rollout_memory_fraction: float
+
+
+ATTENTION = ("packed", "padded")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A row's framework settings in the table's words (job.yaml documents each); every runner maps them
+    to its framework's own options."""
+
+    gradient_checkpointing: bool
+    update_tokens: int
+    scoring_tokens: int
     sleep_rollout: bool
+    liger_kernel: bool
+    attention: str
+
+    def describe(self) -> str:
+        """The settings as the table writes them beside a row."""
+        return (
+            f"checkpointing {'on' if self.gradient_checkpointing else 'off'}, update {self.update_tokens} "
+            f"tokens/micro-batch, scoring {self.scoring_tokens}, "
+            f"sleep {'on' if self.sleep_rollout else 'off'}, "
+            f"liger {'on' if self.liger_kernel else 'off'}, {self.attention} rows"
+        )
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the table: a framework at named settings (job.yaml ``rows``)."""
+
+    framework: str
+    about: str
+    settings: Settings
+    native: dict[str, Any]
+    name: str = ""  # its key under rows
+
+    def describe(self) -> str:
+        native = ", ".join(f"{k}={v}" for k, v in self.native.items() if k != "rollout.engine_kwargs")
+        return self.settings.describe() + (f"; {native}" if native else "")
 
 
 @dataclass(frozen=True)
@@ -92,6 +130,7 @@ class Job:
     agents: tuple[int, ...]
     steps: int
     warmup_steps: int
+    repeats: int
     episodes: Episodes
     prompt: Prompt
     generation: Generation
@@ -99,12 +138,21 @@ class Job:
     train: Train
     grpo: Grpo
     gpu: Gpu
+    rows: dict[str, Row]
     source: str = field(default="", compare=False)  # the file it came from (error messages)
 
     # ------------------------------------------------------------------ derived sizes
+    def turns(self, n_agents: int) -> int:
+        """Turns of one episode with N agents."""
+        return self.episodes.turns[n_agents]
+
+    def groups_per_step(self, n_agents: int) -> int:
+        """Games (GRPO groups, distinct seeds) per step with N agents."""
+        return self.episodes.rows_per_step // (self.episodes.group_size * self.turns(n_agents))
+
     def prompts_per_step(self, n_agents: int) -> int:
         """Distinct prompts one agent answers per step (each sampled group_size times)."""
-        return self.episodes.groups_per_step * self.episodes.turns // n_agents
+        return self.groups_per_step(n_agents) * self.turns(n_agents) // n_agents
 
     def rows_per_step(self, n_agents: int) -> int:
         """Trained rows (turns) of one agent per step."""
@@ -122,46 +170,77 @@ _SECTIONS = {
     "train": Train,
     "grpo": Grpo,
     "gpu": Gpu,
+    "settings": Settings,
 }
+FRAMEWORK_NAMES = ("roll_ma", "trl", "verl", "openrlhf")
 
 
 def _build(cls: type, raw: Any, where: str, source: str) -> Any:
     """``cls`` from the mapping ``raw``: every field present, no unknown key, values of the field's type."""
     if not isinstance(raw, dict):
         raise ValueError(f"{source}: {where or 'the file'} must be a mapping, got {type(raw).__name__}")
-    names = [f.name for f in dataclasses.fields(cls) if f.name != "source"]
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in ("source", "name")]
     unknown = sorted(set(raw) - set(names))
     missing = [n for n in names if n not in raw]
     if unknown or missing:
         parts = [f"unknown key(s) {', '.join(where + k for k in unknown)}"] if unknown else []
         parts += [f"missing key(s) {', '.join(where + k for k in missing)}"] if missing else []
         raise ValueError(f"{source}: {'; '.join(parts)} (job.yaml documents every key)")
-    values = {}
+    values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
-        if f.name == "source":
+        if f.name in ("source", "name"):
             continue
-        value = raw[f.name]
-        if f.name in _SECTIONS:
-            values[f.name] = _build(_SECTIONS[f.name], value, f"{where}{f.name}.", source)
-            continue
-        kind = str(f.type)
-        if kind == "float" and isinstance(value, str):  # PyYAML reads 2e-5 (no dot) as a string
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        ok = {
-            "int": isinstance(value, int) and not isinstance(value, bool),
-            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-            "bool": isinstance(value, bool),
-            "str": isinstance(value, str),
-        }.get(kind, isinstance(value, list) and all(isinstance(v, (int, str)) for v in value))
-        if not ok:
-            raise ValueError(f"{source}: {where}{f.name} must be {kind}, got {value!r}")
-        values[f.name] = (
-            tuple(value) if isinstance(value, list) else float(value) if kind == "float" else value
-        )
+        values[f.name] = _value(f.name, str(f.type), raw[f.name], where, source)
     return cls(**values)
+
+
+def _value(name: str, kind: str, value: Any, where: str, source: str) -> Any:
+    """One field's value, checked against its declared type (the dataclasses' type strings)."""
+    if name in _SECTIONS:
+        return _build(_SECTIONS[name], value, f"{where}{name}.", source)
+    if name == "rows":
+        if not isinstance(value, dict) or not value:
+            raise ValueError(f"{source}: {where}rows must map row names to rows")
+        return {key: _row(key, raw, f"{where}rows.{key}.", source) for key, raw in value.items()}
+    if kind == "dict[int, int]":
+        ok = isinstance(value, dict) and all(
+            isinstance(k, int) and isinstance(v, int) and not isinstance(v, bool) for k, v in value.items()
+        )
+        if not ok:
+            raise ValueError(f"{source}: {where}{name} must map each N to an int, got {value!r}")
+        return dict(value)
+    if kind == "dict[str, Any]":
+        if not isinstance(value, dict):
+            raise ValueError(f"{source}: {where}{name} must be a mapping, got {value!r}")
+        return dict(value)
+    if kind == "float" and isinstance(value, str):  # PyYAML reads 2e-5 (no dot) as a string
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }.get(kind, isinstance(value, list) and all(isinstance(v, (int, str)) for v in value))
+    if not ok:
+        raise ValueError(f"{source}: {where}{name} must be {kind}, got {value!r}")
+    return tuple(value) if isinstance(value, list) else float(value) if kind == "float" else value
+
+
+def _row(name: str, raw: Any, where: str, source: str) -> Row:
+    row = _build(Row, raw, where, source)
+    row = dataclasses.replace(row, name=name)
+    if row.framework not in FRAMEWORK_NAMES:
+        raise ValueError(
+            f"{source}: {where}framework={row.framework!r}: use one of {', '.join(FRAMEWORK_NAMES)}"
+        )
+    if row.settings.attention not in ATTENTION:
+        raise ValueError(
+            f"{source}: {where}settings.attention={row.settings.attention!r}: use {' or '.join(ATTENTION)}"
+        )
+    return row
 
 
 def check(job: Job) -> Job:
@@ -170,17 +249,28 @@ def check(job: Job) -> Job:
     problems = []
     if not job.agents or min(job.agents) < 1:
         problems.append("agents must list agent counts >= 1")
-    bad = [n for n in job.agents if e.turns % n]
+    no_turns = [n for n in job.agents if n not in e.turns]
+    if no_turns:
+        problems.append(f"episodes.turns gives no turns for agents {no_turns}: add N: turns for each")
+    bad = [n for n in job.agents if n in e.turns and e.turns[n] % n]
     if bad:
         problems.append(
-            f"episodes.turns={e.turns} is not a multiple of agents {bad}: every agent must act the same "
-            "number of turns per episode (peers train one agent per run on a fixed share of each step)"
+            f"episodes.turns at N = {bad} is not a multiple of N: every agent must act the same number of "
+            "turns per episode (peers train one agent per run on a fixed share of each step)"
+        )
+    uneven = [n for n in job.agents if n in e.turns and e.rows_per_step % (e.group_size * e.turns[n])]
+    if uneven:
+        problems.append(
+            f"episodes.rows_per_step={e.rows_per_step} is not a whole number of games (group_size x turns) "
+            f"at N = {uneven}"
         )
     if job.warmup_steps < 1 or job.steps <= job.warmup_steps:
         problems.append(
             f"steps={job.steps} must exceed warmup_steps={job.warmup_steps} >= 1 (median over the rest; "
             "step 1 is never timed: a step's time is the wall time since the previous step's end)"
         )
+    if job.repeats < 1:
+        problems.append("repeats must be >= 1")
     if e.group_size < 2:
         problems.append("episodes.group_size must be >= 2 (GRPO compares samples of one prompt)")
     if job.grpo.loss_agg not in ("token_mean", "seq_mean"):
@@ -195,27 +285,56 @@ def check(job: Job) -> Job:
 
 
 def shrink_for_smoke(job: Job) -> Job:
-    """The job at a size a 2-core CPU runs in a minute (the smoke tests): same shape, tiny counts."""
+    """The job at a size a 2-core CPU runs in a minute (the smoke tests): same shape, tiny counts
+    (one game per step at every N)."""
     r = dataclasses.replace
+    e = job.episodes
     return r(
         job,
         steps=2,
         warmup_steps=1,
-        episodes=r(job.episodes, groups_per_step=1, group_size=2),
+        episodes=r(e, group_size=2, rows_per_step=2 * max(e.turns.values())),
         prompt=r(job.prompt, filler_words=8),
         generation=r(job.generation, max_new_tokens=8),
-        train=r(job.train, micro_batch_rows=4),
     )
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s keys replaced, mappings merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = (
+            _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """A job file's mapping; ``inherit: other.yaml`` (beside it) is read first and overridden key by key."""
+    import yaml
+
+    raw = yaml.safe_load(path.read_text())
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: a job file is a mapping (job.yaml documents every key)")
+    parent = raw.pop("inherit", None)
+    return _merged(_read(path.parent / parent), raw) if parent else raw
 
 
 def load_job(path: str | Path = DEFAULT_JOB) -> Job:
     """The checked job of ``path`` (default: job.yaml beside this file)."""
-    import yaml
-
     path = Path(path)
-    raw = yaml.safe_load(path.read_text())
-    job = _build(Job, raw, "", str(path))
+    job = _build(Job, _read(path), "", str(path))
     return check(dataclasses.replace(job, source=str(path)))
+
+
+def job_row(job: Job, name: str, framework: str) -> Row:
+    """Row ``name`` of the job, which must be a row of ``framework`` (a runner runs its own rows only)."""
+    row = job.rows.get(name)
+    if row is None:
+        raise ValueError(f"{job.source}: no row {name!r} (rows: {', '.join(job.rows)})")
+    if row.framework != framework:
+        raise ValueError(f"{job.source}: row {name!r} is a {row.framework} row, not {framework}'s")
+    return row
 
 
 # ---------------------------------------------------------------------------- the prompts
@@ -229,19 +348,31 @@ def seat_game(job: Job, n_agents: int) -> Any:
     sys.path.insert(0, str(HERE.parent))
     from seat_game import SeatGame
 
-    return SeatGame(players=n_agents, turns=job.episodes.turns, prompt_words=job.prompt.filler_words)
+    e = job.episodes
+    return SeatGame(
+        players=n_agents,
+        turns=job.turns(n_agents),
+        prompt_words=job.prompt.filler_words,
+        relay_reply_chars=e.relay_reply_chars if e.relay else 0,
+    )
 
 
 def agent_prompts(job: Job, n_agents: int, agent: int | None) -> list[list[list[dict[str, str]]]]:
     """Per step (1..steps), the chat prompts agent ``agent`` of N answers: the (seed, turn) prompts of
     that step's games where its seat acts, in (group, turn) order. Each is sampled group_size times.
     ``agent=None``: every seat's prompts (one adapter shared by all seats; the prompt names the seat)."""
+    if job.episodes.relay:
+        raise ValueError(
+            f"{job.source}: episodes.relay: a turn's prompt carries earlier replies, so no single-turn "
+            "trainer "
+            "can be given this job's prompts in advance"
+        )
     env = seat_game(job, n_agents)
     share = job.prompts_per_step(n_agents) * (n_agents if agent is None else 1)
     steps = []
     for step in range(1, job.steps + 1):
         prompts = []
-        for g in range(job.episodes.groups_per_step):
+        for g in range(job.groups_per_step(n_agents)):
             turn = env.reset(game_seed(job.seed, step, g))
             while turn is not None:
                 if agent is None or turn.player == agent:
@@ -358,12 +489,19 @@ def runner_parser(doc: str | None, one_agent: bool = True) -> argparse.ArgumentP
     )
     p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
     p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
+    p.add_argument(
+        "--row",
+        default=None,
+        help="the job's row whose settings this run uses (default: the framework's name)",
+    )
     return p
 
 
-def parse_runner_args(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, Job]:
+def parse_runner_args(
+    p: argparse.ArgumentParser, argv: list[str] | None, framework: str
+) -> tuple[argparse.Namespace, Job, Row]:
     """The parsed arguments (an --agent outside 0..N-1 is refused; a one-agent runner needs --agent or
-    --shared, not both) and the job they name."""
+    --shared, not both), the job they name and its row this run uses (one of ``framework``'s)."""
     args = p.parse_args(argv)
     if hasattr(args, "agent"):
         if args.shared == (args.agent is not None):
@@ -371,7 +509,14 @@ def parse_runner_args(p: argparse.ArgumentParser, argv: list[str] | None) -> tup
         if args.agent is not None and not 0 <= args.agent < args.agents:
             p.error(f"--agent {args.agent} is not one of the {args.agents} agents (0..{args.agents - 1})")
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # flashinfer is not on the GPU image
-    return args, (load_job(args.job) if args.job else load_job())
+    try:
+        job = load_job(args.job) if args.job else load_job()
+        if args.agents not in job.episodes.turns:
+            raise ValueError(f"{job.source}: episodes.turns gives no turns for N = {args.agents}")
+        row = job_row(job, args.row or framework, framework)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args, job, row
 
 
 def measure_and_emit(result: dict[str, Any], measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 logs them (roll_ma, verl); the rest of the step is "other". TRL logs no per-phase timers: one bar.
 
     python benchmarks/peers/plot_steps.py docs/runs/peers_h200x4_2026-11-27/peers.json \
-        --rows roll_ma@1,roll_ma_turnwise@1,trl@1 --out docs/runs/peers_h200x4_2026-11-27/steps.png
+        --rows roll_ma@1,roll_ma_fast@1,trl_best@1 --out docs/runs/peers_h200x4_2026-11-27/steps.png
 
 Prints each bar's parts (seconds) and writes the plot.
 """
@@ -41,14 +41,21 @@ def bar_parts(row: dict[str, Any]) -> dict[str, float]:
 
 
 def pick_rows(result: dict[str, Any], wanted: list[str]) -> list[dict[str, Any]]:
-    """Rows named ``framework@N`` (``@N+s``: the shared-adapter row), in the order asked."""
+    """Rows named ``row@N`` (the job's row name, e.g. roll_ma_fast@3; ``@Ns``: the shared-adapter row), in
+    the order asked; results written before rows had names match on the framework."""
     rows = []
     for name in wanted:
         framework, _, n = name.partition("@")
         shared = n.endswith("s")
         agents = int(n.rstrip("s"))
-        match = [r for r in result["rows"] if r["framework"] == framework and r["agents"] == agents
-                 and bool(r.get("shared")) == shared and r.get("step_s")]
+        match = [
+            r
+            for r in result["rows"]
+            if r.get("row", r["framework"]) == framework
+            and r["agents"] == agents
+            and bool(r.get("shared")) == shared
+            and r.get("step_s")
+        ]
         if not match:
             raise SystemExit(f"no measured row {name!r} in the result")
         rows.append(match[0])
@@ -58,7 +65,7 @@ def pick_rows(result: dict[str, Any], wanted: list[str]) -> list[dict[str, Any]]
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("result", help="run_all's peers.json")
-    p.add_argument("--rows", required=True, help="comma list of framework@N (framework@Ns: shared adapter)")
+    p.add_argument("--rows", required=True, help="comma list of row@N (row@Ns: shared adapter)")
     p.add_argument("--out", required=True, help="the plot (png)")
     args = p.parse_args(argv)
     result = json.loads(Path(args.result).read_text())
@@ -69,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     bars = []
     for row in rows:
         parts = bar_parts(row)
-        label = f"{row['framework']}, N = {row['agents']}" + (" shared" if row.get("shared") else "")
+        label = f"{row.get('row', row['framework'])}, N = {row['agents']}" + (" shared" if row.get("shared") else "")
         print(f"{label}: step {row['step_s']:.2f} s  " + "  ".join(f"{k} {v:.2f}" for k, v in parts.items()))
         bars.append((label, parts, float(row["step_s"])))
     colors = {phase: color for phase, (_, color) in PHASES.items()}

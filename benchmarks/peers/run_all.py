@@ -1,33 +1,39 @@
-"""Run the side-by-side job through roll_ma and each peer and write the table: one machine, one clock.
+r"""Run the side-by-side job through roll_ma and each peer and write the table: one machine, one clock.
 
-For every N in the job's ``agents``: roll_ma once (all N agents in one run), each peer N times (one run
-per agent, on that agent's share of the same episodes); with ``--shared`` (N > 1) also one run per
-framework where ONE adapter serves every seat (the prompt names the seat): roll_ma with all agents on
-one adapter, a peer trained once on every seat's prompts, which is how most peer users train a team. A
-peer's row sums its runs' median step times (and min, max), response tokens and phase timers.
+The job file (job.yaml, or relay.yaml) is the one source: the work, and the table's rows, each a
+framework at named settings (``rows``); a runner takes its row's settings from there and keeps none of its
+own. For every N in the job's ``agents`` and every row: roll_ma once (all N agents in one run), a peer N
+times (one run per agent, on that agent's share of the same episodes); with ``--shared`` (N > 1) also one
+run per row where ONE adapter serves every seat (a peer trained once on every seat's prompts). A peer's
+row sums its runs' median step times (and min, max), response tokens and phase timers.
 
-Runs go to the GPUs of ``--gpus`` at once, one run per GPU (pinned by CUDA_VISIBLE_DEVICES), longest
-first; each run's GPU name, driver and host are recorded, its memory peak is read from its own GPU only
-(nvidia-smi -i), and vs_roll_ma is computed only between rows measured on the same GPU model. Results are
-saved after every run (peers.json, peers.md), so a run_all started in the background can be read while
-it goes on.
+Repeats: every row runs ``repeats`` times (the job's, or ``--repeats``); a run's repeat goes to another GPU
+than its previous repeat (GPUs swapped), the table gives the median of the repeats' medians with their
+spread [min, max], and the headline (peers.md's first table) puts each roll_ma row against each peer's
+fastest row at the same N: a ratio whose spreads overlap is called a tie. The plan runs every row's first
+repeat before any second one, N in the job's order: a run_all cut short keeps whole repeats.
+
+Runs go to the GPUs of ``--gpus`` at once, one run per GPU (pinned by CUDA_VISIBLE_DEVICES); each run's
+GPU name, driver and host are recorded, its memory peak is read from its own GPU only (nvidia-smi -i), and
+ratios are taken only between rows measured on one GPU model. Results are saved after every run
+(peers.json, peers.md), so a run_all started in the background can be read while it goes on.
+
+A job whose turns carry earlier replies (``episodes.relay``) cannot be handed to a single-turn trainer:
+the peers' rows are written as not runnable, with why, and only roll_ma's rows run.
 
 Each framework runs in its own Python environment: ``--sites DIR`` holds one folder per peer (DIR/trl,
 DIR/verl, DIR/openrlhf: its staged pins, stage_peer_wheels.sh) whose site-packages goes first on that
 peer's PYTHONPATH, then DIR/common's (the wheels all staged peers share).
 
-    # GPU (4 GPUs: every run of the table at once where it can), the random Qwen2.5-7B built once:
-    python benchmarks/peers/run_all.py --sites /tmp/peers --gpus 0,1,2,3 --shared \
-        --frameworks roll_ma,trl,verl,trl_is@1,openrlhf@1 --out-dir /tmp/peers_out
+    # GPU (2 GPUs), the random Qwen2.5-7B built once; the rows in priority order:
+    python benchmarks/peers/run_all.py --sites /tmp/peers --gpus 0,1 --rows roll_ma_fast,trl_best,roll_ma \
+        --out-dir /tmp/peers_out
+    python benchmarks/peers/run_all.py --job benchmarks/peers/relay.yaml --gpus 0,1 --rows roll_ma \
+        --out-dir /tmp/relay_out
     # CPU check of the driver itself: roll_ma and TRL (no vLLM) on a tiny model, the job shrunk
-    python benchmarks/peers/run_all.py --device cpu --smoke --frameworks roll_ma,trl --agents 3 --out-dir /tmp
+    python benchmarks/peers/run_all.py --device cpu --smoke --rows roll_ma,trl --agents 3 --out-dir /tmp
 
-A framework name may carry ``@N[+N]`` (``openrlhf@1``): only those N. Variants, each a peer's default
-that runs one more scoring pass per step than the table's rows: ``trl_is`` (TRL's importance-sampling
-correction on), ``verl_recompute`` (verl recomputes pi_old in a forward instead of vLLM's log-probs); and
-``roll_ma_turnwise``: roll_ma decoding one round per turn (env.decode_ahead=false), its rollout before
-SeatGame planned its turns; ``roll_ma_lora_bf16``: roll_ma with its LoRA branches in bf16
-(train.lora_compute_dtype=model); ``roll_ma_liger``: with liger-kernel's fused kernels (model.liger_kernel).
+A row name may carry ``@N[+N]`` (``openrlhf@1``): only those N.
 """
 
 from __future__ import annotations
@@ -36,7 +42,6 @@ import argparse
 import datetime
 import json
 import os
-import queue
 import shutil
 import signal
 import socket
@@ -51,35 +56,17 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from job import Job, is_oom, load_job, read_result  # noqa: E402
+from job import FRAMEWORK_NAMES, Job, Row, is_oom, load_job, read_result  # noqa: E402
 
-# labelled variants: a peer's default where it runs one more scoring pass than the table's rows, and
-# roll_ma's rollout of one round per turn (the before of env.decode_ahead)
-VARIANTS = {
-    "trl_is": ("trl", ["--is-correction"]),  # TRL's default importance-sampling correction on
-    "verl_recompute": ("verl", ["--recompute-old-log-probs"]),  # verl's default: pi_old recomputed
-    "roll_ma_turnwise": ("roll_ma", ["--turnwise"]),
-    "roll_ma_lora_bf16": ("roll_ma", ["--lora-bf16"]),  # train.lora_compute_dtype=model, not yet the default
-    "roll_ma_liger": ("roll_ma", ["--liger"]),  # model.liger_kernel, not yet the default
-}
-FRAMEWORKS = ("roll_ma", "trl", "verl", "openrlhf", *VARIANTS)
-
-
-def base_framework(framework: str) -> str:
-    """The framework a row's runs use (a variant's peer)."""
-    return VARIANTS.get(framework, (framework, []))[0]
-
-
-RUNNERS = {f: HERE / f"run_{base_framework(f)}.py" for f in FRAMEWORKS}
+RUNNERS = {f: HERE / f"run_{f}.py" for f in FRAMEWORK_NAMES}
 PHASES = ("rollout", "scoring", "old_log_probs", "update", "sync")
 COLUMNS = [
-    "framework",
+    "row",
     "agents",
     "adapters",
-    "runs",
+    "repeats",
     "step_s",
-    "step_min_s",
-    "step_max_s",
+    "spread_s",
     "vs_roll_ma",
     "tokens_per_s",
     "first_step_end_s",
@@ -88,6 +75,20 @@ COLUMNS = [
     "gpu_peak_gb",
     "status",
 ]
+HEADLINE_COLUMNS = [
+    "agents",
+    "adapters",
+    "roll_ma_row",
+    "roll_ma_s",
+    "peer_row",
+    "peer_s",
+    "ratio",
+    "verdict",
+]
+NOT_RUNNABLE = (
+    "not runnable: a single-turn trainer is handed its prompts in advance, and a relay turn's prompt "
+    "carries the earlier turns' replies"
+)
 
 
 class GpuPeak:
@@ -129,21 +130,20 @@ class GpuPeak:
 
 
 def runner_command(
-    framework: str, n_agents: int, agent: int | None, shared: bool, model: str, args: argparse.Namespace
+    row: Row, n_agents: int, agent: int | None, shared: bool, model: str, args: argparse.Namespace
 ) -> list[str]:
-    """The runner's command line of one run: a peer's run trains ``agent``, or with ``shared`` one adapter
-    on every seat's rows; roll_ma's one run trains every agent (``shared``: on one adapter)."""
+    """The runner's command line of one run at ``row``'s settings: a peer's run trains ``agent``, or with
+    ``shared`` one adapter on every seat's rows; roll_ma's one run trains every agent."""
+    framework = row.framework
     cmd = [sys.executable, str(RUNNERS[framework]), "--agents", str(n_agents), "--model", model]
-    if args.job:
-        cmd += ["--job", args.job]
+    cmd += ["--row", row.name] + (["--job", args.job] if args.job else [])
     if shared:
         cmd.append("--shared")
-    elif base_framework(framework) != "roll_ma":
+    elif framework != "roll_ma":
         cmd += ["--agent", str(agent)]
-    cmd += VARIANTS.get(framework, (framework, []))[1]
-    if base_framework(framework) in ("roll_ma", "trl"):
+    if framework in ("roll_ma", "trl"):
         cmd += ["--device", args.device] + (["--smoke"] if args.smoke else [])
-    if base_framework(framework) == "trl" and args.device == "cpu":
+    if framework == "trl" and args.device == "cpu":
         cmd.append("--no-vllm")
     if framework == "openrlhf":
         cmd.append("--flash-attn-shim")
@@ -162,7 +162,7 @@ DISTRIBUTED_VARS = (
 )
 
 
-def runner_env(framework: str, sites: Path | None, gpu: str | None = None) -> dict[str, str]:
+def runner_env(site: str, sites: Path | None, gpu: str | None = None) -> dict[str, str]:
     """The environment of one run: the peer's own site folder first, then the repo (job.py imports
     roll_ma's SeatGame), then what the caller had (the staged roll_ma stack); pinned to GPU ``gpu``."""
     # no rendezvous of the caller's: a process that already ran torch.distributed (a test session that
@@ -170,7 +170,6 @@ def runner_env(framework: str, sites: Path | None, gpu: str | None = None) -> di
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARS}
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    site = base_framework(framework)
     paths = [str(REPO)]
     # DIR/<peer>/site-packages (install_peer_wheels.sh): dill, hashing a datasets.Dataset, pickles by value
     # any module outside a site-packages folder, and pyarrow by value does not pickle (MonthDayNano)
@@ -221,28 +220,33 @@ def run_process(cmd: list[str], env: dict[str, str], timeout: int) -> tuple[str,
     return output, code
 
 
-def run_tag(framework: str, n_agents: int, agent: int | None, shared: bool) -> str:
+# One planned run: (row name, N, agent or None, shared, repeat)
+Run = tuple[str, int, "int | None", bool, int]
+
+
+def run_tag(row: str, n_agents: int, agent: int | None, shared: bool, repeat: int) -> str:
     who = "_shared" if shared else (f"_agent{agent}" if agent is not None else "")
-    return f"{framework}_{n_agents}agents{who}"
+    return f"{row}_{n_agents}agents{who}_r{repeat}"
 
 
 def run_one(
-    framework: str,
+    row: Row,
     n_agents: int,
     agent: int | None,
     shared: bool,
+    repeat: int,
     model: str,
     args: argparse.Namespace,
     gpu: str | None = None,
 ) -> dict[str, Any]:
     """One runner process on GPU ``gpu``: its result line, its log file, the GPU peak seen while it ran."""
-    cmd = runner_command(framework, n_agents, agent, shared, model, args)
-    tag = run_tag(framework, n_agents, agent, shared)
+    cmd = runner_command(row, n_agents, agent, shared, model, args)
+    tag = run_tag(row.name, n_agents, agent, shared, repeat)
     log_path = Path(args.out_dir) / f"{tag}.log"
     print(f"[run_all] {tag} on GPU {gpu}: {' '.join(cmd)}", flush=True)
     start = time.perf_counter()
     with GpuPeak(gpu) as peak:
-        output, code = run_process(cmd, runner_env(framework, args.sites, gpu), args.timeout)
+        output, code = run_process(cmd, runner_env(row.framework, args.sites, gpu), args.timeout)
     log_path.write_text(output[-200_000:])  # the tail: engines log a lot, and the device returns few MB
     result = read_result(output) or {
         "error": f"no result line (exit code {code}; timeout {args.timeout} s)"
@@ -251,7 +255,8 @@ def run_one(
         "oom": is_oom(output),
     }
     # the run's identity as this driver planned it (a runner's own fields cannot mislabel a row)
-    result.update(framework=framework, agents=n_agents, agent=agent, shared=shared, host=socket.gethostname())
+    result.update(row=row.name, framework=row.framework, agents=n_agents, agent=agent, shared=shared)
+    result.update(repeat=repeat, host=socket.gethostname(), settings=f"{row.name}: {row.describe()}")
     result.update(gpu_peak_gb=peak.peak_gb, wall_s=round(time.perf_counter() - start, 1), log=str(log_path))
     if gpu is not None:
         result.setdefault("gpu_index", gpu)
@@ -279,11 +284,11 @@ def _sum(values: list[Any]) -> float | None:
     return round(sum(values), 3) if values and all(v is not None for v in values) else None
 
 
-def combine(framework: str, n_agents: int, shared: bool, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One table row. roll_ma, or any shared-adapter run: its one run. A peer: its N per-agent runs
-    summed (median, min and max step time, response tokens, each phase), the largest GPU peak, the first
-    error; a row missing any of its runs has no step time."""
-    expected = 1 if (base_framework(framework) == "roll_ma" or shared) else n_agents
+def combine(row: Row, n_agents: int, shared: bool, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One repeat of one table row. roll_ma, or any shared-adapter run: its one run. A peer: its N
+    per-agent runs summed (median, min and max step time, response tokens, each phase), the largest GPU
+    peak, the first error; a repeat missing any of its runs has no step time."""
+    expected = 1 if (row.framework == "roll_ma" or shared) else n_agents
     errors = [r["error"] for r in runs if r.get("error")]
     complete = len(runs) == expected and all(r.get("step_s") is not None for r in runs)
     step_s = _sum([r.get("step_s") for r in runs]) if complete else None
@@ -292,72 +297,159 @@ def combine(framework: str, n_agents: int, shared: bool, runs: list[dict[str, An
     for name in sorted({k for r in runs for k, v in (r.get("phases_s") or {}).items() if v is not None}):
         phases[name] = _sum([(r.get("phases_s") or {}).get(name) for r in runs])
     names = sorted({r.get("gpu_name") or "?" for r in runs})
-    hosts = sorted({r.get("host") or "?" for r in runs})
     peaks = [r["gpu_peak_gb"] for r in runs if r.get("gpu_peak_gb") is not None]
     firsts = [r["first_step_end_s"] for r in runs if r.get("first_step_end_s") is not None]
     status = errors[0] if errors else ("ok" if complete else f"incomplete: {len(runs)} of {expected} runs")
-    if complete and len(hosts) > 1:
-        status = f"ok, runs from {len(hosts)} machines"
     return {
-        "framework": framework,
-        "agents": n_agents,
-        "adapters": "1 shared" if shared else ("1" if n_agents == 1 else "1 per agent"),
-        "shared": shared,
-        "runs": f"{len(runs)}/{expected}",
         "step_s": step_s,
         "step_min_s": _sum([r.get("step_min_s") for r in runs]) if complete else None,
         "step_max_s": _sum([r.get("step_max_s") for r in runs]) if complete else None,
         "tokens_per_s": round(tokens / step_s, 1) if step_s and tokens else None,
-        # start-up + step 1 of the slowest of the row's runs (runs on several GPUs start together)
+        # start-up + step 1 of the slowest of the repeat's runs (runs on several GPUs start together)
         "first_step_end_s": max(firsts) if firsts else None,
         "phases_s": phases or None,
-        "phases": ", ".join(f"{k} {v:.2f}" for k, v in phases.items() if v is not None) or None,
-        "gpu": names[0] if len(names) == 1 else "mixed: " + ", ".join(names),
+        "gpus": names,
+        "gpu_indexes": sorted({str(r.get("gpu_index")) for r in runs}),
         "gpu_peak_gb": max(peaks) if peaks else None,
         "oom": any(r.get("oom") for r in runs),
         "status": status,
-        "settings": next((r["settings"] for r in runs if r.get("settings")), None),
-        "passes": next((r["passes"] for r in runs if r.get("passes")), None),
+        "runs": f"{len(runs)}/{expected}",
     }
 
 
-def run_key(r: dict[str, Any]) -> tuple[str, int, int | None, bool]:
-    return r["framework"], r["agents"], r.get("agent"), bool(r.get("shared"))
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else round((values[mid - 1] + values[mid]) / 2, 3)
 
 
-def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The table: one row per (N, per-agent or shared, framework) that has runs, N first."""
-    keys = sorted({(r["agents"], bool(r.get("shared")), r["framework"]) for r in runs},
-                  key=lambda k: (k[0], k[1], FRAMEWORKS.index(k[2])))  # fmt: skip
-    rows = [
-        combine(
-            f, n, sh, [r for r in runs if (r["agents"], bool(r.get("shared")), r["framework"]) == (n, sh, f)]
-        )
-        for n, sh, f in keys
-    ]
+def table_row(
+    row: Row, n_agents: int, shared: bool, repeats: list[dict[str, Any]], planned: int
+) -> dict[str, Any]:
+    """One row of the table from its repeats (each a ``combine``): the median of the repeats' median step
+    times, their spread, the median repeat's phases; the GPUs every repeat ran on."""
+    done = [r for r in repeats if r["step_s"] is not None]
+    names = sorted({g for r in repeats for g in r["gpus"]})
+    mid = sorted(done, key=lambda r: r["step_s"])[len(done) // 2] if done else None
+    errors = [r["status"] for r in repeats if r["status"] != "ok"]
+    return {
+        "row": row.name,
+        "framework": row.framework,
+        "agents": n_agents,
+        "adapters": "1 shared" if shared else ("1" if n_agents == 1 else "1 per agent"),
+        "shared": shared,
+        "repeats": f"{len(done)}/{planned}",
+        "step_s": _median([r["step_s"] for r in done]) if done else None,
+        "spread_s": [min(r["step_s"] for r in done), max(r["step_s"] for r in done)] if done else None,
+        "repeat_step_s": [r["step_s"] for r in repeats],
+        "repeat_gpus": [",".join(r["gpu_indexes"]) for r in repeats],
+        "tokens_per_s": mid["tokens_per_s"] if mid else None,
+        "first_step_end_s": mid["first_step_end_s"] if mid else None,
+        "phases_s": mid["phases_s"] if mid else None,
+        "phases": ", ".join(f"{k} {v:.2f}" for k, v in (mid["phases_s"] or {}).items() if v is not None)
+        if mid
+        else None,
+        "gpu": names[0] if len(names) == 1 else "mixed: " + ", ".join(names),
+        "gpu_peak_gb": max((r["gpu_peak_gb"] for r in repeats if r["gpu_peak_gb"] is not None), default=None),
+        "oom": any(r["oom"] for r in repeats),
+        "status": "ok" if not errors else errors[0],
+        "settings": f"{row.describe()}",
+        "about": row.about,
+    }
+
+
+def run_key(r: dict[str, Any]) -> tuple[str, int, int | None, bool, int]:
+    return r["row"], r["agents"], r.get("agent"), bool(r.get("shared")), int(r.get("repeat", 0))
+
+
+def table_rows(job: Job, runs: list[dict[str, Any]], planned_repeats: int) -> list[dict[str, Any]]:
+    """The table: one row per (N, per-agent or shared, job row) that has runs, N first, job order within."""
+    order = list(job.rows)
+    keys = sorted({(r["agents"], bool(r.get("shared")), r["row"]) for r in runs},
+                  key=lambda k: (k[0], k[1], order.index(k[2]) if k[2] in order else len(order)))  # fmt: skip
+    rows = []
+    for n, shared, name in keys:
+        mine = [r for r in runs if (r["agents"], bool(r.get("shared")), r["row"]) == (n, shared, name)]
+        if name not in job.rows:
+            continue
+        if mine and all(r.get("not_runnable") for r in mine):
+            rows.append(not_runnable_row(job.rows[name], n, shared))
+            continue
+        repeats = sorted({int(r.get("repeat", 0)) for r in mine})
+        combined = [combine(job.rows[name], n, shared, [r for r in mine if int(r.get("repeat", 0)) == k])
+                    for k in repeats]  # fmt: skip
+        rows.append(table_row(job.rows[name], n, shared, combined, max(planned_repeats, len(repeats))))
     add_ratios(rows)
     return rows
 
 
+def not_runnable_row(row: Row, n_agents: int, shared: bool) -> dict[str, Any]:
+    return {
+        "row": row.name,
+        "framework": row.framework,
+        "agents": n_agents,
+        "adapters": "1 shared" if shared else ("1" if n_agents == 1 else "1 per agent"),
+        "shared": shared,
+        "repeats": "0/0",
+        "step_s": None,
+        "spread_s": None,
+        "gpu": "-",
+        "status": NOT_RUNNABLE,
+        "settings": row.describe(),
+        "about": row.about,
+    }
+
+
 def merge_runs(previous: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``previous`` runs (of earlier calls with the same --out-dir) with those of this call added; a run
-    of the same (framework, N, agent, shared) is replaced."""
+    of the same (row, N, agent, shared, repeat) is replaced."""
     fresh = {run_key(r) for r in new}
     return [r for r in previous if run_key(r) not in fresh] + list(new)
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
-    """vs_roll_ma = the row's step time / roll_ma's at the same N and adapter layout (> 1: roll_ma is
-    faster), only where both rows ran on one GPU model (a row of mixed GPUs gets none)."""
-    ours = {(r["agents"], r["shared"]): r for r in rows if r["framework"] == "roll_ma" and r["step_s"]}
+    """vs_roll_ma = the row's step time / roll_ma's defaults row's at the same N and adapter layout (> 1:
+    roll_ma is faster), only where both rows ran on one GPU model (a row of mixed GPUs gets none)."""
+    ours = {(r["agents"], r["shared"]): r for r in rows if r["row"] == "roll_ma" and r["step_s"]}
     for r in rows:
         base = ours.get((r["agents"], r["shared"]))
         same_gpu = base is not None and base["gpu"] == r["gpu"] and not r["gpu"].startswith("mixed")
         r["vs_roll_ma"] = round(r["step_s"] / base["step_s"], 2) if same_gpu and r["step_s"] else None
 
 
+def headline(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each roll_ma row against each peer's fastest row at the same N and adapter layout, on one GPU
+    model: ratio = peer / roll_ma (> 1: roll_ma is faster); a tie where the two spreads overlap."""
+    out = []
+    for r in rows:
+        if r["framework"] != "roll_ma" or not r["step_s"]:
+            continue
+        same = (r["agents"], r["shared"], r["gpu"])
+        peers = [
+            p for p in rows
+            if p["framework"] != "roll_ma" and p["step_s"] and (p["agents"], p["shared"], p["gpu"]) == same
+        ]  # fmt: skip
+        for framework in sorted({p["framework"] for p in peers}):
+            best = min((p for p in peers if p["framework"] == framework), key=lambda p: p["step_s"])
+            lo, hi = r["spread_s"]
+            plo, phi = best["spread_s"]
+            ratio = round(best["step_s"] / r["step_s"], 2)
+            overlap = lo <= phi and plo <= hi
+            verdict = (
+                "tie (spreads overlap)"
+                if overlap
+                else ("roll_ma faster" if ratio > 1 else f"{framework} faster")
+            )
+            out.append({
+                "agents": r["agents"], "adapters": r["adapters"], "roll_ma_row": r["row"],
+                "roll_ma_s": r["step_s"], "peer_row": best["row"], "peer_s": best["step_s"], "ratio": ratio,
+                "verdict": verdict,
+            })  # fmt: skip
+    return out
+
+
 # Minutes one run took on an H100 with 2026-11-27's job (start-up + 7 steps; verl starts in ~6.5 min):
-# (framework, whole step in one run) -> minutes. The plan starts the longest runs first.
+# (framework, whole step in one run) -> minutes. The plan balances the GPUs by them.
 RUN_MINUTES = {
     ("verl", True): 13.0,
     ("verl", False): 9.0,
@@ -369,45 +461,58 @@ RUN_MINUTES = {
 
 
 def plan_runs(
-    frameworks: list[tuple[str, set[int] | None]], agents: list[int], shared: bool
-) -> list[tuple[str, int, int | None, bool]]:
-    """Every run of the table, as (framework, N, agent, shared), longest first (RUN_MINUTES: the GPUs
-    then finish close together) within three groups: the frameworks' own rows, then roll_ma's variants
-    and OpenRLHF (its row is a failure shown once), then the peers' labelled variants (a run_all stopped
-    by its time limit loses those first)."""
-    runs = []
+    job: Job, rows: list[tuple[str, set[int] | None]], agents: list[int], shared: bool, repeats: int
+) -> list[Run]:
+    """Every run of the table, as (row, N, agent, shared, repeat), in the order they should start: N in
+    the given order, then repeat, then the rows in the given order (a run_all cut short keeps whole
+    repeats of the first N). A peer's row is N runs (one per agent); roll_ma's is one."""
+    runs: list[Run] = []
     for n in agents:
-        for framework, only in frameworks:
-            if only is not None and n not in only:
-                continue
-            runs += (
-                [(framework, n, None, False)]
-                if base_framework(framework) == "roll_ma"
-                else [(framework, n, a, False) for a in range(n)]
-            )
-            if shared and n > 1:
-                runs.append((framework, n, None, True))
-
-    def order(run: tuple[str, int, int | None, bool]) -> tuple[int, float]:
-        framework, n, agent, _ = run
-        base = base_framework(framework)
-        if framework in VARIANTS:
-            group = 1 if base == "roll_ma" else 2
-        else:
-            group = 1 if base == "openrlhf" else 0
-        whole_step = base == "roll_ma" or agent is None or n == 1  # every row of a step in one run
-        return group, -RUN_MINUTES.get((base, whole_step), 5.0)
-
-    return sorted(runs, key=order)
+        for repeat in range(repeats):
+            for name, only in rows:
+                if only is not None and n not in only:
+                    continue
+                framework = job.rows[name].framework
+                runs += (
+                    [(name, n, None, False, repeat)]
+                    if framework == "roll_ma"
+                    else [(name, n, a, False, repeat) for a in range(n)]
+                )
+                if shared and n > 1:
+                    runs.append((name, n, None, True, repeat))
+    return runs
 
 
-def parse_frameworks(text: str) -> list[tuple[str, set[int] | None]]:
-    """``roll_ma,trl,openrlhf@1`` -> [(name, only these N or None)]; unknown names are refused."""
+def assign_gpus(job: Job, runs: list[Run], gpus: list[Any]) -> dict[Any, list[Run]]:
+    """Each GPU's queue: a run goes to the GPU with the fewest planned minutes so far, but never to the
+    GPU its previous repeat was given (GPUs swapped between repeats, where there are several)."""
+    queues: dict[Any, list[Run]] = {g: [] for g in gpus}
+    minutes = {g: 0.0 for g in gpus}
+    last: dict[tuple, Any] = {}
+    for run in runs:
+        name, n, agent, shared, _ = run
+        framework = job.rows[name].framework
+        whole = framework == "roll_ma" or agent is None or n == 1
+        cost = RUN_MINUTES.get((framework, whole), 5.0)
+        key = (name, n, agent, shared)
+        free = [g for g in gpus if g != last.get(key)] if len(gpus) > 1 and key in last else gpus
+        gpu = min(free, key=lambda g: (minutes[g], gpus.index(g)))
+        queues[gpu].append(run)
+        minutes[gpu] += cost
+        last[key] = gpu
+    return queues
+
+
+def parse_rows(job: Job, text: str | None) -> list[tuple[str, set[int] | None]]:
+    """``roll_ma,trl_best,openrlhf@1`` -> [(row, only these N or None)]; unknown rows are refused.
+    None: every row of the job."""
+    if not text:
+        return [(name, None) for name in job.rows]
     out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
         name, _, only = item.partition("@")
-        if name not in FRAMEWORKS:
-            raise ValueError(f"--frameworks {name!r}: known are {', '.join(FRAMEWORKS)}")
+        if name not in job.rows:
+            raise ValueError(f"--rows {name!r}: the job's rows are {', '.join(job.rows)}")
         out.append((name, {int(n) for n in only.split("+")} if only else None))
     return out
 
@@ -432,17 +537,32 @@ def build_model(job: Job, device: str, out_dir: Path) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def write_tables(out_dir: Path, summary: dict[str, Any]) -> None:
+    """peers.md: the headline (each roll_ma row against each peer's fastest), the table, each row's
+    settings."""
     from common import markdown_table
 
+    rows = summary["rows"]
+    shown = [{**r, "spread_s": "[{:.2f}, {:.2f}]".format(*r["spread_s"]) if r.get("spread_s") else None}
+             for r in rows]  # fmt: skip
+    parts = [
+        f"job: {summary['job']}; {summary['date']}",
+        markdown_table(HEADLINE_COLUMNS, summary["headline"]) if summary["headline"] else "(no headline yet)",
+        markdown_table(COLUMNS, shown),
+        "\n".join(
+            f"- **{r['row']}** ({r['about']}): {r['settings']}" for r in {r["row"]: r for r in rows}.values()
+        ),  # fmt: skip
+    ]
+    (out_dir / "peers.md").write_text("\n\n".join(parts) + "\n")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument(
-        "--frameworks",
-        default="roll_ma,trl,verl,openrlhf",
-        help="comma list; a name may end in @N[+N] (only those N); known: " + ", ".join(FRAMEWORKS),
-    )
+    p.add_argument("--rows", default=None, help="comma list of the job's rows, in priority order; a name "
+                   "may end in @N[+N] (only those N); default: every row of the job")  # fmt: skip
     p.add_argument("--agents", default=None, help="comma list of N (default: the job's agents)")
-    p.add_argument("--shared", action="store_true", help="also one shared-adapter run per framework, N > 1")
+    p.add_argument("--repeats", type=int, default=None, help="runs of every row (default: the job's repeats)")
+    p.add_argument("--shared", action="store_true", help="also one shared-adapter run per row, N > 1")
     p.add_argument("--model", default=None, help="model directory (default: built from the job)")
     p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     p.add_argument("--gpus", default="0", help="GPUs to run on at once, one run each (e.g. 0,1,2,3)")
@@ -467,43 +587,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = p.parse_args(argv)
     try:
-        frameworks = parse_frameworks(args.frameworks)
+        job = load_job(args.job) if args.job else load_job()
+        rows = parse_rows(job, args.rows)
     except ValueError as exc:
         p.error(str(exc))
-    job = load_job(args.job) if args.job else load_job()
     agents = [int(n) for n in args.agents.split(",")] if args.agents else list(job.agents)
+    repeats = args.repeats or job.repeats
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    model = args.model or build_model(job, args.device, out_dir)
-    gpus: list[str | None] = [g.strip() for g in args.gpus.split(",")] if args.device == "cuda" else [None]
-    todo: queue.Queue = queue.Queue()
-    for run in plan_runs(frameworks, agents, args.shared):
-        todo.put(run)
     saved = out_dir / "peers.json"
     lock = threading.Lock()
-    stagger = StartStagger(args.stagger_s if args.stagger_s is not None else (45.0 if len(gpus) > 1 else 0.0))
     summary: dict[str, Any] = {}
 
-    def record(result: dict[str, Any]) -> None:
-        """Merge one finished run into peers.json / peers.md (the table so far)."""
+    def record(results: list[dict[str, Any]]) -> None:
+        """Merge finished runs into peers.json / peers.md (the table so far)."""
         previous = json.loads(saved.read_text()).get("runs", []) if saved.exists() else []
-        runs = merge_runs(previous, [result])
-        rows = table_rows(runs)
+        runs = merge_runs(previous, results)
+        table = table_rows(job, runs, repeats)
         stamp = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-        summary.update(date=stamp, job=job.source, model=model, device=args.device, rows=rows, runs=runs)
+        summary.update(date=stamp, job=job.source, model=model, device=args.device, repeats=repeats,
+                       headline=headline(table), rows=table, runs=runs)  # fmt: skip
         saved.write_text(json.dumps(summary, indent=1))
-        (out_dir / "peers.md").write_text(markdown_table(COLUMNS, rows) + "\n")
+        write_tables(out_dir, summary)
+
+    if job.episodes.relay:  # the peers' rows of a relay job: written, not run
+        peer_rows = [(name, only) for name, only in rows if job.rows[name].framework != "roll_ma"]
+        rows = [(name, only) for name, only in rows if job.rows[name].framework == "roll_ma"]
+        model = args.model or "-"
+        record([{"row": name, "framework": job.rows[name].framework, "agents": n, "agent": None,
+                 "shared": False, "repeat": 0, "not_runnable": True}
+                for name, only in peer_rows for n in agents if only is None or n in only])  # fmt: skip
+    model = args.model or build_model(job, args.device, out_dir)
+    gpus: list[str | None] = [g.strip() for g in args.gpus.split(",")] if args.device == "cuda" else [None]
+    queues = assign_gpus(job, plan_runs(job, rows, agents, args.shared, repeats), gpus)
+    stagger = StartStagger(args.stagger_s if args.stagger_s is not None else (45.0 if len(gpus) > 1 else 0.0))
 
     def worker(gpu: str | None) -> None:
-        while True:
-            try:
-                framework, n, agent, shared = todo.get_nowait()
-            except queue.Empty:
-                return
+        for name, n, agent, shared, repeat in queues[gpu]:
             stagger.wait_turn()
-            result = run_one(framework, n, agent, shared, model, args, gpu)
+            result = run_one(job.rows[name], n, agent, shared, repeat, model, args, gpu)
             with lock:
-                record(result)
+                record([result])
 
     previous = signal.signal(signal.SIGTERM, stop_all_runs)
     threads = [threading.Thread(target=worker, args=(g,)) for g in gpus]
@@ -513,7 +637,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t.join()
     signal.signal(signal.SIGTERM, previous)
     if summary:
-        print(markdown_table(COLUMNS, summary["rows"]), flush=True)
+        print((out_dir / "peers.md").read_text(), flush=True)
     return summary
 
 

@@ -34,6 +34,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from job import (  # noqa: E402
     LOSS_AGG_MODE,
     Job,
+    Row,
     agent_prompts,
     flash_attn_installed,
     gpu_identity,
@@ -51,12 +52,23 @@ STEP_LINE = re.compile(r"Global step (\d+): (\{.*\})")
 
 
 def openrlhf_args(
-    job: Job, n_agents: int, model: str, data_file: str, out_dir: str, flash_attn: bool, shared: bool = False
+    job: Job,
+    row: Row,
+    n_agents: int,
+    model: str,
+    data_file: str,
+    out_dir: str,
+    flash_attn: bool,
+    shared: bool = False,
 ) -> list[str]:
-    """The train_ppo_ray arguments of one agent's run (``shared``: every seat's prompts, one adapter)."""
-    rows, g, gpu = rows_of_run(job, n_agents, None if shared else 0), job.grpo, job.gpu
+    """The train_ppo_ray arguments of one agent's run (``shared``: every seat's prompts, one adapter) at
+    ``row``'s settings; its native keys are flags added as they are (``--flag: value``, true: the flag)."""
+    rows, g, gpu, s = rows_of_run(job, n_agents, None if shared else 0), job.grpo, job.gpu, row.settings
     prompts = rows // job.episodes.group_size
-    micro = min(rows, job.train.micro_batch_rows)
+    # OpenRLHF splits by rows: the most rows of the longest possible row that fit the token budget
+    micro = min(
+        rows, max(1, s.update_tokens // (job.prompt.max_prompt_tokens + job.generation.max_new_tokens))
+    )
     args = [
         "--actor.num_nodes", "1",
         "--actor.num_gpus_per_node", "1",
@@ -111,10 +123,12 @@ def openrlhf_args(
         ]
     else:
         args += ["--algo.kl.init_coef", "0"]  # no reference model at all
-    if job.train.gradient_checkpointing:
+    if s.gradient_checkpointing:
         args.append("--actor.gradient_checkpointing_enable")
-    if gpu.sleep_rollout:
+    if s.sleep_rollout:
         args += ["--vllm.enable_sleep", "--ds.enable_sleep"]
+    for flag, value in row.native.items():
+        args += [flag] if value is True else [] if value is False else [flag, str(value)]
     return args
 
 
@@ -158,7 +172,9 @@ def parse_steps(output: str) -> list[dict[str, float]]:
     return [steps[k] for k in sorted(steps)]
 
 
-def run(job: Job, n_agents: int, agent: int | None, model: str, shim: bool, work: Path) -> dict[str, Any]:
+def run(
+    job: Job, row: Row, n_agents: int, agent: int | None, model: str, shim: bool, work: Path
+) -> dict[str, Any]:
     data = write_prompts(job, n_agents, agent, work / "prompts.jsonl")
     flash = flash_attn_installed()
     env = dict(os.environ)
@@ -170,7 +186,7 @@ def run(job: Job, n_agents: int, agent: int | None, model: str, shim: bool, work
         sys.executable,
         "-m",
         "openrlhf.cli.train_ppo_ray",
-        *openrlhf_args(job, n_agents, model, str(data), str(work), flash, shared=agent is None),
+        *openrlhf_args(job, row, n_agents, model, str(data), str(work), flash, shared=agent is None),
     ]
     output, outcome, step_ends = run_logged(cmd, env, "run_openrlhf", STEP_LINE)
     steps = parse_steps(output)
@@ -201,18 +217,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="if flash-attn is not installed, put an import-only stand-in on the path (see above)",
     )
     p.add_argument("--print-command", action="store_true", help="print the arguments and exit")
-    args, job = parse_runner_args(p, argv)
+    args, job, row = parse_runner_args(p, argv, "openrlhf")
     if args.print_command:
+        flash = flash_attn_installed()
         print(
             " ".join(
-                openrlhf_args(
-                    job, args.agents, args.model, "PROMPTS.jsonl", "OUT", flash_attn_installed(), args.shared
-                )
+                openrlhf_args(job, row, args.agents, args.model, "PROMPTS.jsonl", "OUT", flash, args.shared)
             )
         )
         return {}
     result: dict[str, Any] = {
         "framework": "openrlhf",
+        "row": row.name,
+        "settings": f"{row.name}: {row.describe()}",
         "agents": args.agents,
         "agent": args.agent,
         "shared": args.shared,
@@ -224,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     def measure() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="peers_openrlhf_") as work:
-            return run(job, args.agents, args.agent, args.model, args.flash_attn_shim, Path(work))
+            return run(job, row, args.agents, args.agent, args.model, args.flash_attn_shim, Path(work))
 
     return measure_and_emit(result, measure)
 

@@ -1,15 +1,17 @@
-"""roll_ma on the side-by-side job: ONE run trains all N agents (one LoRA adapter each on one base), or
+r"""roll_ma on the side-by-side job: ONE run trains all N agents (one LoRA adapter each on one base), or
 with --shared one adapter that every seat uses.
 
 The run is roll_ma's own pipeline (``roll_ma.pipelines.run_training``) on benchmarks/seat_game.py's
-SeatGame, configured as the shipped 7B configs are (examples/math/math_selfplay_7b.yaml: vLLM with CUDA
-graphs colocated with DeepSpeed, sleep level 1, rows packed without padding through variable-length
-flash attention, 8k-token micro-batches without activation checkpointing, the reference = the base with
-adapters off, pi_old from the update's own forward). Step times are the wall time between consecutive
+SeatGame (vLLM colocated with DeepSpeed on one GPU, the reference = the base with adapters off, pi_old
+from the update's own forward), at the settings of one of the job's roll_ma rows (``--row``, default
+``roll_ma``: its defaults as examples/math/math_selfplay_7b.yaml ships them). This runner keeps no setting
+of its own: every one comes from job.yaml. Step times are the wall time between consecutive
 step ends (each metrics line's ``wall_time``), as every runner here measures. Prints one ``JSON {...}``
 result line (job.emit).
 
     python benchmarks/peers/run_roll_ma.py --agents 3 --model /path/to/random-qwen2.5-7b --device cuda
+    python benchmarks/peers/run_roll_ma.py --agents 3 --model M --row roll_ma_fast \
+        --job benchmarks/peers/relay.yaml
     python benchmarks/peers/run_roll_ma.py --agents 3 --model /path/to/tiny --device cpu --smoke
 """
 
@@ -27,6 +29,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # job.py; seat_game.py and pipelin
 
 from job import (  # noqa: E402
     Job,
+    Row,
     gpu_identity,
     measure_and_emit,
     parse_runner_args,
@@ -37,10 +40,6 @@ from job import (  # noqa: E402
     versions,
 )
 
-GRAPH_SIZES = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256]  # as math_selfplay_7b.yaml
-# math_selfplay_7b.yaml's trainer settings: its measured best on one 80 GB GPU (docs/benchmarks.md)
-UPDATE_TOKENS = 8192  # per micro-batch, no activation checkpointing (66.5 GB peak at 7B)
-SCORE_TOKENS = 32768  # reference log-probs: no activations kept
 PHASES = {  # the table's phases -> roll_ma's own timers (metrics.jsonl; pipelines/step_timer.py STAGES)
     "rollout": "timing/rollout",
     "sleep": "timing/sleep",
@@ -54,87 +53,52 @@ PHASES = {  # the table's phases -> roll_ma's own timers (metrics.jsonl; pipelin
 }
 
 
-# the runner's levers (flags) -> what each adds to the table's settings when on
-LEVERS = {
-    "lora_bf16": "LoRA branches in bf16 (train.lora_compute_dtype=model)",
-    "liger": "liger-kernel RMSNorm, SwiGLU, rotary (model.liger_kernel)",
-}
+# native keys that need a CUDA GPU: the CPU smoke leaves them out (and says so in its settings)
+GPU_ONLY = ("rollout.engine_kwargs", "rollout.per_row_seeds")
 
 
-def settings(cuda: bool, levers: dict[str, bool]) -> str:
-    """What this runner sets, for the table."""
+def settings_text(row: Row, cuda: bool) -> str:
+    """The row's settings as the table writes them (the CPU smoke: what it leaves out)."""
     if not cuda:
-        return "CPU smoke: hf generate, padded rows"
-    decoding = (
-        "one generate call per turn (env.decode_ahead=false)"
-        if levers.get("turnwise")
-        else "an episode's turns decoded in one generate call (SeatGame plans its turns: env.decode_ahead)"
-    )
-    extra = "".join(f"; {text}" for name, text in LEVERS.items() if levers.get(name))
-    return (
-        f"vLLM colocated, CUDA graphs, sleep level 1; {decoding}; DeepSpeed ZeRO-0 bf16; "
-        f"packed rows (varlen flash attention); {UPDATE_TOKENS}-token micro-batches, no activation "
-        "checkpointing; reference = base "
-        "with adapters off; pi_old from the update's own forward (no old-log-prob pass)" + extra
-    )
+        return "CPU smoke: hf generate; the row's settings without liger, sleep and vLLM's engine options"
+    return f"{row.name}: {row.describe()}"
+
+
+def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """raw[a][b] = value for the config key ``a.b``."""
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        raw = raw.setdefault(key, {})
+    raw[leaf] = value
 
 
 def run_config(
     job: Job,
+    row: Row,
     n_agents: int,
     model: str,
     device: str,
     out_dir: str,
     shared: bool = False,
-    turnwise: bool = False,
-    lora_bf16: bool = False,
-    liger: bool = False,
 ) -> Any:
-    """The validated RunConfig of the job with N agents (``shared``: one adapter all seats use;
-    ``turnwise``: one generate call per turn, not the episode's planned turns at once; ``lora_bf16``:
-    train.lora_compute_dtype=model; ``liger``: model.liger_kernel)."""
+    """The validated RunConfig of the job with N agents at ``row``'s settings (``shared``: one adapter all
+    seats use). Every setting comes from the job file: the work from its sections, the trainer's from the
+    row (settings in the table's words, native as roll_ma config keys)."""
     from roll_ma.config import ConfigError, RunConfig, to_dataclass
     from roll_ma.preflight.validate import validate
 
     cuda = device == "cuda"
-    e = job.episodes
-    rollout: dict[str, Any] = {
-        "backend": "vllm" if cuda else "hf",
-        "max_new_tokens": job.generation.max_new_tokens,
-        "temperature": job.generation.temperature,
-        "micro_batch_size": 64,
-        "enforce_eager": not cuda,
-    }
-    if cuda:
-        rollout.update(
-            per_row_seeds=False,
-            gpu_memory_utilization=job.gpu.rollout_memory_fraction,
-            sleep_level=1 if job.gpu.sleep_rollout else 0,
-            engine_kwargs={"compilation_config": {"cudagraph_capture_sizes": GRAPH_SIZES}},
-        )
-    train: dict[str, Any] = {
-        "lr": job.train.lr,
-        "zero_stage": 0,
-        "micro_batch_size": job.train.micro_batch_rows,
-    }
-    if cuda:  # the shipped 7B config's way; the CPU smoke keeps padded rows
-        train.update(
-            max_tokens_per_micro_batch=UPDATE_TOKENS,
-            score_max_tokens_per_micro_batch=SCORE_TOKENS,
-            remove_padding=True,
-        )
-    if lora_bf16:
-        train["lora_compute_dtype"] = "model"
-    g = job.grpo
-    raw = {
-        "name": f"peers_roll_ma_{n_agents}agents",
+    s, g, e = row.settings, job.grpo, job.episodes
+    turns = job.turns(n_agents)
+    raw: dict[str, Any] = {
+        "name": f"peers_{row.name}_{n_agents}agents",
         "seed": job.seed,
         "model": {
             "path": model,
             "dtype": job.dtype,
             "max_prompt_tokens": job.prompt.max_prompt_tokens,
-            "gradient_checkpointing": False,  # as math_selfplay_7b: 8k-token micro-batches fit without it
-            "liger_kernel": liger,
+            "gradient_checkpointing": s.gradient_checkpointing,
+            "liger_kernel": s.liger_kernel and cuda,
         },
         "lora": {
             "rank": job.lora.rank,
@@ -147,15 +111,37 @@ def run_config(
         ],
         "env": {
             "name": "seat_game:SeatGame",
-            "kwargs": {"players": n_agents, "turns": e.turns, "prompt_words": job.prompt.filler_words},
-            "groups_per_step": e.groups_per_step,
+            "kwargs": {
+                "players": n_agents,
+                "turns": turns,
+                "prompt_words": job.prompt.filler_words,
+                "relay_reply_chars": e.relay_reply_chars if e.relay else 0,
+            },
+            "groups_per_step": job.groups_per_step(n_agents),
             "group_size": e.group_size,
-            "max_turns": e.turns,
+            "max_turns": turns,
             "num_workers": 1,
-            "decode_ahead": not turnwise,
         },
-        "rollout": rollout,
-        "train": train,
+        "rollout": {
+            "backend": "vllm" if cuda else "hf",
+            "max_new_tokens": job.generation.max_new_tokens,
+            "temperature": job.generation.temperature,
+            "enforce_eager": not cuda,
+            **(
+                {
+                    "gpu_memory_utilization": job.gpu.rollout_memory_fraction,
+                    "sleep_level": 1 if s.sleep_rollout else 0,
+                }
+                if cuda
+                else {}
+            ),  # fmt: skip
+        },
+        "train": {
+            "lr": job.train.lr,
+            "max_tokens_per_micro_batch": s.update_tokens,
+            "score_max_tokens_per_micro_batch": s.scoring_tokens,
+            "remove_padding": s.attention == "packed",
+        },
         "reference": {"mode": "train_worker" if g.kl_coef > 0 else "none"},
         "algorithm": {
             "advantage": "grpo",
@@ -178,6 +164,9 @@ def run_config(
         },
         "resources": {"num_gpus": 1 if cuda else 0},
     }
+    for key, value in row.native.items():
+        if cuda or key not in GPU_ONLY:
+            _set(raw, key, value)
     cfg, problems = to_dataclass(RunConfig, raw)
     problems += validate(cfg, check_env=True)
     if problems:
@@ -185,9 +174,7 @@ def run_config(
     return cfg
 
 
-def measure(
-    job: Job, n_agents: int, model: str, device: str, shared: bool, levers: dict[str, bool]
-) -> dict[str, Any]:
+def measure(job: Job, row: Row, n_agents: int, model: str, device: str, shared: bool) -> dict[str, Any]:
     """Run the pipeline and read its metrics: step ends, its own phase timers, tokens, the GPU memory."""
     from pipeline_scaling import summarize_run
 
@@ -203,7 +190,7 @@ def measure(
     init_ray(env_vars={"PYTHONPATH": os.environ["PYTHONPATH"]})
     try:
         with tempfile.TemporaryDirectory(prefix="peers_roll_ma_") as out_dir:
-            run_training(run_config(job, n_agents, model, device, out_dir, shared, **levers))
+            run_training(run_config(job, row, n_agents, model, device, out_dir, shared))
             metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
     finally:
         shutdown_ray()
@@ -219,7 +206,8 @@ def measure(
         # roll_ma's own start-up stages (model loads, engine start, first sync), in step 1's line
         "startup_s": {
             key.split("/", 1)[1]: round(seconds, 2)
-            for key, seconds in (metrics[0] if metrics else {}).items() if key.startswith("startup/")
+            for key, seconds in (metrics[0] if metrics else {}).items()
+            if key.startswith("startup/")
         },
         "rows_per_step": rows[len(rows) // 2] if rows else None,
         "response_tokens_per_step": tokens[len(tokens) // 2] if tokens else None,
@@ -233,33 +221,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--smoke", action="store_true", help="the job shrunk to a CPU-sized check (job.shrink_for_smoke)"
     )
-    p.add_argument(
-        "--turnwise", action="store_true", help="one generate call per turn (env.decode_ahead=false)"
-    )
-    p.add_argument(
-        "--lora-bf16", action="store_true", help="LoRA in the model's bf16 (train.lora_compute_dtype=model)"
-    )
-    p.add_argument("--liger", action="store_true", help="liger-kernel's fused kernels (model.liger_kernel)")
-    args, job = parse_runner_args(p, argv)
+    args, job, row = parse_runner_args(p, argv, "roll_ma")
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     job = shrink_for_smoke(job) if args.smoke else job
-    levers = {"turnwise": args.turnwise, "lora_bf16": args.lora_bf16, "liger": args.liger}
+    decoding = (
+        "each turn decoded when its prompt is known (relay: prompts carry the replies)"
+        if job.episodes.relay or not row.native.get("env.decode_ahead", True)
+        else "an episode's planned turns decoded in one generate call (env.decode_ahead)"
+    )
     result: dict[str, Any] = {
         "framework": "roll_ma",
+        "row": row.name,
         "agents": args.agents,
         "agent": None,  # all agents in this run
         "shared": args.shared,
+        "relay": job.episodes.relay,
         "rows_per_step_planned": job.rows_per_step(1),
-        "settings": settings(args.device == "cuda", levers),
-        "passes": "generation; reference (adapters off); update (pi_old from its own forward)",
+        "settings": settings_text(row, args.device == "cuda"),
+        "passes": f"generation ({decoding}); reference (adapters off); update (pi_old from its own forward)",
         "versions": versions("torch", "transformers", "peft", "vllm", "deepspeed", "ray", "liger-kernel"),
         **(gpu_identity() if args.device == "cuda" else {}),
     }
     return measure_and_emit(
-        result, lambda: measure(job, args.agents, args.model, args.device, args.shared, levers)
+        result, lambda: measure(job, row, args.agents, args.model, args.device, args.shared)
     )
 
 

@@ -12,14 +12,14 @@ settings are the ones that make TRL's loss roll_ma's (tests/training/test_trl_gr
 The forward passes of a step are roll_ma's: generation, reference log-probs (beta > 0: TRL runs the
 policy with the adapter disabled), the training micro-batches. TRL's default
 vllm_importance_sampling_correction=True adds one more: the policy's log-probs of every row before the
-update, to reweight by pi / pi_vLLM; it is off here (--is-correction turns it back on). With it off and
+update, to reweight by pi / pi_vLLM; the job's rows say whether it is on (its trl_is row: on). With it off and
 one generation per optimizer step (steps_per_generation = gradient_accumulation_steps, num_iterations=1)
 TRL skips the old log-probs and takes the ratio against the detached current ones.
 
 Micro-batches are sized by tokens, as the others' token budgets: TRL splits a step by rows and pads each
 micro-batch to its longest prompt and longest completion, so per_device_train_batch_size is the largest
 divisor of the step's rows whose rows x (longest prompt of the run with the chat template + max_new_tokens)
-fit job.train.micro_batch_tokens (micro_batch_rows).
+fit the row's settings.update_tokens (micro_batch_rows). Every setting comes from the job's row (--row).
 
 Step time is the wall time between consecutive ``on_step_end`` callbacks (job.step_summary_from_ends).
 
@@ -43,6 +43,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from job import (  # noqa: E402
     Job,
+    Row,
     agent_prompts,
     gpu_identity,
     measure_and_emit,
@@ -81,18 +82,38 @@ def longest_prompt_tokens(model: str, prompts: list[list[dict[str, str]]]) -> in
     return max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
 
 
-def grpo_config(
-    job: Job, rows: int, micro: int, device: str, use_vllm: bool, is_correction: bool, out_dir: str
-) -> Any:
-    """The GRPOConfig of one run: ``rows`` per step in micro-batches of ``micro`` rows."""
+def check_row(job: Job, row: Row) -> None:
+    """Refuse what TRL 1.16's GRPO cannot do, naming the row's key."""
+    import dataclasses
+
     from trl import GRPOConfig
 
+    s, where = row.settings, f"{job.source}: rows.{row.name}"
     if job.grpo.kl_estimator != "k3":
         raise ValueError(
             f"{job.source}: TRL's KL term is k3 only; grpo.kl_estimator={job.grpo.kl_estimator!r}"
         )
-    cuda = device == "cuda"
-    return GRPOConfig(
+    if s.attention != "padded":
+        raise ValueError(f"{where}.settings.attention: TRL 1.16's GRPO pads its micro-batches; use padded")
+    if s.scoring_tokens != s.update_tokens:
+        raise ValueError(
+            f"{where}.settings.scoring_tokens={s.scoring_tokens}: TRL scores in the update's micro-batches, "
+            f"so it must equal update_tokens={s.update_tokens}"
+        )
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    unknown = sorted(set(row.native) - fields)
+    if unknown:
+        raise ValueError(f"{where}.native: {', '.join(unknown)} are not GRPOConfig fields of TRL 1.16")
+
+
+def grpo_config(job: Job, row: Row, rows: int, micro: int, device: str, use_vllm: bool, out_dir: str) -> Any:
+    """The GRPOConfig of one run: ``rows`` per step in micro-batches of ``micro`` rows, at ``row``'s
+    settings (its native keys are GRPOConfig fields, passed as they are)."""
+    from trl import GRPOConfig
+
+    check_row(job, row)
+    cuda, s = device == "cuda", row.settings
+    kwargs = dict(
         output_dir=out_dir,
         seed=job.seed,
         max_steps=job.steps,
@@ -110,21 +131,25 @@ def grpo_config(
         use_bias_correction_kl=False,
         scale_rewards="group" if job.grpo.norm_std else "none",
         shuffle_dataset=False,
-        gradient_checkpointing=cuda and job.train.gradient_checkpointing,
+        gradient_checkpointing=cuda and s.gradient_checkpointing,
+        use_liger_kernel=cuda and s.liger_kernel,
         bf16=cuda and job.dtype == "bfloat16",
         model_init_kwargs={"dtype": job.dtype if cuda else "float32"},
         use_cpu=not cuda,
         use_vllm=use_vllm,
         vllm_mode="colocate",
         vllm_gpu_memory_utilization=job.gpu.rollout_memory_fraction,
-        vllm_enable_sleep_mode=job.gpu.sleep_rollout,
+        vllm_enable_sleep_mode=s.sleep_rollout,
         vllm_max_model_length=job.prompt.max_prompt_tokens + job.generation.max_new_tokens,
-        vllm_importance_sampling_correction=is_correction,
         logging_steps=1,
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
     )
+    taken = sorted(set(row.native) & set(kwargs))
+    if taken:  # one source for each setting: the job's work or the row's settings, not both
+        raise ValueError(f"{job.source}: rows.{row.name}.native sets {', '.join(taken)}, which the job sets")
+    return GRPOConfig(**kwargs, **row.native)
 
 
 def trl_passes(cfg: Any) -> str:
@@ -178,7 +203,7 @@ def step_recorder() -> Any:
 
 
 def measure(
-    job: Job, n_agents: int, agent: int | None, model: str, device: str, use_vllm: bool, is_correction: bool
+    job: Job, row: Row, n_agents: int, agent: int | None, model: str, device: str, use_vllm: bool
 ) -> dict[str, Any]:
     started = time.monotonic()  # start-up counts from here, TRL's imports included (first_step_end_s)
     import torch
@@ -189,10 +214,10 @@ def measure(
     rows = rows_of_run(job, n_agents, agent)
     prompt_tokens = longest_prompt_tokens(model, prompts)
     row_tokens = prompt_tokens + job.generation.max_new_tokens  # a padded row: longest prompt + completion
-    micro = micro_batch_rows(rows, row_tokens, job.train.micro_batch_tokens)
+    micro = micro_batch_rows(rows, row_tokens, row.settings.update_tokens)
     recorder = step_recorder()
     with tempfile.TemporaryDirectory(prefix="peers_trl_") as out_dir:
-        args = grpo_config(job, rows, micro, device, use_vllm, is_correction, out_dir)
+        args = grpo_config(job, row, rows, micro, device, use_vllm, out_dir)
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=trl_reward,
@@ -227,29 +252,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--no-vllm", dest="vllm", action="store_false", help="generate with transformers (CPU smoke)"
     )
-    p.add_argument(
-        "--is-correction",
-        action="store_true",
-        help="TRL's default vllm_importance_sampling_correction=True: one more scoring pass a step",
-    )
     p.add_argument("--smoke", action="store_true", help="the job shrunk to a CPU-sized check")
-    args, job = parse_runner_args(p, argv)
+    args, job, row = parse_runner_args(p, argv, "trl")
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     job = shrink_for_smoke(job) if args.smoke else job
+    cuda = args.device == "cuda"
     result: dict[str, Any] = {
         "framework": "trl",
+        "row": row.name,
         "agents": args.agents,
         "agent": args.agent,
         "shared": args.shared,
         "rollout": "vllm colocate" if args.vllm else "transformers generate",
-        "is_correction": args.vllm and args.is_correction,
-        "versions": versions("trl", "torch", "transformers", "peft", "accelerate", "vllm", "datasets"),
+        "settings": f"{row.name}: {row.describe()}" if cuda else "CPU smoke: no liger, no checkpointing",
+        "versions": versions(
+            "trl", "torch", "transformers", "peft", "accelerate", "vllm", "datasets", "liger-kernel"
+        ),
         **gpu_identity(),
     }
     return measure_and_emit(
-        result,
-        lambda: measure(job, args.agents, args.agent, args.model, args.device, args.vllm, args.is_correction),
+        result, lambda: measure(job, row, args.agents, args.agent, args.model, args.device, args.vllm)
     )
 
 

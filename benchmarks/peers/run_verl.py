@@ -35,6 +35,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from job import (  # noqa: E402
     LOSS_AGG_MODE,
     Job,
+    Row,
     agent_prompts,
     flash_attn_installed,
     gpu_identity,
@@ -78,97 +79,127 @@ def hydra_list(values: Any) -> str:
 
 def verl_overrides(
     job: Job,
+    row: Row,
     n_agents: int,
     model: str,
     train_file: str,
     out_dir: str,
     legacy_trainer: bool = False,
-    flash_attn: bool = True,
     agent: int | None = 0,
-    recompute_old_log_probs: bool = False,
+    longest_prompt: int | None = None,
 ) -> list[str]:
-    """The Hydra overrides of one agent's run (agent None: the shared run, every seat's prompts), keys of
-    verl/trainer/config/ppo_trainer.yaml.
+    """The Hydra overrides of one agent's run (agent None: the shared run, every seat's prompts) at
+    ``row``'s settings, keys of verl/trainer/config/ppo_trainer.yaml; the row's native keys are added as
+    they are (``data.max_prompt_length: longest`` = ``longest_prompt``, the run's longest prompt in tokens).
 
-    ``flash_attn=False``: transformers' sdpa attention (verl defaults to flash_attention_2) and no
-    padding removal (verl packs rows for flash-attn's varlen kernel only).
+    attention ``padded``: transformers' sdpa attention (verl defaults to flash_attention_2) and no padding
+    removal (verl packs rows for flash-attn's varlen kernel only); ``packed``: use_remove_padding, which
+    needs the flash-attn package.
 
-    pi_old: verl's bypass mode (algorithm.rollout_correction.bypass_mode=True, its documented way to skip
-    "the expensive actor forward pass for old_log_prob"): vLLM's log-probs of the sampled tokens are
-    pi_old, PPO's ratio is pi / pi_vLLM, and no framework of the table runs an old-log-prob forward.
-    ``recompute_old_log_probs``: verl's default (decoupled mode), one more forward over every row."""
-    g, gpu = job.grpo, job.gpu
+    pi_old: with ``algorithm.rollout_correction.bypass_mode: true`` (verl's documented way to skip "the
+    expensive actor forward pass for old_log_prob") vLLM's log-probs of the sampled tokens are pi_old;
+    false is verl's default (decoupled mode), one more forward over every row."""
+    g, gpu, s = job.grpo, job.gpu, row.settings
     prompts = rows_of_run(job, n_agents, agent) // job.episodes.group_size
     arr = "actor_rollout_ref"
-    out = [
-        "algorithm.adv_estimator=grpo",
-        f"algorithm.norm_adv_by_std_in_grpo={g.norm_std}",
-        "algorithm.use_kl_in_reward=False",
-        f"data.train_files={train_file}",
-        f"data.val_files={train_file}",
-        "data.prompt_key=prompt",
-        f"data.train_batch_size={prompts}",
-        f"data.max_prompt_length={job.prompt.max_prompt_tokens}",
-        f"data.max_response_length={job.generation.max_new_tokens}",
-        "data.filter_overlong_prompts=True",
-        "data.truncation=error",
-        "data.shuffle=False",
-        f"{arr}.model.path={model}",
-        f"{arr}.model.lora_rank={job.lora.rank}",
-        f"{arr}.model.lora_alpha={job.lora.alpha:g}",
-        f"{arr}.model.target_modules={hydra_list(job.lora.target_modules)}",
-        f"{arr}.model.use_remove_padding={flash_attn}",
-        f"{arr}.model.enable_gradient_checkpointing={job.train.gradient_checkpointing}",
-        f"{arr}.actor.strategy=fsdp2",  # ppo_lora.rst: fsdp or fsdp2; FSDPActorConfig passes it to the engine
-        f"{arr}.ref.strategy=fsdp2",  # (LoRA: the reference is the actor with its adapter off)
-        f"{arr}.actor.fsdp_config.model_dtype={job.dtype}",  # default fp32; bf16 base as the rollout's
-        f"{arr}.ref.fsdp_config.model_dtype={job.dtype}",
-        f"{arr}.actor.optim.lr={job.train.lr}",
-        f"{arr}.actor.ppo_mini_batch_size={prompts}",  # in prompts: x rollout.n rows, one optimizer step
-        f"{arr}.actor.use_dynamic_bsz=True",  # token-budget micro-batches, as roll_ma's
-        f"{arr}.actor.ppo_max_token_len_per_gpu={job.train.micro_batch_tokens}",
-        f"{arr}.actor.clip_ratio_low={g.clip_low}",
-        f"{arr}.actor.clip_ratio_high={g.clip_high}",
-        f"{arr}.actor.loss_agg_mode={LOSS_AGG_MODE[g.loss_agg]}",
-        f"{arr}.actor.use_kl_loss={g.kl_coef > 0}",
-        f"{arr}.actor.kl_loss_coef={g.kl_coef}",
-        f"{arr}.actor.kl_loss_type={KL_LOSS[g.kl_estimator]}",
-        f"{arr}.actor.entropy_coeff=0",
-        f"{arr}.actor.fsdp_config.param_offload=False",
-        f"{arr}.actor.fsdp_config.optimizer_offload=False",
-        f"{arr}.rollout.name=vllm",
-        f"{arr}.rollout.dtype={job.dtype}",
-        f"{arr}.rollout.tensor_model_parallel_size=1",
-        f"{arr}.rollout.gpu_memory_utilization={gpu.rollout_memory_fraction}",
-        f"{arr}.rollout.free_cache_engine={gpu.sleep_rollout}",
-        f"{arr}.rollout.n={job.episodes.group_size}",
-        f"{arr}.rollout.temperature={job.generation.temperature}",
-        f"{arr}.rollout.load_format=safetensors",  # required with LoRA (ppo_lora.rst)
-        f"{arr}.rollout.log_prob_max_token_len_per_gpu={2 * job.train.micro_batch_tokens}",
-        f"{arr}.ref.log_prob_max_token_len_per_gpu={2 * job.train.micro_batch_tokens}",
-        "reward.custom_reward_function.path=" + str(HERE / "rewards.py"),
-        "reward.custom_reward_function.name=verl_compute_score",
-        "trainer.critic_warmup=0",
-        "trainer.logger=[console,file]",
-        "trainer.project_name=roll_ma_peers",
-        f"trainer.experiment_name=verl_{n_agents}agents" + ("_shared" if agent is None else ""),
-        "trainer.n_gpus_per_node=1",
-        "trainer.nnodes=1",
-        f"trainer.total_training_steps={job.steps}",
-        "trainer.total_epochs=1",
-        "trainer.val_before_train=False",
-        "trainer.test_freq=-1",
-        "trainer.save_freq=-1",
-        "trainer.resume_mode=disable",
-        f"trainer.default_local_dir={out_dir}/checkpoints",
-    ]
-    if not recompute_old_log_probs:
-        out.append("algorithm.rollout_correction.bypass_mode=True")  # loss_type ppo_clip (its default)
-    if not flash_attn:
-        out.append(f"+{arr}.model.override_config.attn_implementation=sdpa")
+    packed = s.attention == "packed"
+    out = {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": g.norm_std,
+        "algorithm.use_kl_in_reward": False,
+        "data.train_files": train_file,
+        "data.val_files": train_file,
+        "data.prompt_key": "prompt",
+        "data.train_batch_size": prompts,
+        "data.max_response_length": job.generation.max_new_tokens,
+        "data.filter_overlong_prompts": True,
+        "data.truncation": "error",
+        "data.shuffle": False,
+        f"{arr}.model.path": model,
+        f"{arr}.model.lora_rank": job.lora.rank,
+        f"{arr}.model.lora_alpha": f"{job.lora.alpha:g}",
+        f"{arr}.model.target_modules": hydra_list(job.lora.target_modules),
+        f"{arr}.model.use_remove_padding": packed,
+        f"{arr}.model.enable_gradient_checkpointing": s.gradient_checkpointing,
+        f"{arr}.model.use_liger": s.liger_kernel,
+        f"{arr}.actor.strategy": "fsdp2",  # ppo_lora.rst: fsdp or fsdp2; FSDPActorConfig passes it on
+        f"{arr}.ref.strategy": "fsdp2",  # (LoRA: the reference is the actor with its adapter off)
+        f"{arr}.actor.fsdp_config.model_dtype": job.dtype,  # default fp32; bf16 base as the rollout's
+        f"{arr}.ref.fsdp_config.model_dtype": job.dtype,
+        f"{arr}.actor.optim.lr": job.train.lr,
+        f"{arr}.actor.ppo_mini_batch_size": prompts,  # in prompts: x rollout.n rows, one optimizer step
+        f"{arr}.actor.use_dynamic_bsz": True,  # token-budget micro-batches, as roll_ma's
+        f"{arr}.actor.ppo_max_token_len_per_gpu": s.update_tokens,
+        f"{arr}.actor.clip_ratio_low": g.clip_low,
+        f"{arr}.actor.clip_ratio_high": g.clip_high,
+        f"{arr}.actor.loss_agg_mode": LOSS_AGG_MODE[g.loss_agg],
+        f"{arr}.actor.use_kl_loss": g.kl_coef > 0,
+        f"{arr}.actor.kl_loss_coef": g.kl_coef,
+        f"{arr}.actor.kl_loss_type": KL_LOSS[g.kl_estimator],
+        f"{arr}.actor.entropy_coeff": 0,
+        f"{arr}.actor.fsdp_config.param_offload": False,
+        f"{arr}.actor.fsdp_config.optimizer_offload": False,
+        f"{arr}.rollout.name": "vllm",
+        f"{arr}.rollout.dtype": job.dtype,
+        f"{arr}.rollout.tensor_model_parallel_size": 1,
+        f"{arr}.rollout.gpu_memory_utilization": gpu.rollout_memory_fraction,
+        f"{arr}.rollout.free_cache_engine": s.sleep_rollout,
+        f"{arr}.rollout.n": job.episodes.group_size,
+        f"{arr}.rollout.temperature": job.generation.temperature,
+        f"{arr}.rollout.load_format": "safetensors",  # required with LoRA (ppo_lora.rst)
+        f"{arr}.rollout.log_prob_max_token_len_per_gpu": s.scoring_tokens,
+        f"{arr}.ref.log_prob_max_token_len_per_gpu": s.scoring_tokens,
+        "reward.custom_reward_function.path": str(HERE / "rewards.py"),
+        "reward.custom_reward_function.name": "verl_compute_score",
+        "trainer.critic_warmup": 0,
+        "trainer.logger": "[console,file]",
+        "trainer.project_name": "roll_ma_peers",
+        "trainer.experiment_name": f"verl_{row.name}_{n_agents}agents" + ("_shared" if agent is None else ""),
+        "trainer.n_gpus_per_node": 1,
+        "trainer.nnodes": 1,
+        "trainer.total_training_steps": job.steps,
+        "trainer.total_epochs": 1,
+        "trainer.val_before_train": False,
+        "trainer.test_freq": -1,
+        "trainer.save_freq": -1,
+        "trainer.resume_mode": "disable",
+        "trainer.default_local_dir": f"{out_dir}/checkpoints",
+    }
+    taken = sorted(set(row.native) & set(out))
+    if taken:  # one source for each setting: the job's work or the row's settings, not both
+        raise ValueError(f"{job.source}: rows.{row.name}.native sets {', '.join(taken)}, which the job sets")
+    for key, value in row.native.items():
+        if key == "data.max_prompt_length" and value == "longest":
+            if longest_prompt is None:
+                raise ValueError("data.max_prompt_length: longest needs the run's prompts (longest_prompt)")
+            value = longest_prompt
+        out[key] = value
+    lines = [f"{key}={value}" for key, value in out.items()]
+    if not packed:
+        lines.append(f"+{arr}.model.override_config.attn_implementation=sdpa")
     if legacy_trainer:  # the deprecated trainer, if the v1 one (TransferQueue) cannot start
-        out.append("trainer.use_v1=False")
-    return out
+        lines.append("trainer.use_v1=False")
+    return lines
+
+
+def check_row(job: Job, row: Row) -> None:
+    """Refuse what cannot run here, naming the row's key."""
+    if row.settings.attention == "packed" and not flash_attn_installed():
+        raise ValueError(
+            f"{job.source}: rows.{row.name}.settings.attention=packed: verl removes padding through the "
+            "flash-attn package, which is not installed (no wheel for this torch / CUDA); use padded"
+        )
+
+
+def longest_prompt_tokens(model: str, prompts: list[list[dict[str, str]]]) -> int:
+    """Tokens of the longest prompt with the model's chat template and the generation prompt, as verl's
+    RL dataset tokenizes a chat prompt."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    return max(
+        len(tokenizer.apply_chat_template(m, tokenize=True, add_generation_prompt=True)) for m in prompts
+    )
 
 
 def write_train_file(job: Job, n_agents: int, agent: int | None, path: Path) -> Path:
@@ -191,7 +222,7 @@ def write_train_file(job: Job, n_agents: int, agent: int | None, path: Path) -> 
     return path
 
 
-def verl_passes(job: Job, recompute_old_log_probs: bool = False) -> str:
+def verl_passes(job: Job, row: Row) -> str:
     """What verl 0.9.1's sync v1 trainer runs per step with these overrides (trainer/ppo/v1/trainer_base.py
     _step_once; the config defaults named are verl's)."""
     passes = [
@@ -199,7 +230,7 @@ def verl_passes(job: Job, recompute_old_log_probs: bool = False) -> str:
         "log-probs) with the rule-based reward computed in the reward loop during generation",
         "old log-probs: a separate forward of the actor over the step's rows (algorithm.rollout_correction."
         "bypass_mode=False, verl's default: recomputed even on-policy with one mini-batch)"
-        if recompute_old_log_probs
+        if not row.native.get("algorithm.rollout_correction.bypass_mode", False)
         else "old log-probs: none (rollout_correction.bypass_mode=True: pi_old = vLLM's log-probs)",
     ]
     if job.grpo.kl_coef > 0:
@@ -231,13 +262,13 @@ def read_metrics(path: Path, warmup: int) -> dict[str, Any]:
 
 
 def run(
-    job: Job, n_agents: int, agent: int | None, model: str, legacy: bool, recompute: bool, work: Path
+    job: Job, row: Row, n_agents: int, agent: int | None, model: str, legacy: bool, work: Path
 ) -> dict[str, Any]:
     train_file = write_train_file(job, n_agents, agent, work / "train.parquet")
     metrics_file = work / "verl_metrics.jsonl"
-    overrides = verl_overrides(
-        job, n_agents, model, str(train_file), str(work), legacy, flash_attn_installed(), agent, recompute
-    )
+    prompts = [m for step in agent_prompts(job, n_agents, agent) for m in step]
+    longest = longest_prompt_tokens(model, prompts)
+    overrides = verl_overrides(job, row, n_agents, model, str(train_file), str(work), legacy, agent, longest)
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     env = {
         **os.environ,
@@ -251,6 +282,7 @@ def run(
     if metrics_file.exists():
         out.update(read_metrics(metrics_file, job.warmup_steps))
     out["rows_per_step"] = rows_of_run(job, n_agents, agent)
+    out["prompt_tokens_max"] = longest
     if out.get("response_length_mean"):
         out["response_tokens_per_step"] = out["response_length_mean"] * out["rows_per_step"]
     return out
@@ -259,41 +291,37 @@ def run(
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = runner_parser(__doc__)
     p.add_argument("--legacy-trainer", action="store_true", help="trainer.use_v1=False (no TransferQueue)")
-    p.add_argument("--recompute-old-log-probs", action="store_true",
-                   help="verl's default: pi_old from one more forward over every row (not vLLM's log-probs)")
     p.add_argument("--print-command", action="store_true", help="print the overrides and exit")
-    args, job = parse_runner_args(p, argv)
-    recompute = args.recompute_old_log_probs
+    args, job, row = parse_runner_args(p, argv, "verl")
     if args.print_command:
         overrides = verl_overrides(
-            job,
-            args.agents,
-            args.model,
-            "TRAIN.parquet",
-            "OUT",
-            args.legacy_trainer,
-            flash_attn_installed(),
-            args.agent,
-            recompute,
+            job, row, args.agents, args.model, "TRAIN.parquet", "OUT", args.legacy_trainer, args.agent, 0
         )
         print("\n".join(overrides))
         return {}
     result: dict[str, Any] = {
         "framework": "verl",
+        "row": row.name,
         "agents": args.agents,
         "agent": args.agent,
         "shared": args.shared,
         "trainer": "legacy (main_ppo_v0)" if args.legacy_trainer else "v1 (sync)",
         "strategy": "fsdp2",
-        "attention": "flash_attention_2" if flash_attn_installed() else "sdpa (flash-attn not installed)",
-        "passes": verl_passes(job, recompute),
-        "versions": versions("verl", "torch", "transformers", "peft", "vllm", "ray", "tensordict"),
+        "settings": f"{row.name}: {row.describe()}",
+        "attention": "flash_attention_2 (remove padding)"
+        if row.settings.attention == "packed"
+        else "sdpa, padded",
+        "passes": verl_passes(job, row),
+        "versions": versions(
+            "verl", "torch", "transformers", "peft", "vllm", "ray", "tensordict", "liger-kernel"
+        ),
         **gpu_identity(),
     }
 
     def measure() -> dict[str, Any]:
+        check_row(job, row)
         with tempfile.TemporaryDirectory(prefix="peers_verl_") as work:
-            return run(job, args.agents, args.agent, args.model, args.legacy_trainer, recompute, Path(work))
+            return run(job, row, args.agents, args.agent, args.model, args.legacy_trainer, Path(work))
 
     return measure_and_emit(result, measure)
 
