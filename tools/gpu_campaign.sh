@@ -237,7 +237,7 @@ PY
     GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
     setsid nohup bash -c "cd /tmp/w && PYTHONPATH=/tmp/w:$PYTHONPATH timeout ${TOTAL:-1500} python \
       benchmarks/peers/run_all.py --sites /tmp/peers --out-dir /tmp/peers_out --gpus $GPUS --shared ${MODEL:+--model $MODEL} \
-      --frameworks '${FW:-roll_ma,trl,verl,roll_ma_liger@1,roll_ma_lora_bf16@1,openrlhf@1,trl_is@1}' --timeout ${RUN_TIMEOUT:-900}; \
+      --rows '${FW:-roll_ma,roll_ma_fast@1,trl,trl_best,verl,openrlhf@1,trl_is@1}' --timeout ${RUN_TIMEOUT:-900}; \
       echo DONE" \
       > /tmp/peers_out/run_all.log 2>&1 < /dev/null &
     sleep 5; log "started run_all on GPUs $GPUS"; tail -3 /tmp/peers_out/run_all.log ;;
@@ -251,5 +251,33 @@ PY
     nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
     cp /tmp/peers_out/peers.json /tmp/peers_out/peers.md /tmp/peers_out/run_all.log "$OUT"/ 2>/dev/null
     tar -czf "$OUT/peer_logs.tgz" -C /tmp/peers_out $(cd /tmp/peers_out && ls *.log) 2>/dev/null ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b|redesign7b|redesign7b_wait|peers_start|peers_wait"; exit 2 ;;
+  peers45)  # issue 45: the fair table on one machine, every GPU at once, in the background. PLAN is a list of
+    # run_all invocations run one after another, each "JOB|ROWS|AGENTS|REPEATS" (JOB: job.yaml or relay.yaml);
+    # all of them write one table (/tmp/p45/peers.json per job). The random 7B is built first (peers_model).
+    bash benchmarks/peers/install_peer_wheels.sh
+    for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
+    MODEL=$(cat /tmp/peers_model_path 2>/dev/null); log "model: ${MODEL:-not built, see /tmp/peers_model.log}"
+    rm -rf /tmp/w && mkdir -p /tmp/w /tmp/p45 && tar --exclude='./.wb*' --exclude='./.pw*' --exclude='./.whl' -cf - . | tar -xf - -C /tmp/w
+    GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
+    script=/tmp/p45/plan.sh; echo "cd /tmp/w" > $script
+    for item in ${PLAN:-"job.yaml|roll_ma_fast,trl_best|1|3" "job.yaml|roll_ma_fast,trl_best|3|1" "job.yaml|roll_ma|1|1" "relay.yaml|roll_ma_fast,trl_best|3|1"}; do
+      IFS='|' read -r job rows agents repeats <<< "$item"
+      echo "PYTHONPATH=/tmp/w:$PYTHONPATH python benchmarks/peers/run_all.py --sites /tmp/peers --gpus $GPUS \
+        --model $MODEL --job benchmarks/peers/$job --rows $rows --agents $agents --repeats $repeats \
+        --out-dir /tmp/p45/${job%.yaml} --timeout ${RUN_TIMEOUT:-720}" >> $script
+    done
+    echo "echo DONE" >> $script
+    setsid nohup bash -c "timeout ${TOTAL:-1700} bash $script" > /tmp/p45/run_all.log 2>&1 < /dev/null &
+    sleep 5; log "started the plan on GPUs $GPUS"; cat $script | grep -o -- "--job.*--repeats [0-9]*" ;;
+  peers45_wait)  # wait up to WAIT s for the plan (or for the file STOP_WHEN names), then the tables and logs to $OUT
+    end=$(( $(date +%s) + ${WAIT:-540} ))
+    while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^DONE' /tmp/p45/run_all.log 2>/dev/null; do
+      for j in job relay; do cp /tmp/p45/$j/peers.json "$OUT/${j}_peers.json" 2>/dev/null; cp /tmp/p45/$j/peers.md "$OUT/${j}_peers.md" 2>/dev/null; done
+      sleep 10
+    done
+    grep '\[run_all\]' /tmp/p45/run_all.log | grep -v " on GPU " | tail -30
+    for j in job relay; do cat /tmp/p45/$j/peers.md 2>/dev/null | head -30; cp /tmp/p45/$j/peers.json "$OUT/${j}_peers.json" 2>/dev/null; cp /tmp/p45/$j/peers.md "$OUT/${j}_peers.md" 2>/dev/null; done
+    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
+    tar -czf "$OUT/p45_logs.tgz" -C /tmp/p45 $(cd /tmp/p45 && ls -d */*.log run_all.log 2>/dev/null) 2>/dev/null ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b|redesign7b|redesign7b_wait|peers_start|peers_wait|peers45|peers45_wait"; exit 2 ;;
 esac
