@@ -107,7 +107,7 @@ def _composed(path: Path, overrides: list[str]) -> dict[str, Any]:
             raise
     raw = OmegaConf.to_container(cfg, resolve=True)
     if not isinstance(raw, dict):
-        raise ConfigError([ConfigProblem(str(path), "must be a mapping of config keys (name: ..., model: ...)")])
+        raise ConfigError([ConfigProblem(str(path), "must be a mapping of config keys (name:, model:, ...)")])
     return raw
 
 

@@ -43,12 +43,13 @@ def override_problems(overrides: list[str]) -> list[ConfigProblem]:
             problems.append(ConfigProblem(override, "an override must look like key=value"))
             continue
         if not override.split("=", 1)[0].lstrip("+~"):
-            problems.append(ConfigProblem(override, "names no key; write key=value, e.g. trainer.max_steps=50"))
+            problems.append(ConfigProblem(override, "names no key; write key=value, e.g. seed=1"))
             continue
         try:
             parser.parse_overrides([override])
         except HydraException as err:
-            problems.append(ConfigProblem(override, f"cannot be read: {_grammar_reason(err)}; {OVERRIDE_FORM}"))
+            reason = _grammar_reason(err)
+            problems.append(ConfigProblem(override, f"cannot be read: {reason}; {OVERRIDE_FORM}"))
     return problems
 
 
