@@ -86,7 +86,7 @@ def compose_raw(name: str, config_path: str | None, overrides: list[str]) -> dic
         raise ConfigError(_composition_problems(err, path, overrides)) from None
     raw.pop("hydra", None)
     raw.setdefault("name", path.stem)
-    return {str(key): value for key, value in raw.items()}  # yaml keys here are strings; say so to the types
+    return raw
 
 
 def _composed(path: Path, overrides: list[str]) -> dict[str, Any]:
@@ -108,7 +108,7 @@ def _composed(path: Path, overrides: list[str]) -> dict[str, Any]:
     raw = OmegaConf.to_container(cfg, resolve=True)
     if not isinstance(raw, dict):
         raise ConfigError([ConfigProblem(str(path), "must be a mapping of config keys (name:, model:, ...)")])
-    return raw
+    return {str(key): value for key, value in raw.items()}
 
 
 def _alone(path: Path, override: str, base: Any) -> list[ConfigProblem]:
@@ -122,10 +122,9 @@ def _alone(path: Path, override: str, base: Any) -> list[ConfigProblem]:
 
 
 def _composition_problems(err: BaseException, path: Path, overrides: list[str]) -> list[ConfigProblem]:
-    import yaml
     from omegaconf.errors import InterpolationResolutionError
 
-    if isinstance(err, yaml.YAMLError):
+    if type(err).__module__.split(".")[0] == "yaml":  # yaml.YAMLError's kinds (yaml ships no types to import)
         return [yaml_problem(err, path)]
     if isinstance(err, UnicodeDecodeError):
         return [undecodable_problem(err, path)]
