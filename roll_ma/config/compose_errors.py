@@ -21,7 +21,8 @@ YAML_HINTS = {
     "cannot start any token": "YAML indents with spaces, never tabs",
     "found duplicate key": "the key is given twice in one mapping; keep one",
     "expected <block end>": "most often a line indented differently from the lines beside it",
-    "found unexpected end of stream": "a quote or bracket opened and never closed",
+    "end of stream": "a quote or bracket opened here and never closed",
+    "<stream end>": "a quote or bracket opened here and never closed",
     "could not find expected ':'": "a line that is neither 'key: value' nor a list item '- value'",
 }
 
@@ -67,8 +68,10 @@ def _grammar_reason(err: BaseException) -> str:
 
 def yaml_problem(err: Any, primary: Path) -> ConfigProblem:
     """A YAML syntax error (``yaml.MarkedYAMLError``) as ``file:line:column: what``, with the line itself."""
-    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
     what = getattr(err, "problem", None) or getattr(err, "context", None) or first_line(err)
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    if "stream end" in what or "end of stream" in what:  # the file ended: point at what was left open
+        mark = getattr(err, "context_mark", None) or mark
     if mark is None:
         return ConfigProblem(str(primary), f"is not valid YAML: {what}")
     file = mark.name if mark.name and not mark.name.startswith("<") else str(primary)
