@@ -10,14 +10,15 @@ from typing import Any
 
 from roll_ma.errors import ConfigProblem
 
-OVERRIDE_FORM = ("write it as key=value: a list is [a,b], a mapping {k: v}; quote a value that holds "
-                 "[ ] { } , = ' or a space, e.g. model.path='my dir/model'")
-INTERPOLATION_FIX = "a ${...} names another key of the config, e.g. ${name}, or an environment variable, " \
-                    "${oc.env:HOME}"
+OVERRIDE_FORM = (
+    "write it as key=value: a list is [a,b], a mapping {k: v}; quote a value that holds "
+    "[ ] { } , = ' or a space, e.g. model.path='my dir/model'"
+)
+INTERPOLATION_FIX = "a ${...} names another key of this config, e.g. output_dir: outputs/${name}"
 # the usual cause of a YAML message, where its own words do not say it
 YAML_HINTS = {
     "mapping values are not allowed": "most often a key indented differently from the keys beside it, or an "
-                                      "unquoted value holding ': ', which needs quotes",
+    "unquoted value holding ': ', which needs quotes",
     "cannot start any token": "YAML indents with spaces, never tabs",
     "found duplicate key": "the key is given twice in one mapping; keep one",
     "expected <block end>": "most often a line indented differently from the lines beside it",
@@ -76,8 +77,10 @@ def yaml_problem(err: Any, primary: Path) -> ConfigProblem:
         return ConfigProblem(str(primary), f"is not valid YAML: {what}")
     file = mark.name if mark.name and not mark.name.startswith("<") else str(primary)
     hint = next((h for k, h in YAML_HINTS.items() if k in what), "fix the YAML syntax there")
-    return ConfigProblem(f"{file}:{mark.line + 1}:{mark.column + 1}",
-                         f"not valid YAML: {what} ({hint}){_source_line(file, mark.line, mark.column)}")
+    return ConfigProblem(
+        f"{file}:{mark.line + 1}:{mark.column + 1}",
+        f"not valid YAML: {what} ({hint}){_source_line(file, mark.line, mark.column)}",
+    )
 
 
 def _source_line(file: str, line: int, column: int) -> str:
@@ -97,12 +100,14 @@ def undecodable_problem(err: UnicodeDecodeError, primary: Path) -> ConfigProblem
         data.decode("utf-8")
     except UnicodeDecodeError as own:
         line = data[: own.start].count(b"\n") + 1
-        return ConfigProblem(f"{primary}:{line}", f"is not UTF-8 text ({own.reason} at byte {own.start}); "
-                                                   "save it as UTF-8")
+        return ConfigProblem(
+            f"{primary}:{line}", f"is not UTF-8 text ({own.reason} at byte {own.start}); save it as UTF-8"
+        )
     except OSError:
         pass
-    return ConfigProblem(str(primary), f"a file its defaults list includes is not UTF-8 text ({err.reason}); "
-                                       "save it as UTF-8")
+    return ConfigProblem(
+        str(primary), f"a file its defaults list includes is not UTF-8 text ({err.reason}); save it as UTF-8"
+    )
 
 
 def interpolation_problem(err: Any, overrides: list[str], primary: Path) -> ConfigProblem:

@@ -90,8 +90,10 @@ def finished_run(cfg: RunConfig) -> FinishedRun | None:
     if step == cfg.trainer.max_steps:
         line = f"step {step} of {step} already done in {out}; raise trainer.max_steps to continue"
     else:
-        line = (f"step {step} already done in {out}, past trainer.max_steps={cfg.trainer.max_steps}; raise "
-                f"trainer.max_steps above {step} to continue")
+        line = (
+            f"step {step} already done in {out}, past trainer.max_steps={cfg.trainer.max_steps}; raise "
+            f"trainer.max_steps above {step} to continue"
+        )
     return FinishedRun(f"[roll_ma] {line}", _last_metrics(out, step))
 
 
@@ -108,8 +110,10 @@ def _phases_done(cfg: RunConfig, step: int, path: Path, out: Path) -> FinishedRu
     if state.get("phase", 0) < len(phases):
         return None
     names = ", ".join(p.name for p in phases)
-    line = (f"[roll_ma] every phase ({names}) already done in {out} (step {step}); add a phase to continue, "
-            "or start again with trainer.resume=never")
+    line = (
+        f"[roll_ma] every phase ({names}) already done in {out} (step {step}); add a phase to continue, "
+        "or start again with trainer.resume=never"
+    )
     return FinishedRun(line, dict(state.get("results") or {}))
 
 

@@ -17,8 +17,13 @@ TINY = ["--config_name", "math_selfplay_tiny"]
 
 
 def _launch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "start_pipeline.py"), *args], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(REPO / "start_pipeline.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
 
 
 def _one_message(res: subprocess.CompletedProcess) -> str:
@@ -46,8 +51,10 @@ def test_an_override_that_cannot_be_read_is_named_without_the_plus_advice(tmp_pa
 def test_an_output_dir_under_a_file_is_named_before_anything_starts(tmp_path):
     (tmp_path / "taken").write_text("a file")
     message = _one_message(_launch(tmp_path, *TINY, f"trainer.output_dir={tmp_path / 'taken' / 'run'}"))
-    assert (f"  - trainer.output_dir: {tmp_path / 'taken' / 'run'} cannot be created: {tmp_path / 'taken'} "
-            "is a file, not a folder") in message
+    assert (
+        f"  - trainer.output_dir: {tmp_path / 'taken' / 'run'} cannot be created: {tmp_path / 'taken'} "
+        "is a file, not a folder"
+    ) in message
     assert not list(Path(tmp_path).glob("**/error_*.log"))  # nothing failed inside: no log to look for
 
 
@@ -58,7 +65,9 @@ def test_a_model_folder_with_a_cut_short_config_json_is_told_so(tmp_path, tiny_m
         (model / f.name).write_bytes(f.read_bytes())
     text = (model / "config.json").read_text()
     (model / "config.json").write_text(text[: len(text) // 2])
-    message = _one_message(_launch(tmp_path, *TINY, f"model.path={model}", f"trainer.output_dir={tmp_path}/o"))
+    message = _one_message(
+        _launch(tmp_path, *TINY, f"model.path={model}", f"trainer.output_dir={tmp_path}/o")
+    )
     assert f"  - model.path: {model / 'config.json'} is not valid JSON: " in message
     assert "cut short" in message and "give a model directory with a config.json" not in message
 
@@ -97,4 +106,5 @@ def test_a_finished_run_says_so_in_one_line_without_ray(tmp_path, capsys, no_ray
     assert main([*TINY, *overrides]) == 0
     said = capsys.readouterr()
     assert said.err == "" and said.out.splitlines()[-1] == (
-        f"[roll_ma] step 3 of 3 already done in {out}; raise trainer.max_steps to continue")
+        f"[roll_ma] step 3 of 3 already done in {out}; raise trainer.max_steps to continue"
+    )

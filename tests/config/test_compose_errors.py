@@ -31,7 +31,9 @@ def _refusal(name: str, config_path: str | None = None, overrides: list[str] | N
     ],
     ids=["indent", "tab", "duplicate", "unclosed"],
 )
-def test_a_yaml_mistake_names_the_file_line_and_column_and_shows_the_line(tmp_path, text, line, column, words):
+def test_a_yaml_mistake_names_the_file_line_and_column_and_shows_the_line(
+    tmp_path, text, line, column, words
+):
     (tmp_path / "mine.yaml").write_text(text)
     err = _refusal("mine", str(tmp_path))
     problem = err.problems[0]
@@ -48,7 +50,9 @@ def test_a_yaml_mistake_in_a_file_the_defaults_list_includes_names_that_file(tmp
     assert _refusal("mine", str(tmp_path)).problems[0].key == f"{tmp_path / 'base.yaml'}:4:10"
 
 
-@pytest.mark.parametrize("text, key", [(b"name: \xff\n", ":1"), (b"- a\n- b\n", "")], ids=["not-utf8", "list"])
+@pytest.mark.parametrize(
+    "text, key", [(b"name: \xff\n", ":1"), (b"- a\n- b\n", "")], ids=["not-utf8", "list"]
+)
 def test_a_file_that_is_no_mapping_of_text_is_named(tmp_path, text, key):
     (tmp_path / "mine.yaml").write_bytes(text)
     problem = _refusal("mine", str(tmp_path)).problems[0]

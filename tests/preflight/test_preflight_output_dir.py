@@ -26,11 +26,14 @@ def test_a_writable_folder_new_or_existing_is_no_problem_and_is_left_as_it_was(t
 def test_a_file_or_a_folder_under_a_file_is_named(tmp_path):
     (tmp_path / "f").write_text("x")
     assert output_dir_problems(str(tmp_path / "f")) == [
-        f"trainer.output_dir: {tmp_path / 'f'} is a file, not a folder; give trainer.output_dir a folder this "
-        "user can write to (it is created when missing)"]
+        f"trainer.output_dir: {tmp_path / 'f'} is a file, not a folder; give trainer.output_dir a folder "
+        "this user can write to (it is created when missing)"
+    ]
     (problem,) = output_dir_problems(str(tmp_path / "f" / "run"))
-    assert problem.startswith(f"trainer.output_dir: {tmp_path / 'f' / 'run'} cannot be created: "
-                              f"{tmp_path / 'f'} is a file, not a folder")
+    assert problem.startswith(
+        f"trainer.output_dir: {tmp_path / 'f' / 'run'} cannot be created: "
+        f"{tmp_path / 'f'} is a file, not a folder"
+    )
 
 
 def test_a_file_where_the_run_writes_a_folder_and_a_dangling_link_are_named(tmp_path):
@@ -46,7 +49,9 @@ def test_a_file_where_the_run_writes_a_folder_and_a_dangling_link_are_named(tmp_
 def test_a_folder_that_cannot_be_written_is_named_with_the_reason(tmp_path):
     # why /proc: a chmod-ed folder is writable for root, which CI containers often are
     (problem,) = output_dir_problems("/proc/roll_ma_run")
-    assert problem.startswith("trainer.output_dir: /proc/roll_ma_run cannot be created: /proc cannot be written (")
+    assert problem.startswith(
+        "trainer.output_dir: /proc/roll_ma_run cannot be created: /proc cannot be written ("
+    )
 
 
 def test_the_run_refuses_an_unwritable_output_dir_before_ray(tmp_path, no_ray):
@@ -67,12 +72,16 @@ def test_a_finished_run_says_so_in_a_line_and_returns_its_last_metrics_without_r
     overrides = [f"trainer.output_dir={tmp_path}", "trainer.max_steps=2"]
     cfg = load_config("math_selfplay_tiny", overrides=overrides)
     _finished_checkpoint(cfg, 2, {"planner": {}})
-    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "a": 1}) + "\n" +
-                                            json.dumps({"step": 2, "a": 2}) + "\n")
+    (tmp_path / "metrics.jsonl").write_text(
+        json.dumps({"step": 1, "a": 1}) + "\n" + json.dumps({"step": 2, "a": 2}) + "\n"
+    )
     assert roll_ma.train("math_selfplay_tiny", trainer__output_dir=str(tmp_path), trainer__max_steps=2) == {
-        "step": 2, "a": 2}
+        "step": 2,
+        "a": 2,
+    }
     assert capsys.readouterr().out.splitlines()[-1] == (
-        f"[roll_ma] step 2 of 2 already done in {tmp_path}; raise trainer.max_steps to continue")
+        f"[roll_ma] step 2 of 2 already done in {tmp_path}; raise trainer.max_steps to continue"
+    )
     roll_ma.train("math_selfplay_tiny", trainer__output_dir=str(tmp_path), trainer__max_steps=1)
     assert "step 2 already done" in capsys.readouterr().out
     assert (tmp_path / "checkpoints" / "step_000002").is_dir()  # nothing moved, nothing written
