@@ -176,6 +176,8 @@ def write_log(err: BaseException, output_dir: str | os.PathLike | None) -> tuple
 
 
 def _reason(err: OSError) -> str:
+    if isinstance(err, (FileExistsError, NotADirectoryError)):
+        return f"a file is in the way ({err.filename})"
     return (err.strerror or str(err)).lower()
 
 
