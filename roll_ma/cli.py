@@ -108,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"{error_prefix()} {err}", file=sys.stderr)
         return 2
+    except Exception as err:  # noqa: BLE001 - a check that failed itself: its short form and a log file
+        from roll_ma.error_report import unexpected
+
+        print(f"{error_prefix()} {unexpected(err, None)}", file=sys.stderr)
+        return 1
     if cfg_only:
         return print_config(cfg, args.cfg, args.config_name, args.config_path, overrides)
     with plain_output():

@@ -121,7 +121,7 @@ def raise_location(err: BaseException, file: str | None = None) -> str:
 
 
 def log_dir(output_dir: str | os.PathLike | None) -> Path:
-    """Where error logs go: ``<output_dir>/logs`` (the system temp dir when that cannot be written)."""
+    """Where the run's logs go: ``<output_dir>/logs`` (the system temp dir when that cannot be made)."""
     if output_dir:
         path = Path(output_dir) / "logs"
         try:
@@ -138,14 +138,12 @@ def run_log(output_dir: str | os.PathLike | None) -> Path:
     return log_dir(output_dir) / "run.log"
 
 
-def write_log(err: BaseException, directory: str | os.PathLike) -> Path:
-    """The log file of ``err``: its message, the driver's traceback and the workers' (``details``)."""
-    now = datetime.datetime.now()
-    path = Path(directory) / f"error_{now:%Y%m%d_%H%M%S}_{os.getpid()}.log"
+def log_text(err: BaseException) -> str:
+    """The log file's text for ``err``: its message, the driver's traceback and the workers' (``details``)."""
     message = Exception.__str__(err) if isinstance(err, RollMaError) else f"{type(err).__name__}: {err}"
     driver = "".join(traceback.format_exception(type(err), err, err.__traceback__))
     parts = [
-        f"roll_ma error, {now.isoformat(timespec='seconds')}",
+        f"roll_ma error, {datetime.datetime.now().isoformat(timespec='seconds')}",
         f"command: {' '.join(sys.argv)}",
         f"cwd: {os.getcwd()}",
         "",
@@ -157,14 +155,37 @@ def write_log(err: BaseException, directory: str | os.PathLike) -> Path:
     details = getattr(err, "details", "")
     if details:
         parts += ["---- traceback in the worker(s) ----", details]
-    path.write_text(plain("\n".join(parts)) + "\n")
-    return path
+    return plain("\n".join(parts)) + "\n"
+
+
+def write_log(err: BaseException, output_dir: str | os.PathLike | None) -> tuple[Path | None, str]:
+    """Write ``err``'s log file to ``<output_dir>/logs``, else (that folder cannot be written: a read-only
+    or full disk, a file in the way) to the system temp dir. Returns its path (None: nowhere could be
+    written) and, when it is not in ``<output_dir>/logs``, why."""
+    name = f"error_{datetime.datetime.now():%Y%m%d_%H%M%S}_{os.getpid()}.log"
+    folders = ([Path(output_dir) / "logs"] if output_dir else []) + [Path(tempfile.gettempdir())]
+    note = ""
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(log_text(err))
+            return folder / name, note
+        except OSError as failed:
+            note = note or f"trainer.output_dir's {folder} cannot be written: {_reason(failed)}"
+    return None, note
+
+
+def _reason(err: OSError) -> str:
+    if isinstance(err, (FileExistsError, NotADirectoryError)):
+        return f"a file is in the way ({err.filename})"
+    return (err.strerror or str(err)).lower()
 
 
 def attach_log(err: RollMaError, output_dir: str | os.PathLike | None) -> RollMaError:
     """Write ``err``'s log file (once) and name it in the message."""
     if err.log_path is None:
-        err.log_path = str(write_log(err, log_dir(output_dir)))
+        path, err.log_note = write_log(err, output_dir)
+        err.log_path = str(path) if path else None
     return err
 
 
@@ -173,11 +194,25 @@ class UnexpectedError(RollMaError):
 
 
 def unexpected(err: BaseException, output_dir: str | os.PathLike | None) -> UnexpectedError:
-    """The short form of an unknown exception raised in the driver, with its log file written."""
+    """The short form of an unknown exception raised in the driver, with its log file written. A file the
+    run could not write in ``output_dir`` is named as ``trainer.output_dir``'s problem."""
     text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
-    out = UnexpectedError(summarize("the run failed", f"{type(err).__name__}: {err}", text))
-    out.log_path = str(write_log(err, log_dir(output_dir)))
+    header, fix = "the run failed", fix_for(err)
+    if isinstance(err, OSError) and _inside(getattr(err, "filename", None), output_dir):
+        header = f"the run could not write to trainer.output_dir={output_dir}"
+        fix = ("make trainer.output_dir writable again (its permissions, free disk space) or give another "
+               "one; the same command then resumes from the last checkpoint")
+    out = UnexpectedError(summarize(header, f"{type(err).__name__}: {err}", text, fix))
+    path, out.log_note = write_log(err, output_dir)
+    out.log_path = str(path) if path else None
     return out
+
+
+def _inside(filename: Any, folder: str | os.PathLike | None) -> bool:
+    if not filename or not folder or not isinstance(filename, (str, os.PathLike)):
+        return False
+    file, root = Path(os.path.abspath(filename)), Path(os.path.abspath(folder))
+    return file == root or root in file.parents
 
 
 def error_prefix(stream: Any = None) -> str:

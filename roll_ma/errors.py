@@ -1,11 +1,14 @@
 """The errors a user can act on: each one's ``str()`` is the whole message (what failed, where, the fix).
 
 Layers raise the narrowest class; the CLI and ``roll_ma.train`` print (or re-raise) any ``RollMaError``
-as that one message, without the driver's stack (the full traceback goes to a log file).
+as that one message, without the driver's stack (the full traceback goes to a log file). The CLI's exit
+code follows the class: 2 for ``ConfigError`` and ``PreflightError`` (found before anything ran), 1 for
+the others.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -20,10 +23,13 @@ class RollMaError(Exception):
 
     details: str = ""
     log_path: str | None = None
+    log_note: str = ""  # why the log is not under trainer.output_dir/logs, when it could not be written
 
     def __str__(self) -> str:
         text = super().__str__()
-        return f"{text}\n  full traceback: {self.log_path}" if self.log_path else text
+        if not self.log_path:
+            return text
+        return f"{text}\n  full traceback: {self.log_path}{f' ({self.log_note})' if self.log_note else ''}"
 
     def __reduce__(self) -> tuple:
         # why: Ray pickles a worker's exception to the driver, and the default rebuilds it as cls(*args),
@@ -36,6 +42,29 @@ def _rebuild(cls: type[RollMaError], args: tuple, state: dict[str, Any]) -> Roll
     err.args = args
     err.__dict__.update(state)
     return err
+
+
+@dataclass
+class ConfigProblem:
+    """One problem of a config: the key (or file, or override) it is about, and what is wrong with the fix."""
+
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}" if self.key else self.message
+
+
+class ConfigError(RollMaError, ValueError):
+    """One or more problems in a config (its yaml, an override, a key's type or value, keys that do not go
+    together); ``str()`` lists them all."""
+
+    def __init__(self, problems: list[ConfigProblem]):
+        self.problems = problems
+        lines = [f"  - {p}" for p in problems]
+        super().__init__(
+            f"invalid config ({len(problems)} problem{'s' * (len(problems) != 1)}):\n" + "\n".join(lines)
+        )
 
 
 class UserCodeError(RollMaError, RuntimeError):

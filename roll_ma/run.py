@@ -98,7 +98,7 @@ def _raw_config(source: Any) -> dict[str, Any]:
 def _set(raw: Any, parts: list[str], value: Any, key: str) -> None:
     """raw[parts...] = value, creating sections on the way; a dict value merges into a dict."""
     if not parts:
-        raise ValueError(f"override {key!r} names no key; use section__key=value, e.g. trainer__max_steps=2")
+        raise _override_error(key, "names no key; use section__key=value, e.g. trainer__max_steps=2")
     node = raw
     for part in parts[:-1]:
         if isinstance(node, list):
@@ -118,8 +118,15 @@ def _set(raw: Any, parts: list[str], value: Any, key: str) -> None:
 
 def _index(part: str, items: list, key: str) -> int:
     if not part.isdigit() or int(part) >= len(items):
-        raise ValueError(f"override {key!r}: {part!r} is not an index of a list of {len(items)}")
+        valid = f"0 to {len(items) - 1}" if items else "none: it is empty"
+        raise _override_error(key, f"{part!r} is not an index of a list of {len(items)} ({valid})")
     return int(part)
+
+
+def _override_error(key: str, message: str) -> Exception:
+    from roll_ma.config.typed import ConfigError, ConfigProblem
+
+    return ConfigError([ConfigProblem(key, message)])
 
 
 def _merged(base: dict, update: Mapping) -> dict:

@@ -6,6 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from roll_ma.config.compose_errors import (
+    composition_problem,
+    first_line,
+    interpolation_problem,
+    override_problems,
+    undecodable_problem,
+    yaml_problem,
+)
 from roll_ma.config.schema import MOVED_KEYS, RunConfig
 from roll_ma.config.typed import ConfigError, ConfigProblem, suggest, to_dataclass
 
@@ -29,7 +37,7 @@ def available_configs(config_path: str | None = None) -> dict[str, Path]:
     """Config name -> yaml file, over all config directories."""
     found: dict[str, Path] = {}
     for d in config_dirs(config_path):
-        for p in sorted(d.glob("*.yaml")):
+        for p in sorted(q for q in d.glob("*.yaml") if q.is_file()):
             found.setdefault(p.stem, p)
     return found
 
@@ -64,33 +72,67 @@ def mars_flags_to_overrides(
 
 
 def compose_raw(name: str, config_path: str | None, overrides: list[str]) -> dict[str, Any]:
-    """Hydra-compose the yaml with overrides into a plain dict (interpolations resolved)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
+    """Hydra-compose the yaml with overrides into a plain dict (interpolations resolved). Whatever YAML,
+    Hydra or OmegaConf refuse is raised as a ``ConfigError`` naming the file and line, or the override."""
     path = find_config(name, config_path)
-    bad = [o for o in overrides if "=" not in o and not o.startswith("~")]  # ~key deletes a key
+    bad = override_problems(overrides)
     if bad:
-        raise ConfigError([ConfigProblem(o, "override must look like key=value") for o in bad])
+        raise ConfigError(bad)
     try:
-        with initialize_config_dir(config_dir=str(path.parent), version_base=None):
-            base = compose(config_name=path.stem)
-            # a key the yaml lacks is added ('+key') so that validation can name it with a did-you-mean,
-            # together with every other problem, instead of Hydra stopping at the first one
-            overrides = [_addable(o, base) for o in overrides]
-            cfg = compose(config_name=path.stem, overrides=list(overrides))
-        raw = OmegaConf.to_container(cfg, resolve=True)
-    except (HydraException, OmegaConfBaseException) as err:
-        msg = str(err).splitlines()[0]
-        raise ConfigError(
-            [ConfigProblem("overrides", f"{msg} (append-only keys need '+key=value')")]
-        ) from None
-    assert isinstance(raw, dict)
+        raw = _composed(path, overrides)
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - each library's error, said in config words
+        raise ConfigError(_composition_problems(err, path, overrides)) from None
     raw.pop("hydra", None)
     raw.setdefault("name", path.stem)
-    return {str(key): value for key, value in raw.items()}  # yaml keys here are strings; say so to the types
+    return raw
+
+
+def _composed(path: Path, overrides: list[str]) -> dict[str, Any]:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(path.parent), version_base=None):
+        base = compose(config_name=path.stem)
+        # a key the yaml lacks is added ('+key') so that validation can name it with a did-you-mean,
+        # together with every other problem, instead of Hydra stopping at the first one
+        try:
+            cfg = compose(config_name=path.stem, overrides=[_addable(o, base) for o in overrides])
+        except Exception as err:
+            # name the override(s) Hydra could not apply: each one tried alone on the yaml
+            problems = [p for o in overrides for p in _alone(path, o, base)]
+            if problems:
+                raise ConfigError(problems) from err
+            raise
+    raw = OmegaConf.to_container(cfg, resolve=True)
+    if not isinstance(raw, dict):
+        raise ConfigError([ConfigProblem(str(path), "must be a mapping of config keys (name:, model:, ...)")])
+    return {str(key): value for key, value in raw.items()}
+
+
+def _alone(path: Path, override: str, base: Any) -> list[ConfigProblem]:
+    from hydra import compose
+
+    try:
+        compose(config_name=path.stem, overrides=[_addable(override, base)])
+    except Exception as err:  # noqa: BLE001 - the problem of this one override
+        return [composition_problem(err, override)]
+    return []
+
+
+def _composition_problems(err: BaseException, path: Path, overrides: list[str]) -> list[ConfigProblem]:
+    from omegaconf.errors import InterpolationResolutionError
+
+    if type(err).__module__.split(".")[0] == "yaml":  # yaml.YAMLError's kinds (yaml ships no types to import)
+        return [yaml_problem(err, path)]
+    if isinstance(err, UnicodeDecodeError):
+        return [undecodable_problem(err, path)]
+    if isinstance(err, InterpolationResolutionError):
+        return [interpolation_problem(err, overrides, path)]
+    if isinstance(err, OSError) and getattr(err, "filename", None):
+        return [ConfigProblem(str(err.filename), f"cannot be read ({err.strerror or first_line(err)})")]
+    return [composition_problem(err, str(path))]
 
 
 def _addable(override: str, base: Any) -> str:

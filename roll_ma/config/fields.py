@@ -8,7 +8,8 @@ from typing import Any
 
 def config_field(default: Any = None, help: str = "", factory: Any = None, **limits: Any) -> Any:
     """A dataclass field whose metadata holds ``help`` and the ``min``/``max`` validation checks
-    (``max_why``: the message for a value above ``max``, when "must be <= max" would not say why)."""
+    (``min_why`` / ``max_why``: the message for a value below ``min`` / above ``max``, when "must be >= min"
+    would not say why)."""
     meta = {"help": help, **limits}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)

@@ -531,7 +531,9 @@ class CriticConfig:
 class TrainerConfig:
     """The loop: steps, output, checkpoints, evaluation, resume."""
 
-    max_steps: int = _f(100, "training steps", min=0)
+    max_steps: int = _f(100, "training steps", min=1,
+                        min_why="must be 1 or more: a run of 0 steps trains nothing (a run that resumes from "
+                                "a checkpoint trains the steps after it, up to trainer.max_steps)")
     output_dir: str = _f("outputs/run", "metrics.jsonl, checkpoints, logs and plots go here")
     save_every: int = _f(0, "checkpoint every k steps (0: only at the end)", min=0)
     keep_last: int = _f(2, "checkpoints kept", min=1)

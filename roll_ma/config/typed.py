@@ -10,28 +10,11 @@ import dataclasses
 import difflib
 import types
 import typing
-from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-
-@dataclass
-class ConfigProblem:
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.message}" if self.key else self.message
-
-
-class ConfigError(ValueError):
-    """One or more problems in a config; ``str()`` lists them all."""
-
-    def __init__(self, problems: list[ConfigProblem]):
-        self.problems = problems
-        lines = [f"  - {p}" for p in problems]
-        super().__init__(
-            f"invalid config ({len(problems)} problem{'s' * (len(problems) != 1)}):\n" + "\n".join(lines)
-        )
+# the config errors live with the others (roll_ma/errors.py); kept importable from here
+from roll_ma.errors import ConfigError as ConfigError
+from roll_ma.errors import ConfigProblem as ConfigProblem
 
 
 def suggest(word: str, options: typing.Iterable[str]) -> str:
@@ -132,7 +115,7 @@ class _Converter:
     def _check_range(self, key: str, value: float, meta: dict[str, Any]) -> Any:
         lo, hi = meta.get("min"), meta.get("max")
         if lo is not None and value < lo:
-            self.fail(key, f"must be >= {lo}, got {value}")
+            self.fail(key, meta.get("min_why") or f"must be >= {lo}, got {value}")
         if hi is not None and value > hi:
             self.fail(key, meta.get("max_why") or f"must be <= {hi}, got {value}")
         return value

@@ -8,7 +8,8 @@ def run_training(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
 
     Both start after the pre-flight checks (``roll_ma.preflight``): data files, the checkpoint to resume,
     the tokenizer and model, hooks and Ray auth, all checked before Ray or any actor starts; a
-    ``PreflightError`` lists every problem found."""
+    ``PreflightError`` lists every problem found. A run whose checkpoint already holds every step (or
+    phase) says so in one line and returns that step's metrics (or the phases' results), without Ray."""
     # imported here, not at the top: importing any pipelines module runs this file, and these pull in
     # Ray, torch and every worker; ``roll_ma.pipelines.metrics`` alone should not
     from roll_ma.preflight import run_preflight
@@ -16,6 +17,12 @@ def run_training(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
 
     cfg = with_absolute_files(cfg)  # env, workflow, task and hook files, wherever actors run
     run_preflight(cfg)
+    from roll_ma.preflight.output_dir import finished_run
+
+    finished = finished_run(cfg)
+    if finished is not None:
+        print(finished.line, flush=True)
+        return finished.result
     if cfg.phases or cfg.train.objective != "ppo":
         if step_hook is not None:
             raise ValueError("step_hook is a hook of the RL loop; phase runs take none")

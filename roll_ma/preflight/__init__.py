@@ -2,6 +2,8 @@
 
 ``run_preflight(cfg)`` runs every check and raises one ``PreflightError`` listing every problem found:
 
+- ``output_dir``: ``trainer.output_dir`` can be created and written (not a file, not under one, not
+  read-only), and holds no file where the run writes a folder.
 - ``model_source`` and ``tokenizer``: the model (and a teacher's) is found first, in seconds: a local path
   that does not exist, or a hub name while the hub cannot be reached and the cache lacks it, is one
   problem; then its config, weights and tokenizer load; the tokenizer is not empty, has an end-of-turn
@@ -33,10 +35,11 @@ def run_preflight(cfg: RunConfig, log: Callable[[str], None] = print) -> None:
     from roll_ma.preflight.data_files import chat_file_problems, chat_files, problem_file_problems
     from roll_ma.preflight.model_probe import probe_model
     from roll_ma.preflight.model_source import Hub
+    from roll_ma.preflight.output_dir import output_dir_problems
     from roll_ma.preflight.ray_auth import ray_auth_problems
     from roll_ma.preflight.user_functions import hook_problems
 
-    problems: list[str] = []
+    problems: list[str] = output_dir_problems(cfg.trainer.output_dir)
     notes: list[str] = []
     hub = Hub()  # asked at most once, and only for a hub name that is not in the local cache
     files = chat_files(cfg)  # parsed first: prompts given as messages need a chat template

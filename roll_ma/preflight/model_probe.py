@@ -8,6 +8,7 @@ tokenizer's location and ``model.tokenizer_path`` instead.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "vocab.txt")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 PROBE_TEXT = "Hello, 12 + 30 = 42."
+MODEL_FOLDER = "give the model's folder (config.json, weights, tokenizer files), a hub name, or builtin:tiny"
 
 
 @dataclass
@@ -57,6 +59,10 @@ def probe_model(model: ModelConfig, prefix: str, chat_needed_by: str | None, hub
         if tok_source.problem:
             problems.append(f"{prefix}.tokenizer_path: {tok_source.problem}")
             return probe, problems
+        if Path(tok_source.path).is_file():
+            problems.append(f"{prefix}.tokenizer_path: {tok_source.path} is a file, not a folder; give the "
+                            f"folder that holds the tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...)")
+            return probe, problems
     elif source.problem:
         return probe, problems  # the same location: its problem is said once
     elif not config_loaded:  # the tokenizer would fail on the same config.json, already reported
@@ -79,6 +85,10 @@ def _probe_config(model: ModelConfig, path: str, prefix: str, probe: ModelProbe,
     """Load the model's config (True when it loads) and look for its weights."""
     from transformers import AutoConfig
 
+    local_problem = _local_config_problem(Path(path))
+    if local_problem:
+        problems.append(f"{prefix}.path: {local_problem}")
+        return False
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code)
     except Exception as err:  # noqa: BLE001 - any failure here is the same failure the workers would meet
@@ -93,7 +103,51 @@ def _probe_config(model: ModelConfig, path: str, prefix: str, probe: ModelProbe,
     if local.is_dir() and not any(p.suffix in WEIGHT_SUFFIXES for p in local.iterdir()):
         problems.append(f"{prefix}.path: {path} holds a config.json but no weights (*.safetensors, *.bin); "
                         "copy the model's weight files there")
+    elif local.is_dir():
+        problems += [f"{prefix}.path: {p}" for p in _damaged_safetensors(local)]
     return True
+
+
+def _local_config_problem(local: Path) -> str | None:
+    """What is wrong with a local model path before transformers reads it: a file, a folder without a
+    config.json, a config.json that is not JSON (transformers says only "give a model directory")."""
+    if local.is_file():
+        return f"{local} is a file, not a model folder; {MODEL_FOLDER}"
+    if not local.is_dir():
+        return None  # a hub name
+    config = local / "config.json"
+    if not config.is_file():
+        return f"{local} holds no config.json ({_held(local)}); {MODEL_FOLDER}"
+    try:
+        json.loads(config.read_bytes())
+    except json.JSONDecodeError as err:
+        return (f"{config} is not valid JSON: {err.msg.removesuffix(' at')} at line {err.lineno}, column "
+                f"{err.colno}; it is damaged or cut short: copy it again from where the model came from")
+    except (UnicodeDecodeError, OSError) as err:
+        return f"{config} cannot be read as JSON text ({err}); copy it again from where the model came from"
+    return None
+
+
+def _damaged_safetensors(local: Path) -> list[str]:
+    """Weight files whose header does not read (a copy cut short); read in milliseconds, not loaded."""
+    from safetensors import safe_open
+
+    damaged = []
+    for file in sorted(local.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except Exception as err:  # noqa: BLE001 - whatever the reason, the workers could not load it
+            damaged.append(f"{file} does not read as safetensors ({type(err).__name__}: {_first_line(err)}): "
+                           "it is damaged or cut short; copy it again from where the model came from")
+    return damaged
+
+
+def _held(folder: Path) -> str:
+    names = sorted(p.name for p in folder.iterdir())
+    if not names:
+        return "it is empty"
+    return f"it holds {', '.join(names[:6])}{', ...' if len(names) > 6 else ''}"
 
 
 def _probe_tokenizer(model: ModelConfig, prefix: str, chat_needed_by: str | None, probe: ModelProbe,

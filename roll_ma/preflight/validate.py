@@ -77,8 +77,9 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
                 f"agents[{i}].init_adapter", f"{agent.init_adapter} is not a directory holding a PEFT adapter"
             )
     rl_only = not cfg.phases and cfg.train.objective == "ppo"
-    if all(a.frozen for a in cfg.agents) and cfg.trainer.max_steps > 0 and rl_only:
-        add("agents", "every agent is frozen: nothing would train; unfreeze one or set trainer.max_steps=0")
+    if all(a.frozen for a in cfg.agents) and rl_only:
+        add("agents", "every agent is frozen: nothing would train; unfreeze one, or evaluate them with an "
+                      "eval phase (phases: [{objective: eval}])")
 
     # ---- env and seats
     from roll_ma.preflight.validate_team import check_team

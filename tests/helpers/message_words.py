@@ -25,7 +25,8 @@ from typing import Any
 MESSAGE_SUITES = {
     "test_cli", "test_config", "test_example_configs", "test_phase_config", "test_placement",
     "test_preflight_data", "test_preflight_model_source", "test_preflight_probes", "test_preflight_resume",
-    "test_workflow_config", "test_message_words",
+    "test_workflow_config", "test_message_words", "test_compose_errors", "test_preflight_output_dir",
+    "test_cli_mistakes",
 }
 # names from outside the config that a message may use, each one the user meets in their own model, their
 # own code or English

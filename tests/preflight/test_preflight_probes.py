@@ -77,7 +77,7 @@ def test_a_model_dir_without_config_or_weights(tmp_path):
         f"model.path={empty}", f"model.tokenizer_path={ASSETS / 'tiny_model'}",
         f"trainer.output_dir={tmp_path / 'out'}"]))
     (problem,) = found
-    assert problem.startswith(f"model.path: cannot load the model's config from {empty} (")
+    assert problem.startswith(f"model.path: {empty} holds no config.json (it is empty); give the model")
     (tmp_path / "empty" / "config.json").write_text((ASSETS / "tiny_model" / "config.json").read_text())
     found = problems_of(load_config("math_selfplay_tiny", overrides=[
         f"model.path={empty}", f"model.tokenizer_path={ASSETS / 'tiny_model'}",

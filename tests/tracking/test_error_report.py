@@ -224,3 +224,54 @@ def test_plain_output_strips_escapes_only_where_the_stream_is_not_a_terminal(cap
     with plain_output():
         print("\x1b[36m(EnvWorker pid=1)\x1b[0m line\x1b[A", file=sys.stderr)
     assert capsys.readouterr().err == "(EnvWorker pid=1) line\n"
+
+
+def test_str_of_the_error_train_raises_is_the_whole_message_the_cli_prints(tiny_cfg, monkeypatch, capsys):
+    import roll_ma
+    import roll_ma.pipelines
+    from roll_ma import cli
+
+    err, text = _traceback_of(_hook_error)
+    failure = lambda: task_failure("env", 0, "run_episodes", err, text)  # noqa: E731 - a fresh one per run
+    monkeypatch.setattr(roll_ma.pipelines, "run_training", _raising(failure()))
+    assert cli.run(tiny_cfg) == 1
+    printed = capsys.readouterr().err.removeprefix("error: ").rstrip("\n").splitlines()
+    monkeypatch.setattr(roll_ma.pipelines, "run_training", _raising(failure()))
+    with pytest.raises(WorkerError) as raised:
+        roll_ma.train(tiny_cfg)
+    lines = str(raised.value).splitlines()
+    assert len(lines) == 4 and lines[:3] == printed[:3]  # what, where, fix; then each its own log file
+    assert lines[1].startswith("  where: ") and lines[2].startswith("  fix: ")
+    assert lines[3].startswith("  full traceback: ") and printed[3].startswith("  full traceback: ")
+
+
+def test_a_log_folder_that_cannot_be_written_sends_the_log_to_temp_and_says_why(tmp_path):
+    import tempfile
+
+    from roll_ma.error_report import attach_log
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "logs").write_text("a file where the logs folder goes")
+    failure = attach_log(RollMaError("the run failed"), out)
+    log = Path(failure.log_path)
+    assert log.is_file() and log.parent == Path(tempfile.gettempdir())
+    assert str(failure).splitlines()[-1] == (
+        f"  full traceback: {log} (trainer.output_dir's {out / 'logs'} cannot be written: a file is in the "
+        f"way ({out / 'logs'}))")
+    log.unlink()
+
+
+def test_a_file_the_run_cannot_write_in_the_output_dir_names_trainer_output_dir(tmp_path):
+    from roll_ma.error_report import unexpected
+
+    target = tmp_path / "checkpoints" / "step_000003" / "state.json"
+    try:
+        raise PermissionError(13, "Permission denied", str(target))
+    except PermissionError as err:
+        failure = unexpected(err, tmp_path)
+    lines = str(failure).splitlines()
+    assert lines[0] == (f"the run could not write to trainer.output_dir={tmp_path}: PermissionError: "
+                        f"[Errno 13] Permission denied: '{target}'")
+    assert lines[2].startswith("  fix: make trainer.output_dir writable again")
+    assert Path(failure.log_path).parent == tmp_path / "logs"

@@ -1,0 +1,106 @@
+"""A config's YAML, its overrides and its ${...} refused in config words: ``ConfigError`` (a ``RollMaError``)
+naming the file, line and column, or the override, never a YAML, Hydra or OmegaConf traceback. The same from
+``roll_ma.train``: the typed error, whose ``str()`` is the whole message."""
+
+from __future__ import annotations
+
+import pytest
+
+import roll_ma
+from roll_ma.config import ConfigError
+from roll_ma.config.compose import compose_raw
+from roll_ma.errors import RollMaError
+
+TINY = "math_selfplay_tiny"
+
+
+def _refusal(name: str, config_path: str | None = None, overrides: list[str] | None = None) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        compose_raw(name, config_path, overrides or [])
+    assert isinstance(err.value, RollMaError) and len(err.value.problems) == 1
+    return err.value
+
+
+@pytest.mark.parametrize(
+    "text, line, column, words",
+    [
+        ("name: x\nmodel:\n  path: builtin:tiny\n   dtype: float32\n", 4, 9, "indented differently"),
+        ("name: x\n\tmodel: {}\n", 2, 1, "spaces, never tabs"),
+        ("name: x\nseed: 1\nname: y\n", 3, 1, "given twice"),
+        ("name: x\nagents: [{name: a}\n", 2, 9, "never closed"),
+    ],
+    ids=["indent", "tab", "duplicate", "unclosed"],
+)
+def test_a_yaml_mistake_names_the_file_line_and_column_and_shows_the_line(
+    tmp_path, text, line, column, words
+):
+    (tmp_path / "mine.yaml").write_text(text)
+    err = _refusal("mine", str(tmp_path))
+    problem = err.problems[0]
+    assert problem.key == f"{tmp_path / 'mine.yaml'}:{line}:{column}", str(err)
+    assert "not valid YAML" in problem.message and words in problem.message
+    shown = text.splitlines()[line - 1] if line <= len(text.splitlines()) else None
+    if shown:  # the line itself, a caret under the column
+        assert shown.expandtabs(1) in problem.message and "^" in problem.message
+
+
+def test_a_yaml_mistake_in_a_file_the_defaults_list_includes_names_that_file(tmp_path):
+    (tmp_path / "base.yaml").write_text("seed: 1\nmodel:\n  path: x\n    dtype: float32\n")
+    (tmp_path / "mine.yaml").write_text("defaults:\n  - base\n  - _self_\nname: mine\n")
+    assert _refusal("mine", str(tmp_path)).problems[0].key == f"{tmp_path / 'base.yaml'}:4:10"
+
+
+@pytest.mark.parametrize(
+    "text, key", [(b"name: \xff\n", ":1"), (b"- a\n- b\n", "")], ids=["not-utf8", "list"]
+)
+def test_a_file_that_is_no_mapping_of_text_is_named(tmp_path, text, key):
+    (tmp_path / "mine.yaml").write_bytes(text)
+    problem = _refusal("mine", str(tmp_path)).problems[0]
+    assert problem.key == f"{tmp_path / 'mine.yaml'}{key}"
+    assert "UTF-8" in problem.message or "mapping of config keys" in problem.message
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("env.seats=[solver,critic", "unclosed bracket"),
+        ("model.path='a", "unclosed"),
+        ("model.path=x=y", "quote a value"),
+        ("=3", "names no key"),
+        ("trainer.max_steps", "key=value"),
+        ("agents.5.name=x", "cannot be applied"),
+        ("~nope", "'nope' does not exist"),
+    ],
+)
+def test_an_override_that_cannot_be_read_or_applied_is_named_and_no_plus_is_advised(override, words):
+    problem = _refusal(TINY, overrides=["seed=3", override]).problems[0]
+    assert problem.key == override and words in problem.message
+    assert "+key" not in problem.message and "hydra.cc" not in problem.message
+
+
+def test_an_interpolation_that_does_not_resolve_names_its_key_and_the_override_that_set_it():
+    problem = _refusal(TINY, overrides=["model.path=${nope}"]).problems[0]
+    assert problem.key == "model.path" and "set by the override model.path=${nope}" in problem.message
+
+
+def test_an_interpolation_in_the_file_names_its_key_and_the_file(tmp_path):
+    (tmp_path / "mine.yaml").write_text("name: x\nmodel:\n  path: ${nope.x}\n")
+    problem = _refusal("mine", str(tmp_path)).problems[0]
+    assert problem.key == "model.path" and str(tmp_path / "mine.yaml") in problem.message
+
+
+def test_roll_ma_train_raises_the_same_typed_error_whose_str_is_the_whole_message(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: x\nmodel:\n  path: builtin:tiny\n   dtype: float32\n")
+    with pytest.raises(ConfigError) as err:
+        roll_ma.train(str(path))
+    assert isinstance(err.value, RollMaError)
+    text = str(err.value)
+    assert text.startswith("invalid config (1 problem):") and f"{path}:4:9: not valid YAML" in text
+    assert "dtype: float32" in text and "^" in text  # the line and the caret: every line of the message
+    with pytest.raises(ConfigError) as err:
+        roll_ma.train(TINY, trainer__max_steps=0)
+    assert str(err.value) == (
+        "invalid config (1 problem):\n  - trainer.max_steps: must be 1 or more: a run of 0 steps trains "
+        "nothing (a run that resumes from a checkpoint trains the steps after it, up to trainer.max_steps)"
+    )
