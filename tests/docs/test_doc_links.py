@@ -64,7 +64,7 @@ def links(page: Path) -> list[tuple[int, str]]:
 
 
 def broken_links(page: Path, root: Path = ROOT) -> list[str]:
-    """What is wrong with each broken link of ``page`` (under ``root``), one line each (empty: all resolve)."""
+    """What is wrong with each broken link of ``page`` (under ``root``), a line each (empty: all resolve)."""
     problems = []
     for line, target in links(page):
         if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ... (no network in tests)
@@ -86,11 +86,13 @@ def test_every_link_resolves(page):
 
 
 def test_slug_follows_githubs_rules():
-    assert slug("Checking a config without running it (`--cfg`)") == "checking-a-config-without-running-it---cfg"
+    assert slug("Checking a config without running it: `--cfg`") == (
+        "checking-a-config-without-running-it---cfg")
     assert slug("The 7B step (2026-11-26): 88 -> 66.7 s on one H100 (issue 31)") == (
         "the-7b-step-2026-11-26-88---667-s-on-one-h100-issue-31")
     assert slug("What `math_reflection_tiny` printed") == "what-math_reflection_tiny-printed"
-    assert slug("Ctrl-C, SIGTERM and what a run leaves behind") == "ctrl-c-sigterm-and-what-a-run-leaves-behind"
+    assert slug("Ctrl-C, SIGTERM and what a run leaves behind") == (
+        "ctrl-c-sigterm-and-what-a-run-leaves-behind")
 
 
 def test_checker_finds_a_missing_file_and_a_wrong_anchor(tmp_path):
