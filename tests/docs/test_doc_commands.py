@@ -13,10 +13,10 @@ from __future__ import annotations
 import importlib.util
 import re
 import shlex
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
@@ -103,7 +103,8 @@ def check_start_pipeline(args: list[str]) -> str | None:
     overrides = mars_flags_to_overrides(ns.num_agents, ns.lora_rank, ns.lora_alpha) + [
         o for o in ns.overrides if _concrete(o)]
     try:
-        load_config(ns.config_name, ns.config_path, overrides, num_agents=ns.num_agents, check_local_gpus=False)
+        load_config(ns.config_name, ns.config_path, overrides, num_agents=ns.num_agents,
+                    check_local_gpus=False)
     except ConfigError as err:
         return f"the config is refused: {err}"
     return None
@@ -194,4 +195,5 @@ def test_a_bare_python_comes_only_after_the_page_says_to_activate_the_venv(page)
     activated_line = text[:activated].count("\n") + 1
     bare = [(n, argv) for n, argv in commands(ROOT / page) if argv[0] in ("python", "python3", "pip")]
     early = [f"line {n}: {' '.join(argv)}" for n, argv in bare if n < activated_line]
-    assert not early, f"{page}: before `source .venv/bin/activate` (line {activated_line}):\n" + "\n".join(early)
+    where = f"{page}: before `source .venv/bin/activate` (line {activated_line})"
+    assert not early, where + ":\n" + "\n".join(early)
