@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -210,14 +211,90 @@ def console_summary(step: int, max_steps: int, metrics: dict[str, Any], agent_na
               if k == "critic/explained_var" or k.endswith(("/value_loss", "/value_clip_frac"))]
     if critic:  # algorithm.advantage=gae
         lines.append("      critic: " + "  ".join(critic))
-    evals = {k: v for k, v in metrics.items() if k.startswith("eval/")}
-    if evals:
-        lines.append("  eval: " + "  ".join(f"{k[5:]}={fmt(v)}" for k, v in sorted(evals.items())))
+    if any(k.startswith("eval/") for k in metrics):
+        lines.append(eval_line(metrics))
     return "\n".join(lines)
 
 
-def plot_rewards(metrics_path: str | Path, out_path: str | Path, agent_names: list[str]) -> Path | None:
-    """rewards.png: per-agent training reward and every eval curve against the step."""
+def eval_line(metrics: dict[str, Any]) -> str:
+    """The evaluation's numbers of a step: ``  eval: critic_accuracy=0.55  ...  pass1@turn1=0.5``."""
+    evals = sorted((k[len("eval/"):], v) for k, v in metrics.items() if k.startswith("eval/"))
+    return "  eval: " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in evals)
+
+
+def initial_eval_summary(max_steps: int, metrics: dict[str, Any]) -> str:
+    """The evaluation before the first step (step 0): ``step 0/100  evaluation of the initial adapters``
+    and its ``eval_line``."""
+    return f"step 0/{max_steps}  evaluation of the initial adapters\n{eval_line(metrics)}"
+
+
+COUNT = re.compile(r"(^|[/_])(num|n)_|_(verdicts|inputs|count|tokens)$|(^|[/_])(episodes|turns|count)$")
+NOT_A_RATE = re.compile(r"return|reward|score|loss")  # may lie in [0, 1] by chance; never on a rate's axis
+SEAT = re.compile(r"_seat(\d+)$")
+Series = dict[str, list[tuple[int, float]]]  # curve label -> (step, value) points
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    return [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+
+
+def _owner(name: str, agent_names: list[str], seats: list[str] | None) -> tuple[str | None, str]:
+    """The agent an evaluation metric is about, and its label without that agent: ``critic_precision`` ->
+    (critic, precision); ``vs_random/win_rate_seat1`` -> (the agent in seat 1, ``vs_random/win_rate (seat
+    1)``); a metric of the whole episode (``pass1@turn1``) -> (None, the name)."""
+    seat = SEAT.search(name)
+    if seat and seats and int(seat.group(1)) < len(seats) and seats[int(seat.group(1))] in agent_names:
+        return seats[int(seat.group(1))], f"{name[:seat.start()]} (seat {seat.group(1)})"
+    for agent in sorted(agent_names, key=len, reverse=True):  # the longest name first: critic_2 before critic
+        m = re.search(rf"(^|[/_@]){re.escape(agent)}([/_@]|$)", name)
+        if m:
+            label = (name[:m.start()] + m.group(1) + name[m.end():]).strip("/_@") if m.group(2) else name
+            return agent, label or name
+    return None, name
+
+
+def eval_panels(rows: list[dict[str, Any]], agent_names: list[str],
+                seats: list[str] | None = None) -> list[tuple[str, str, Series, bool]]:
+    """The evaluation's panels of rewards.png, each (title, y label, curves, on a 0-1 axis): per agent the
+    rates that are about it, then the rates of the whole episode, then values that are not rates (returns).
+    Counts (``num_episodes``, ``critic_verdicts``) are left out: they are in metrics.jsonl and on the
+    console, and on a rate's axis they flatten every curve."""
+    keys = sorted({k for r in rows for k, v in r.items()
+                   if k.startswith("eval/") and isinstance(v, (int, float))})
+    rates: dict[str | None, Series] = {}
+    others: Series = {}
+    for key in keys:
+        name = key[len("eval/"):]
+        if COUNT.search(name):
+            continue
+        pts = _series(rows, key)
+        agent, label = _owner(name, agent_names, seats)
+        if all(0.0 <= v <= 1.0 for _, v in pts) and not NOT_A_RATE.search(name):
+            rates.setdefault(agent, {})[label] = pts
+        else:
+            others[f"{agent}: {label}" if agent else name] = pts
+    panels = [(f"{agent}: evaluation", "rate", rates[agent], True) for agent in agent_names if agent in rates]
+    if None in rates:
+        panels.append(("episodes (all agents): evaluation", "rate", rates[None], True))
+    if others:
+        panels.append(("evaluation: returns and other values", "value", others, False))
+    return panels
+
+
+def _colours(n: int) -> list[Any]:
+    """n distinct colours: tab10, tab20 up to 20 curves, then evenly spaced hues."""
+    import matplotlib
+
+    if n <= 10:
+        return [matplotlib.colormaps["tab10"](i) for i in range(n)]
+    if n <= 20:
+        return [matplotlib.colormaps["tab20"](i) for i in range(n)]
+    return [matplotlib.colormaps["hsv"](i / n) for i in range(n)]
+
+
+def plot_rewards(metrics_path: str | Path, out_path: str | Path, agent_names: list[str],
+                 seats: list[str] | None = None) -> Path | None:
+    """rewards.png (``rewards_figure``) of a run's metrics.jsonl; None when it has no line yet."""
     rows = read_metrics(metrics_path)
     if not rows:
         return None
@@ -226,27 +303,36 @@ def plot_rewards(metrics_path: str | Path, out_path: str | Path, agent_names: li
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    eval_keys = sorted(
-        {k for r in rows for k, v in r.items() if k.startswith("eval/") and isinstance(v, (int, float))}
-    )
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name in agent_names:
-        key = f"agent/{name}/reward"
-        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-        if pts:
-            axes[0].plot(*zip(*pts), label=name)
-    axes[0].set(title="training reward per agent", xlabel="step", ylabel="mean turn reward")
-    for key in eval_keys:
-        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-        if pts:
-            axes[1].plot(*zip(*pts), marker="o", label=key[5:])
-    axes[1].set(title="evaluation", xlabel="step")
-    for ax in axes:
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig = rewards_figure(rows, agent_names, seats)
     out = Path(out_path)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def rewards_figure(rows: list[dict[str, Any]], agent_names: list[str], seats: list[str] | None = None) -> Any:
+    """Each agent's training reward, and the evaluation (``eval_panels``) against the step: rates on a 0-1
+    axis, one colour per curve, each panel titled with whose numbers it shows."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    train = {name: _series(rows, f"agent/{name}/reward") for name in agent_names}
+    panels = [("training: mean turn reward of each agent", "mean turn reward",
+               {k: v for k, v in train.items() if v}, False), *eval_panels(rows, agent_names, seats)]
+    cols = 2 if len(panels) in (2, 4) else min(len(panels), 3)
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 4.2 * nrows), squeeze=False)
+    for ax, (title, ylabel, curves, rate) in zip(axes.flat, panels):
+        for colour, (label, pts) in zip(_colours(len(curves)), curves.items()):
+            ax.plot(*zip(*pts), marker="o", markersize=3, color=colour, label=label)
+        ax.set(title=title, xlabel="step", ylabel=ylabel + (" (0-1)" if rate else ""))
+        if rate:
+            ax.set_ylim(-0.02, 1.02)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if curves:
+            ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(panels):]:
+        ax.remove()
+    fig.tight_layout()
+    return fig

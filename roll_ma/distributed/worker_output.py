@@ -5,7 +5,8 @@ Ray sends every line an actor writes to stdout or stderr to the driver (``log_to
 default prints it prefixed with the actor's name. ``route_worker_output`` puts ``WorkerOutput`` in the
 place of that printer, for the Ray session of the run:
 
-- progress bars (``ray.experimental.tqdm_ray`` state lines): on a terminal drawn by Ray's bars; off a
+- progress bars (``ray.experimental.tqdm_ray`` state lines): on a terminal drawn as bars that redraw in
+  place at the bottom of the screen (``terminal_bars.py``; the driver's own prints go above them); off a
   terminal (a file, a pipe) as plain lines, one when a bar finishes (and one every ``PLAIN_EVERY_S``
   seconds while a long one runs), never a ``\\r`` redraw or an escape code;
 - lines that begin with ``[roll_ma]`` (roll_ma's messages, and warnings of roll_ma's loggers inside
@@ -19,6 +20,7 @@ print while they are being stopped, after the run's last line, also goes to the 
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import json
 import logging
@@ -28,6 +30,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from roll_ma.distributed.terminal_bars import bars_off, bars_on_terminal
 
 OURS = "[roll_ma]"
 HANDLER_NAME = "roll_ma_worker_output"
@@ -76,9 +80,8 @@ class WorkerOutput:
 
     Args:
         log_path: the run's log file (appended to; a resumed run adds to the same file).
-        terminal: whether the console is a terminal (bars drawn by Ray) or not (plain progress lines).
-        ray_print: Ray's own printer, ``print_to_stdstream(data, ignore_prefix)``: draws the bars and
-            prints what stays on the console on a terminal, and the autoscaler's events everywhere.
+        terminal: whether the console is a terminal (bars redrawn in place) or not (plain progress lines).
+        ray_print: Ray's own printer, ``print_to_stdstream(data, ignore_prefix)``: the autoscaler's events.
     """
 
     def __init__(self, log_path: str | os.PathLike, terminal: bool, ray_print: Any):
@@ -88,6 +91,7 @@ class WorkerOutput:
         self._lock = threading.Lock()
         self.terminal, self._ray_print = terminal, ray_print
         self.progress = PlainProgress()
+        self.bars = bars_on_terminal() if terminal else None
         self.note(f"run started {datetime.datetime.now().isoformat(timespec='seconds')}, pid {os.getpid()}: "
                   f"{' '.join(sys.argv)}")
 
@@ -113,21 +117,22 @@ class WorkerOutput:
             self._write_log(data, logged)
         if not shown:
             return
-        if self.terminal:
-            self._ray_print({**data, "lines": shown}, ignore_prefix=True)
-            return
-        self._print_plain(data, shown, RAY_TQDM_MAGIC)
+        self._show(data, shown, RAY_TQDM_MAGIC)
 
-    def _print_plain(self, data: dict[str, Any], lines: list[str], magic: str) -> None:
+    def _show(self, data: dict[str, Any], lines: list[str], magic: str) -> None:
         stream = sys.stderr if data.get("is_err") else sys.stdout
         for line in lines:
             if magic not in line:
                 print(line, file=stream, flush=True)
                 continue
             try:
-                self.progress.update(json.loads(line))
-            except (ValueError, KeyError):  # a state line cut by a crash: nothing to show
-                pass
+                state = json.loads(line)
+            except ValueError:  # a state line cut by a crash: nothing to show
+                continue
+            if self.bars is not None:
+                self.bars.update(state)
+            else:
+                self.progress.update(state)
 
     def _write_log(self, data: dict[str, Any], lines: list[str]) -> None:
         from roll_ma.error_report import plain
@@ -142,14 +147,26 @@ class WorkerOutput:
                 self._log.write(text)
 
     def close(self) -> None:
+        if self.bars is not None:
+            bars_off(self.bars)
+            self.bars = None
         with self._lock:
             self._log.close()
+
+
+def forget_colour_reset() -> None:
+    """Ray's CLI logger (imported by ``ray.init``) calls ``colorama.init``, whose exit hook writes ``ESC[0m``
+    to a terminal after the run's last line; roll_ma prints no colours, so there is nothing to reset."""
+    for name, module in list(sys.modules.items()):
+        if name.endswith("colorama.initialise") and hasattr(module, "reset_all"):
+            atexit.unregister(module.reset_all)
 
 
 def route_worker_output(log_path: str | os.PathLike, terminal: bool | None = None) -> WorkerOutput | None:
     """Send the connected Ray session's worker output through a ``WorkerOutput`` writing ``log_path``
     (replacing Ray's printer, or the handler of an earlier run in this process). None, and Ray's
     printing left as it is, when this Ray has no such hook (another version) or forwards nothing."""
+    forget_colour_reset()
     try:
         from ray._private import worker as ray_worker
         from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
@@ -162,12 +179,12 @@ def route_worker_output(log_path: str | os.PathLike, terminal: bool | None = Non
     names = [name for name, _ in handlers]
     if "ray_print_logs" not in names and HANDLER_NAME not in names:
         return None  # ray.init(log_to_driver=False): nothing is forwarded
+    for name, handler in handlers:
+        if name == HANDLER_NAME and isinstance(handler, WorkerOutput):
+            handler.close()  # first: an earlier run's bars give sys.stdout back before this run's take it
     if terminal is None:
         terminal = is_terminal(sys.stdout, sys.stderr)
     output = WorkerOutput(log_path, terminal, ray_print)
-    for name, handler in handlers:
-        if name == HANDLER_NAME and isinstance(handler, WorkerOutput):
-            handler.close()
     dispatcher.remove_handler("ray_print_logs")
     dispatcher.remove_handler(HANDLER_NAME)
     dispatcher.add_handler(HANDLER_NAME, output)

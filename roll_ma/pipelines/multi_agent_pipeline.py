@@ -46,7 +46,7 @@ from roll_ma.pipelines.rl_step import synchronous_step
 from roll_ma.pipelines.rl_step_streamed import streamed_step
 from roll_ma.pipelines.session import RunSession, done_line, open_session, start_session
 from roll_ma.pipelines.step_timer import startup_line
-from roll_ma.tracking import plot_rewards
+from roll_ma.tracking import initial_eval_summary, plot_rewards
 
 
 def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, Any]:
@@ -76,7 +76,8 @@ def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, 
             save_checkpoint_if_due(run, step)
         session.tracker.close()
         agent_names = [a.name for a in cfg.agents]
-        plot = plot_rewards(session.out_dir / "metrics.jsonl", session.out_dir / "rewards.png", agent_names)
+        plot = plot_rewards(session.out_dir / "metrics.jsonl", session.out_dir / "rewards.png", agent_names,
+                            session.seats)
         print(done_line(session.saved, session.out_dir / "metrics.jsonl", plot), flush=True)
         return metrics
 
@@ -98,3 +99,4 @@ def evaluate_before_training(run: RLRun) -> None:
         with session.startup("eval"):
             metrics = evaluate(run.workers, session.planner, session.seats, run.cfg.env.eval_opponent, 0)
             session.tracker.log(metrics, step=0)
+        print(initial_eval_summary(run.cfg.trainer.max_steps, metrics), flush=True)

@@ -3,8 +3,17 @@ output split between the console (progress, roll_ma's lines) and the run's log f
 
 from __future__ import annotations
 
+import fcntl
+import io
 import json
 import logging
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
 import types
 from pathlib import Path
 
@@ -115,15 +124,72 @@ def test_engine_and_library_lines_go_to_the_run_log_and_roll_mas_own_stay_on_the
     ]
 
 
-def test_on_a_terminal_ray_draws_the_bars_and_prints_roll_mas_lines_without_the_actor_prefix(tmp_path):
+class FakeTerminal(io.StringIO):
+    """stdout and stderr of a terminal 80 columns wide: one stream, so that the order of writes is kept."""
+
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        raise OSError("no descriptor")  # the size is asked of the descriptor: 80 x 24 without one
+
+
+def screen(output: str) -> list[str]:
+    """The lines a terminal shows after ``output`` (text, \\r, \\n, cursor up, clear to the end of the
+    screen or line; other escapes, colours, change nothing on the lines)."""
+    lines, row, col, i = [""], 0, 0, 0
+    while i < len(output):
+        esc = re.match(r"\x1b\[(\d*)([A-Za-z])", output[i:])
+        if esc:
+            n, code = int(esc.group(1) or 1), esc.group(2)
+            if code == "A":
+                row = max(row - n, 0)
+            elif code in "JK":
+                lines[row] = lines[row][:col]
+                if code == "J":
+                    del lines[row + 1:]
+            i += esc.end()
+            continue
+        ch, i = output[i], i + 1
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            row, col = row + 1, 0
+            lines += [""] * (row + 1 - len(lines))
+        else:
+            line = lines[row].ljust(col)
+            lines[row], col = line[:col] + ch + line[col + 1:], col + 1
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return [line.rstrip() for line in lines]
+
+
+def test_on_a_terminal_bars_redraw_in_place_and_prints_go_above_them(tmp_path, monkeypatch):
+    term = FakeTerminal()
+    monkeypatch.setattr(sys, "stdout", term)
+    monkeypatch.setattr(sys, "stderr", term)
     calls = []
     out = WorkerOutput(tmp_path / "run.log", terminal=True, ray_print=lambda d, **k: calls.append((d, k)))
-    out({"pid": 9, "actor_name": "EnvWorker", "is_err": True, "lines": [_bar(1), "noise", "[roll_ma] note"]})
+    out.bars.clock = FakeClock()
+    batch = {"pid": 9, "actor_name": "EnvWorker", "is_err": True}
+    for x in range(4):
+        out({**batch, "lines": [_bar(x)]})
+    shown = screen(term.getvalue())
+    assert len(shown) == 1 and shown[0].startswith("rollout step 1, env worker 0:  75%|"), shown  # in place
+    assert "3/4" in shown[0]
+    out({**batch, "lines": [_bar(0, uuid="u2", desc="update solver"), "noise", "[roll_ma] note"]})
+    print("step 1/3  13.9 s")  # the driver's own line, while two bars are up
+    shown = screen(term.getvalue())
+    assert shown[:2] == ["[roll_ma] note", "step 1/3  13.9 s"], shown  # above the bars
+    assert [line.split(":")[0] for line in shown[2:]] == ["rollout step 1, env worker 0", "update solver"]
+    out({**batch, "lines": [_bar(4, closed=True), _bar(1, closed=True, uuid="u2", desc="update solver"),
+                            _bar(5, closed=True, uuid="u3", desc="never drawn")]})
+    assert screen(term.getvalue()) == ["[roll_ma] note", "step 1/3  13.9 s"]  # finished bars leave no line
     out({"pid": "autoscaler", "lines": ["Warning: The following resource request cannot be scheduled"]})
     out.close()
-    assert [c[0]["lines"] for c in calls] == [[_bar(1), "[roll_ma] note"],
-                                              ["Warning: The following resource request cannot be scheduled"]]
-    assert calls[0][1] == {"ignore_prefix": True} and calls[1][1] == {"ignore_prefix": False}
+    assert sys.stdout is term and sys.stderr is term  # given back
+    assert [(c[0]["lines"], c[1]) for c in calls] == [
+        (["Warning: The following resource request cannot be scheduled"], {"ignore_prefix": False})]
     assert "noise" in (tmp_path / "run.log").read_text()
 
 
@@ -190,3 +256,53 @@ def test_vllm_does_not_warn_about_what_roll_ma_chose():
             vllm_logger.setLevel(level)
     assert seen == ["max_model_len is larger than the model's context"]
     assert len(args.filters) == 1
+
+
+RUN_WITH_BARS = """
+import sys
+from roll_ma.distributed.worker_output import WorkerOutput, forget_colour_reset, is_terminal
+import ray.autoscaler._private.cli_logger  # what ray.init imports: colorama's reset at exit
+forget_colour_reset()
+out = WorkerOutput(sys.argv[1], is_terminal(sys.stdout, sys.stderr), print)
+for x in range(5):
+    out({"pid": 7, "actor_name": "EnvWorker", "is_err": True, "lines": [BARS[x]]})
+print("step 1/1  2.0 s")
+out({"pid": 7, "actor_name": "EnvWorker", "is_err": True, "lines": [BARS[5]]})
+out.close()
+print("[roll_ma] done")
+"""
+
+
+def _run_with_bars(tmp_path, **streams) -> subprocess.CompletedProcess:
+    bars = [_bar(x) for x in range(5)] + [_bar(4, closed=True)]
+    script = f"BARS = {bars!r}\n" + RUN_WITH_BARS
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-c", script, str(tmp_path / "run.log")], env=env, check=True,
+                          timeout=120, **streams)
+
+
+def test_a_real_terminal_gets_bars_drawn_in_place_and_a_pipe_plain_lines(tmp_path):
+    """The same run in a pseudo-terminal (as a user's shell) and into a pipe (as `| tee` or a batch job)."""
+    parent, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    _run_with_bars(tmp_path, stdin=subprocess.DEVNULL, stdout=child, stderr=child)
+    os.close(child)
+    raw = b""
+    while True:
+        try:
+            chunk = os.read(parent, 65536)
+        except OSError:  # the child side is closed and everything was read
+            break
+        if not chunk:
+            break
+        raw += chunk
+    os.close(parent)
+    text = raw.decode()
+    assert "\x1b[1A" in text and "|" in text  # a bar, redrawn by moving back up over it
+    assert screen(text) == ["step 1/1  2.0 s", "[roll_ma] done"]  # no bar left behind, no blank line
+    assert text.endswith("[roll_ma] done\r\n"), repr(text[-40:])  # nothing after the last line (ESC[0m)
+
+    piped = _run_with_bars(tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
+    assert piped.stdout.decode().splitlines() == [
+        "step 1/1  2.0 s", "rollout step 1, env worker 0: 4/4 episodes", "[roll_ma] done"]
