@@ -284,16 +284,16 @@ def check(job: Job) -> Job:
     return job
 
 
-def shrink_for_smoke(job: Job) -> Job:
-    """The job at a size a 2-core CPU runs in a minute (the smoke tests): same shape, tiny counts
-    (one game per step at every N)."""
+def shrink_for_smoke(job: Job, n_agents: int) -> Job:
+    """The job of a run with N agents at a size a 2-core CPU runs in a minute (the smoke tests): same
+    shape, tiny counts (one game per step: rows_per_step is whole games at this N only)."""
     r = dataclasses.replace
     e = job.episodes
     return r(
         job,
         steps=2,
         warmup_steps=1,
-        episodes=r(e, group_size=2, rows_per_step=2 * max(e.turns.values())),
+        episodes=r(e, group_size=2, rows_per_step=2 * job.turns(n_agents)),
         prompt=r(job.prompt, filler_words=8),
         generation=r(job.generation, max_new_tokens=8),
     )

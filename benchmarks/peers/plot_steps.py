@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     bars = []
     for row in rows:
         parts = bar_parts(row)
-        label = f"{row.get('row', row['framework'])}, N = {row['agents']}" + (" shared" if row.get("shared") else "")
+        shared = " shared" if row.get("shared") else ""
+        label = f"{row.get('row', row['framework'])}, N = {row['agents']}{shared}"
         print(f"{label}: step {row['step_s']:.2f} s  " + "  ".join(f"{k} {v:.2f}" for k, v in parts.items()))
         bars.append((label, parts, float(row["step_s"])))
     colors = {phase: color for phase, (_, color) in PHASES.items()}

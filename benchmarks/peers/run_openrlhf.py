@@ -127,6 +127,9 @@ def openrlhf_args(
         args.append("--actor.gradient_checkpointing_enable")
     if s.sleep_rollout:
         args += ["--vllm.enable_sleep", "--ds.enable_sleep"]
+    taken = sorted(set(row.native) & {a for a in args if a.startswith("--")})
+    if taken:  # one source for each setting: the job's work or the row's settings, not both
+        raise ValueError(f"{job.source}: rows.{row.name}.native sets {', '.join(taken)}, which the job sets")
     for flag, value in row.native.items():
         args += [flag] if value is True else [] if value is False else [flag, str(value)]
     return args

@@ -34,6 +34,7 @@ from job import (  # noqa: E402
     measure_and_emit,
     parse_runner_args,
     phase_medians,
+    rows_of_run,
     runner_parser,
     shrink_for_smoke,
     step_summary_from_ends,
@@ -70,6 +71,15 @@ def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
     for key in parents:
         raw = raw.setdefault(key, {})
     raw[leaf] = value
+
+
+def _keys(raw: dict[str, Any], prefix: str = "") -> Any:
+    """The dotted config keys of every value ``raw`` sets."""
+    for key, value in raw.items():
+        if isinstance(value, dict) and value:
+            yield from _keys(value, f"{prefix}{key}.")
+        else:
+            yield prefix + key
 
 
 def run_config(
@@ -164,6 +174,10 @@ def run_config(
         },
         "resources": {"num_gpus": 1 if cuda else 0},
     }
+    set_here = list(_keys(raw))
+    taken = sorted(k for k in row.native if any(d == k or d.startswith(k + ".") for d in set_here))
+    if taken:  # one source for each setting: the job's work or the row's settings, not both
+        raise ValueError(f"{job.source}: rows.{row.name}.native sets {', '.join(taken)}, which the job sets")
     for key, value in row.native.items():
         if cuda or key not in GPU_ONLY:
             _set(raw, key, value)
@@ -226,7 +240,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    job = shrink_for_smoke(job) if args.smoke else job
+    job = shrink_for_smoke(job, args.agents) if args.smoke else job
     decoding = (
         "each turn decoded when its prompt is known (relay: prompts carry the replies)"
         if job.episodes.relay or not row.native.get("env.decode_ahead", True)
@@ -239,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "agent": None,  # all agents in this run
         "shared": args.shared,
         "relay": job.episodes.relay,
-        "rows_per_step_planned": job.rows_per_step(1),
+        "rows_per_step_planned": rows_of_run(job, args.agents, None),
         "settings": settings_text(row, args.device == "cuda"),
         "passes": f"generation ({decoding}); reference (adapters off); update (pi_old from its own forward)",
         "versions": versions("torch", "transformers", "peft", "vllm", "deepspeed", "ray", "liger-kernel"),

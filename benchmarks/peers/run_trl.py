@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args, job, row = parse_runner_args(p, argv, "trl")
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    job = shrink_for_smoke(job) if args.smoke else job
+    job = shrink_for_smoke(job, args.agents) if args.smoke else job
     cuda = args.device == "cuda"
     result: dict[str, Any] = {
         "framework": "trl",

@@ -293,10 +293,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--legacy-trainer", action="store_true", help="trainer.use_v1=False (no TransferQueue)")
     p.add_argument("--print-command", action="store_true", help="print the overrides and exit")
     args, job, row = parse_runner_args(p, argv, "verl")
-    if args.print_command:
+    if args.print_command:  # data.max_prompt_length: longest is measured with the model's tokenizer
+        prompts = [m for step in agent_prompts(job, args.agents, args.agent) for m in step]
+        longest = longest_prompt_tokens(args.model, prompts) if Path(args.model).is_dir() else None
         overrides = verl_overrides(
-            job, row, args.agents, args.model, "TRAIN.parquet", "OUT", args.legacy_trainer, args.agent, 0
-        )
+            job, row, args.agents, args.model, "TRAIN.parquet", "OUT", args.legacy_trainer, args.agent,
+            longest,
+        )  # fmt: skip
         print("\n".join(overrides))
         return {}
     result: dict[str, Any] = {

@@ -152,6 +152,29 @@ def test_seat_game_gives_every_seat_its_turns():
     assert acted == {"agent0", "agent1", "agent2", "agent3"}
 
 
+def test_seat_game_plans_its_turns_unless_they_carry_the_replies():
+    from seat_game import SeatGame
+
+    # the plain game: every later turn is known at the first, and stepping gives exactly those turns
+    env = SeatGame(players=3, turns=3)
+    first = env.reset(seed=0)
+    planned = [t.messages for t in env.planned_turns()]
+    assert len(planned) == 2 and [env.step("12").next_turn.messages for _ in range(2)] == planned
+    assert "said" not in first.messages[1]["content"]
+    # the relay game: each prompt carries the last 4 characters of every earlier reply, with its seat
+    relay = SeatGame(players=3, turns=3, relay_reply_chars=4)
+    turn = relay.reset(seed=0)
+    assert turn.messages == first.messages and relay.planned_turns() is None
+    second = relay.step("abcdefgh").next_turn
+    assert second.messages[1]["content"].endswith("\nseat 0 said: efgh")
+    third = relay.step("12").next_turn
+    assert third.messages[1]["content"].endswith("\nseat 0 said: efgh\nseat 1 said: 12")
+    assert (
+        relay.planned_turns() is None and third.messages[0]["content"] == "You are seat 2 of 3. Say digits."
+    )
+    assert relay.step("9").done and relay.reset(seed=0).messages == first.messages  # replies cleared
+
+
 def test_multilora_levers_combine_and_baseline_has_no_lora_args():
     import multilora_cost
 

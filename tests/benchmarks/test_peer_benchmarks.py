@@ -1,7 +1,9 @@
-"""benchmarks/peers (issue 32): the job file, the prompts each peer run gets, the rewards, each peer's
-arguments against that peer's own config or parser, the result plumbing, and (slow) the driver on CPU
-with roll_ma and TRL. verl and OpenRLHF cannot run on CPU; their argument checks run when the package
-is importable (installed without its dependencies is enough) and skip otherwise."""
+"""benchmarks/peers (issue 32): the job file and its rows (each a framework at named settings), the prompts
+each peer run gets, the rewards, each runner's arguments built from its row alone (against that peer's
+own config or parser where it is installed), the result plumbing (repeats, the median of medians, the
+headline), the relay job, and (slow) the driver on CPU with roll_ma and TRL. verl and OpenRLHF cannot run
+on CPU; their arguments are checked against their own config when the package is importable (installed
+without its dependencies is enough) and skipped otherwise."""
 
 from __future__ import annotations
 
@@ -27,8 +29,12 @@ import plot_steps  # noqa: E402
 import rewards  # noqa: E402
 import run_all  # noqa: E402
 import run_openrlhf  # noqa: E402
+import run_roll_ma  # noqa: E402
 import run_trl  # noqa: E402
 import run_verl  # noqa: E402
+
+H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+REMOVE = object()  # _write: the key taken out
 
 
 @pytest.fixture(scope="module")
@@ -36,40 +42,174 @@ def job():
     return peer_job.load_job()
 
 
+@pytest.fixture
+def no_rendezvous(monkeypatch):
+    """GRPOConfig starts accelerate's state, which reads RANK / WORLD_SIZE: earlier tests in the session
+    (tests/distributed/test_distributed.py) leave them behind, as run_all's runner_env knows."""
+    for name in run_all.DISTRIBUTED_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def _with_settings(row, **changes):
+    return dataclasses.replace(row, settings=dataclasses.replace(row.settings, **changes))
+
+
 # ---------------------------------------------------------------------------- the job
 def test_the_job_splits_every_step_evenly_over_the_agents(job):
     e = job.episodes
-    assert (job.prompts_per_step(1), job.rows_per_step(1)) == (24, 192)  # 8 games x 3 turns, 8 samples each
-    assert (job.prompts_per_step(3), job.rows_per_step(3)) == (8, 64)
+    assert (job.groups_per_step(1), job.prompts_per_step(1), job.rows_per_step(1)) == (8, 24, 192)
+    assert (job.groups_per_step(3), job.prompts_per_step(3), job.rows_per_step(3)) == (8, 8, 64)
     for n in job.agents:  # the peers' N runs together train exactly roll_ma's rows of a step
-        assert n * job.rows_per_step(n) == e.groups_per_step * e.group_size * e.turns
+        assert n * job.rows_per_step(n) == e.rows_per_step == 192
+        assert job.groups_per_step(n) * e.group_size * job.turns(n) == e.rows_per_step
 
 
-def _write(tmp_path: Path, job, **changes) -> Path:
-    raw = json.loads(json.dumps(dataclasses.asdict(job)))  # tuples -> lists, as YAML has them
-    raw.pop("source")
+def test_eight_agents_play_three_games_of_eight_turns_and_each_gets_an_even_share(job):
+    assert (job.turns(8), job.groups_per_step(8)) == (8, 3)
+    assert job.groups_per_step(8) * job.episodes.group_size * job.turns(8) == job.episodes.rows_per_step
+    assert (job.prompts_per_step(8), job.rows_per_step(8)) == (3, 24)  # 3 games x 8 turns / 8 agents
+    one_step = dataclasses.replace(job, steps=1)
+    shares = [peer_job.agent_prompts(one_step, 8, a)[0] for a in range(8)]
+    assert [len(p) for p in shares] == [3] * 8  # each seat acts once in each of the 3 games
+    assert all(
+        m[0]["content"] == f"You are seat {a} of 8. Say digits." for a, p in enumerate(shares) for m in p
+    )
+    (every_seat,) = peer_job.agent_prompts(one_step, 8, None)
+    assert sorted(m[1]["content"] for p in shares for m in p) == sorted(m[1]["content"] for m in every_seat)
+    assert len(every_seat) == 24 and peer_job.rows_of_run(job, 8, None) == 192
+
+
+def _write(tmp_path: Path, **changes) -> Path:
+    """job.yaml with ``changes`` (``a__b``: the key a.b; REMOVE: the key taken out), as a file."""
+    import yaml
+
+    raw = yaml.safe_load(peer_job.DEFAULT_JOB.read_text())
     for dotted, value in changes.items():
-        section, _, key = dotted.rpartition("__")
-        (raw[section] if section else raw)[key] = value
+        *parents, leaf = dotted.split("__")
+        node = raw
+        for key in parents:
+            node = node[key]
+        if value is REMOVE:
+            node.pop(leaf)
+        else:
+            node[leaf] = value
     path = tmp_path / "job.yaml"
-    path.write_text(json.dumps(raw))  # JSON is YAML
+    path.write_text(yaml.safe_dump(raw))
     return path
 
 
-def test_job_errors_name_the_file_and_the_key(tmp_path, job):
-    path = _write(tmp_path, job, episodes__turnz=3)
-    with pytest.raises(ValueError, match=rf"{path}: unknown key\(s\) episodes.turnz") as err:
+def test_job_errors_name_the_file_and_the_key(tmp_path):
+    path = _write(tmp_path, episodes__turnz=3)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: unknown key\(s\) episodes.turnz") as err:
         peer_job.load_job(path)
     assert "job.yaml documents every key" in str(err.value)
     with pytest.raises(ValueError, match=r"lora.rank must be int, got '16'"):
-        peer_job.load_job(_write(tmp_path, job, lora__rank="16"))
-    with pytest.raises(ValueError, match=r"episodes.turns=2 is not a multiple of agents \[3\]"):
-        peer_job.load_job(_write(tmp_path, job, episodes__turns=2))
-    w = job.warmup_steps
+        peer_job.load_job(_write(tmp_path, lora__rank="16"))
+    with pytest.raises(ValueError, match=r"episodes.turns at N = \[3\] is not a multiple of N"):
+        peer_job.load_job(_write(tmp_path, episodes__turns={1: 3, 3: 2, 8: 8}))
+    with pytest.raises(ValueError, match=r"episodes.turns gives no turns for agents \[8\]"):
+        peer_job.load_job(_write(tmp_path, episodes__turns={1: 3, 3: 3}))
+    # 96 rows: 4 games of 8 x 3 at N = 1 and 3, but 1.5 games of 8 x 8 at N = 8
+    with pytest.raises(ValueError, match=r"rows_per_step=96 is not a whole number of games .* at N = \[8\]"):
+        peer_job.load_job(_write(tmp_path, episodes__rows_per_step=96))
+    w = peer_job.load_job().warmup_steps
     with pytest.raises(ValueError, match=rf"steps={w} must exceed warmup_steps={w} >= 1"):
-        peer_job.load_job(_write(tmp_path, job, steps=w))
+        peer_job.load_job(_write(tmp_path, steps=w))
+    with pytest.raises(ValueError, match=r"repeats must be >= 1"):
+        peer_job.load_job(_write(tmp_path, repeats=0))
 
 
+def test_row_errors_name_the_row_and_its_key(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown key\(s\) rows.openrlhf.settings.ligr"):
+        peer_job.load_job(_write(tmp_path, rows__openrlhf__settings__ligr=True))
+    with pytest.raises(
+        ValueError, match=r"unknown key\(s\) rows.openrlhf.nativ; missing key\(s\) rows.openrlhf"
+    ):
+        peer_job.load_job(_write(tmp_path, rows__openrlhf__nativ={}, rows__openrlhf__native=REMOVE))
+    with pytest.raises(ValueError, match=r"missing key\(s\) rows.openrlhf.settings.liger_kernel"):
+        peer_job.load_job(_write(tmp_path, rows__openrlhf__settings__liger_kernel=REMOVE))
+    with pytest.raises(
+        ValueError, match=r"rows.openrlhf.framework='deepspeed-chat': use one of roll_ma, trl, verl, openrlhf"
+    ):
+        peer_job.load_job(_write(tmp_path, rows__openrlhf__framework="deepspeed-chat"))
+    with pytest.raises(ValueError, match=r"rows.openrlhf.settings.attention='flash': use packed or padded"):
+        peer_job.load_job(_write(tmp_path, rows__openrlhf__settings__attention="flash"))
+    with pytest.raises(ValueError, match=r"rows.openrlhf.settings.update_tokens must be int"):
+        peer_job.load_job(_write(tmp_path, rows__openrlhf__settings__update_tokens="16k"))
+
+
+def test_a_runner_takes_its_rows_settings_and_refuses_another_frameworks_row(job, capsys, monkeypatch):
+    monkeypatch.delenv(
+        "VLLM_USE_FLASHINFER_SAMPLER", raising=False
+    )  # parse_runner_args sets it: undone after
+    p = peer_job.runner_parser(None)
+    base = ["--agents", "3", "--agent", "0", "--model", "M"]
+    _, _, row = peer_job.parse_runner_args(p, base, "trl")
+    assert row == job.rows["trl"]  # the default row: the framework's name
+    _, _, best = peer_job.parse_runner_args(p, [*base, "--row", "trl_best"], "trl")
+    assert (best.name, best.settings) == ("trl_best", job.rows["trl_best"].settings)
+    with pytest.raises(SystemExit):
+        peer_job.parse_runner_args(p, [*base, "--row", "verl_best"], "trl")
+    assert "row 'verl_best' is a verl row, not trl's" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        peer_job.parse_runner_args(p, [*base, "--row", "trl_fastest"], "trl")
+    assert "no row 'trl_fastest' (rows: roll_ma, roll_ma_fast, trl," in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        peer_job.parse_runner_args(p, ["--agents", "4", "--agent", "0", "--model", "M"], "trl")
+    assert "episodes.turns gives no turns for N = 4" in capsys.readouterr().err
+
+
+def test_the_smoke_job_is_one_game_a_step_at_the_runs_n(job):
+    for n in job.agents:
+        small = peer_job.shrink_for_smoke(job, n)
+        assert (small.steps, small.warmup_steps, small.episodes.group_size) == (2, 1, 2)
+        assert small.groups_per_step(n) == 1 and small.rows_per_step(n) == 2 * job.turns(n) // n
+        assert small.rows == job.rows  # the rows' settings are the job's
+
+
+# ---------------------------------------------------------------------------- the relay job
+def test_the_relay_job_is_job_yaml_with_its_overrides(job):
+    relay = peer_job.load_job(PEERS / "relay.yaml")
+    assert relay.agents == (3, 8) and relay.episodes.relay and relay.prompt.max_prompt_tokens == 1024
+    # every other key is job.yaml's: mappings merged key by key (episodes keeps its turns and sizes)
+    assert relay == dataclasses.replace(
+        job,
+        agents=(3, 8),
+        episodes=dataclasses.replace(job.episodes, relay=True),
+        prompt=dataclasses.replace(job.prompt, max_prompt_tokens=1024),
+    )
+    game = peer_job.seat_game(relay, 3)
+    assert game.relay_reply_chars == relay.episodes.relay_reply_chars == 200
+    assert peer_job.seat_game(job, 3).relay_reply_chars == 0  # relay false: replies never reach a prompt
+    with pytest.raises(
+        ValueError, match=r"relay.yaml: episodes.relay: a turn's prompt carries earlier replies"
+    ):
+        peer_job.agent_prompts(relay, 3, 0)
+
+
+def test_a_job_file_inherits_its_parent_key_by_key(tmp_path):
+    (tmp_path / "base.yaml").write_text("a: 1\nb: {c: 2, d: [1, 2]}\n")
+    (tmp_path / "mid.yaml").write_text("inherit: base.yaml\nb: {c: 3}\n")
+    (tmp_path / "top.yaml").write_text("inherit: mid.yaml\nb: {d: [5]}\ne: 4\n")
+    assert peer_job._read(tmp_path / "top.yaml") == {"a": 1, "b": {"c": 3, "d": [5]}, "e": 4}
+
+
+def test_run_all_writes_the_peers_rows_of_a_relay_job_as_not_runnable(tmp_path):
+    summary = run_all.main(
+        ["--device", "cpu", "--smoke", "--rows", "trl,verl_best@8", "--job", str(PEERS / "relay.yaml"),
+         "--model", "unused", "--out-dir", str(tmp_path)]
+    )  # fmt: skip
+    got = [(r["row"], r["agents"], r["status"], r["step_s"]) for r in summary["rows"]]
+    assert got == [("trl", 3, run_all.NOT_RUNNABLE, None), ("trl", 8, run_all.NOT_RUNNABLE, None),
+                   ("verl_best", 8, run_all.NOT_RUNNABLE, None)]  # fmt: skip
+    assert summary["headline"] == [] and not list(tmp_path.glob("*.log"))  # nothing ran
+    md = (tmp_path / "peers.md").read_text()
+    assert "| trl | 3 | 1 per agent | 0/0 |" in md and "not runnable: a single-turn trainer" in md
+    saved = json.loads((tmp_path / "peers.json").read_text())
+    assert all(r["not_runnable"] for r in saved["runs"]) and len(saved["runs"]) == 3
+
+
+# ---------------------------------------------------------------------------- the prompts and rewards
 def test_game_seeds_are_those_roll_mas_planner_plays(job):
     from roll_ma.config.schema import EnvConfig
     from roll_ma.pipelines.episodes import EpisodePlanner
@@ -82,14 +222,16 @@ def test_game_seeds_are_those_roll_mas_planner_plays(job):
 
 
 def test_each_agent_gets_its_seats_turns_and_together_every_turn(job):
-    small = dataclasses.replace(job, steps=2, episodes=dataclasses.replace(job.episodes, groups_per_step=2))
+    # 2 games a step at N = 3: 2 x group_size 8 x 3 turns
+    small = dataclasses.replace(job, steps=2, episodes=dataclasses.replace(job.episodes, rows_per_step=48))
+    assert small.groups_per_step(3) == 2 and small.prompts_per_step(3) == 2
     per_agent = [peer_job.agent_prompts(small, 3, a) for a in range(3)]
     for a, steps in enumerate(per_agent):
         assert len(steps) == 2 and all(len(p) == small.prompts_per_step(3) for p in steps)
         assert all(m[0]["content"] == f"You are seat {a} of 3. Say digits." for p in steps for m in p)
     env = peer_job.seat_game(small, 3)
     turns = []
-    for g in range(2):
+    for g in range(small.groups_per_step(3)):
         turn = env.reset(peer_job.game_seed(small.seed, 1, g))
         while turn is not None:
             turns.append(turn.messages[1]["content"])
@@ -105,7 +247,210 @@ def test_rewards_score_the_reply_the_same_in_every_framework_shape():
     assert out["rewards"].tolist() == [0.5, 0.0] and out["scores"] is out["rewards"]
 
 
-# ---------------------------------------------------------------------------- the peers' arguments
+# ---------------------------------------------------------------------------- each runner: the row's settings
+def _real_validate_without_this_machine(monkeypatch):
+    """run_config's validation without the checks of this machine (no GPU here, liger-kernel not installed):
+    the config a GPU run builds, checked as `--cfg` checks a GPU config on a laptop."""
+    from roll_ma.preflight import validate as validate_module
+
+    real = validate_module.validate
+    monkeypatch.setattr(
+        validate_module, "validate", lambda cfg, check_env=True: real(cfg, check_env, check_local_gpus=False)
+    )
+
+
+def test_roll_ma_config_takes_every_setting_from_its_row(job, tiny_model_dir, tmp_path, monkeypatch):
+    _real_validate_without_this_machine(monkeypatch)
+    row = job.rows["roll_ma_fast"]
+    s = row.settings
+    cfg = run_roll_ma.run_config(job, row, 3, tiny_model_dir, "cuda", str(tmp_path))
+    assert (cfg.model.gradient_checkpointing, cfg.model.liger_kernel) == (s.gradient_checkpointing, True)
+    assert cfg.train.max_tokens_per_micro_batch == s.update_tokens == 8192
+    assert cfg.train.score_max_tokens_per_micro_batch == s.scoring_tokens == 32768
+    assert cfg.train.remove_padding is (s.attention == "packed") is True
+    assert cfg.rollout.sleep_level == 1 and cfg.rollout.backend == "vllm"
+    # native keys, as roll_ma config keys
+    assert (cfg.train.lora_compute_dtype, cfg.train.zero_stage) == ("model", 0)
+    assert (cfg.rollout.micro_batch_size, cfg.rollout.per_row_seeds, cfg.env.decode_ahead) == (
+        64,
+        False,
+        True,
+    )
+    assert cfg.rollout.engine_kwargs == row.native["rollout.engine_kwargs"]
+    assert job.rows["roll_ma"].native["train.lora_compute_dtype"] == "float32"  # the defaults row differs
+    # other settings in the row: other settings in the config (nothing is a runner's own constant)
+    other = _with_settings(row, gradient_checkpointing=True, update_tokens=4096, scoring_tokens=2048,
+                           sleep_rollout=False, liger_kernel=False, attention="padded")  # fmt: skip
+    cfg = run_roll_ma.run_config(job, other, 3, tiny_model_dir, "cuda", str(tmp_path))
+    assert (cfg.model.gradient_checkpointing, cfg.model.liger_kernel, cfg.rollout.sleep_level) == (
+        True,
+        False,
+        0,
+    )
+    assert (cfg.train.max_tokens_per_micro_batch, cfg.train.score_max_tokens_per_micro_batch) == (4096, 2048)
+    assert cfg.train.remove_padding is False
+
+
+def test_roll_mas_cpu_smoke_drops_only_what_needs_a_gpu(job, tiny_model_dir, tmp_path):
+    row = job.rows["roll_ma_fast"]
+    cfg = run_roll_ma.run_config(job, row, 3, tiny_model_dir, "cpu", str(tmp_path))
+    assert set(run_roll_ma.GPU_ONLY) == {"rollout.engine_kwargs", "rollout.per_row_seeds"}
+    assert cfg.model.liger_kernel is False and cfg.rollout.backend == "hf"  # Triton kernels need a GPU
+    assert (cfg.rollout.engine_kwargs, cfg.rollout.per_row_seeds) == ({}, True)  # roll_ma's defaults
+    assert (cfg.train.lora_compute_dtype, cfg.rollout.micro_batch_size) == ("model", 64)  # the rest kept
+    assert cfg.train.max_tokens_per_micro_batch == row.settings.update_tokens
+    assert "without liger, sleep and vLLM's engine options" in run_roll_ma.settings_text(row, cuda=False)
+    # the relay job: SeatGame's relay game, whose replies reach the next prompts
+    relay = peer_job.load_job(PEERS / "relay.yaml")
+    cfg = run_roll_ma.run_config(relay, relay.rows["roll_ma"], 3, tiny_model_dir, "cpu", str(tmp_path))
+    assert cfg.env.kwargs["relay_reply_chars"] == 200 and cfg.model.max_prompt_tokens == 1024
+
+
+def test_roll_ma_refuses_a_native_key_the_job_sets(job, tiny_model_dir, tmp_path):
+    row = job.rows["roll_ma"]
+    for key in ("train.max_tokens_per_micro_batch", "env.kwargs"):
+        clash = dataclasses.replace(row, native={**row.native, key: 1})
+        with pytest.raises(
+            ValueError, match=rf"rows.roll_ma.native sets {re.escape(key)}, which the job sets"
+        ):
+            run_roll_ma.run_config(job, clash, 3, tiny_model_dir, "cpu", str(tmp_path))
+
+
+def test_trl_config_takes_every_setting_from_its_row(job, tmp_path, no_rendezvous):
+    pytest.importorskip("trl")
+    # device "cuda" on this GPU-less machine: the GPU run's mapping; float32, as transformers refuses bf16
+    # without a GPU (the dtype is the job's, not the row's)
+    job32 = dataclasses.replace(job, dtype="float32")
+    prompt_tokens = 136  # the longest prompt with the chat template; a padded row = it + max_new_tokens
+    for name in ("trl", "trl_best", "trl_is"):
+        row = job.rows[name]
+        s = row.settings
+        micro = run_trl.micro_batch_rows(64, prompt_tokens + job.generation.max_new_tokens, s.update_tokens)
+        cfg = run_trl.grpo_config(job32, row, 64, micro, "cuda", True, str(tmp_path))
+        assert (cfg.gradient_checkpointing, cfg.use_liger_kernel) == (
+            s.gradient_checkpointing,
+            s.liger_kernel,
+        )
+        assert cfg.vllm_enable_sleep_mode == s.sleep_rollout
+        assert cfg.per_device_train_batch_size == micro and cfg.gradient_accumulation_steps == 64 // micro
+        assert cfg.vllm_importance_sampling_correction == row.native["vllm_importance_sampling_correction"]
+    # trl: 41 rows of 392 tokens fit 16384 (32 divide 64); trl_best: 20 fit 8192 (16 divide 64)
+    budgets = [job.rows[n].settings.update_tokens for n in ("trl", "trl_best")]
+    assert [run_trl.micro_batch_rows(64, 392, b) for b in budgets] == [32, 16]
+    # the CPU smoke: no checkpointing, no liger (GPU-only), whatever the row says
+    cpu = run_trl.grpo_config(job, job.rows["trl_best"], 16, 8, "cpu", False, str(tmp_path))
+    assert (cpu.gradient_checkpointing, cpu.use_liger_kernel, cpu.use_cpu) == (False, False, True)
+
+
+def test_trl_refuses_what_its_grpo_cannot_do_and_a_second_source(job, tmp_path, no_rendezvous):
+    pytest.importorskip("trl")
+    row = job.rows["trl"]
+    build = lambda r: run_trl.grpo_config(job, r, 4, 2, "cpu", False, str(tmp_path))  # noqa: E731
+    with pytest.raises(ValueError, match=r"rows.trl.settings.attention: TRL 1.16's GRPO pads"):
+        build(_with_settings(row, attention="packed"))
+    with pytest.raises(ValueError, match=r"rows.trl.settings.scoring_tokens=8192: TRL scores in the update"):
+        build(_with_settings(row, scoring_tokens=8192))
+    with pytest.raises(ValueError, match=r"rows.trl.native: no_such_field are not GRPOConfig fields"):
+        build(dataclasses.replace(row, native={"no_such_field": 1}))
+    with pytest.raises(
+        ValueError, match=r"rows.trl.native sets beta, per_device_train_batch_size, which the job"
+    ):
+        build(dataclasses.replace(row, native={"beta": 0.1, "per_device_train_batch_size": 8}))
+
+
+def test_trl_micro_batches_are_the_largest_divisor_of_the_step_in_the_rows_token_budget(job):
+    # a padded row = the longest prompt (~136 tokens with the chat template) + max_new_tokens (256)
+    row_tokens = 136 + job.generation.max_new_tokens
+    trl, best = (job.rows[n].settings.update_tokens for n in ("trl", "trl_best"))
+    assert (row_tokens, trl, best) == (392, 16384, 8192)
+    assert run_trl.micro_batch_rows(job.rows_per_step(1), row_tokens, trl) == 32  # of 192
+    assert run_trl.micro_batch_rows(job.rows_per_step(3), row_tokens, trl) == 32  # of 64
+    assert run_trl.micro_batch_rows(job.rows_per_step(8), row_tokens, trl) == 24  # of 24: all of them
+    assert run_trl.micro_batch_rows(job.rows_per_step(1), row_tokens, best) == 16  # 20 fit, 16 divide 192
+    assert run_trl.micro_batch_rows(job.rows_per_step(8), row_tokens, best) == 12  # of 24
+    assert run_trl.micro_batch_rows(192, 512 + 256, 16384) == 16  # 24 x 768 > 16384: 16, not 21
+    assert run_trl.micro_batch_rows(6, 20000, 16384) == 1  # no row fits: one row a micro-batch
+
+
+def test_trl_passes_follow_its_config(job, tmp_path, no_rendezvous):
+    pytest.importorskip("trl")
+    args = dict(job=job, rows=192, micro=32, device="cpu", use_vllm=True, out_dir=str(tmp_path))
+    ours = run_trl.trl_passes(run_trl.grpo_config(row=job.rows["trl"], **args))
+    assert "no old log-probs" in ours and "correction off" in ours and "reference log-probs" in ours
+    assert "6 training micro-batches" in ours
+    trls = run_trl.trl_passes(run_trl.grpo_config(row=job.rows["trl_is"], **args))
+    assert "old log-probs (for the vLLM importance-sampling correction)" in trls and "correction on" in trls
+
+
+def _overrides(lines: list[str]) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in lines)
+
+
+def test_verl_overrides_take_every_setting_from_the_row(job):
+    arr = "actor_rollout_ref"
+    best = job.rows["verl_best"]
+    o = _overrides(run_verl.verl_overrides(job, best, 3, "M", "T", "O", agent=0, longest_prompt=137))
+    assert (o[f"{arr}.model.use_liger"], o[f"{arr}.model.enable_gradient_checkpointing"]) == ("True", "False")
+    assert o[f"{arr}.actor.ppo_max_token_len_per_gpu"] == str(best.settings.update_tokens) == "8192"
+    assert (
+        o[f"{arr}.rollout.log_prob_max_token_len_per_gpu"] == o[f"{arr}.ref.log_prob_max_token_len_per_gpu"]
+    )
+    assert o[f"{arr}.ref.log_prob_max_token_len_per_gpu"] == str(best.settings.scoring_tokens)
+    assert o[f"{arr}.rollout.free_cache_engine"] == "True"
+    assert o["data.max_prompt_length"] == "137"  # native `longest`: the run's longest prompt
+    assert o["algorithm.rollout_correction.bypass_mode"] == "True"
+    # padded rows: sdpa, no padding removal; the verl row: its own numbers
+    assert (
+        o[f"{arr}.model.use_remove_padding"] == "False"
+        and o[f"+{arr}.model.override_config.attn_implementation"] == "sdpa"
+    )
+    o = _overrides(run_verl.verl_overrides(job, job.rows["verl"], 3, "M", "T", "O"))
+    assert (o[f"{arr}.model.use_liger"], o[f"{arr}.model.enable_gradient_checkpointing"]) == ("False", "True")
+    assert (o[f"{arr}.actor.ppo_max_token_len_per_gpu"], o["data.max_prompt_length"]) == ("16384", "512")
+    packed = _with_settings(job.rows["verl"], attention="packed", sleep_rollout=False)
+    o = _overrides(run_verl.verl_overrides(job, packed, 3, "M", "T", "O"))
+    assert o[f"{arr}.model.use_remove_padding"] == "True" and not any("attn_implementation" in k for k in o)
+    assert o[f"{arr}.rollout.free_cache_engine"] == "False"
+    with pytest.raises(ValueError, match=r"data.max_prompt_length: longest needs the run's prompts"):
+        run_verl.verl_overrides(job, best, 3, "M", "T", "O")
+    clash = dataclasses.replace(best, native={"data.train_batch_size": 4})
+    with pytest.raises(
+        ValueError, match=r"rows.verl_best.native sets data.train_batch_size, which the job sets"
+    ):
+        run_verl.verl_overrides(job, clash, 3, "M", "T", "O")
+    if not peer_job.flash_attn_installed():
+        with pytest.raises(ValueError, match=r"rows.verl.settings.attention=packed: verl removes padding"):
+            run_verl.check_row(job, packed)
+
+
+def test_openrlhf_arguments_take_every_setting_from_the_row(job):
+    def value(argv, flag):
+        return argv[argv.index(flag) + 1]
+
+    row = job.rows["openrlhf"]
+    argv = run_openrlhf.openrlhf_args(job, row, 3, "M", "P", "O", flash_attn=False)
+    # micro-batches in rows: the most longest-possible rows (512 + 256 tokens) in 16384 tokens
+    assert value(argv, "--train.micro_batch_size") == value(argv, "--rollout.micro_batch_size") == "21"
+    assert {"--actor.gradient_checkpointing_enable", "--vllm.enable_sleep", "--ds.enable_sleep"} <= set(argv)
+    other = _with_settings(row, gradient_checkpointing=False, sleep_rollout=False, update_tokens=3072)
+    argv = run_openrlhf.openrlhf_args(job, other, 3, "M", "P", "O", flash_attn=False)
+    assert value(argv, "--train.micro_batch_size") == "4"
+    assert not {"--actor.gradient_checkpointing_enable", "--vllm.enable_sleep", "--ds.enable_sleep"} & set(
+        argv
+    )
+    # native flags as they are: true the flag, false nothing, else the flag and its value
+    native = dataclasses.replace(row, native={"--a.flag": True, "--b.off": False, "--c.num": 3})
+    assert run_openrlhf.openrlhf_args(job, native, 3, "M", "P", "O", False)[-3:] == [
+        "--a.flag",
+        "--c.num",
+        "3",
+    ]
+    clash = dataclasses.replace(row, native={"--train.batch_size": 8})
+    with pytest.raises(ValueError, match=r"rows.openrlhf.native sets --train.batch_size, which the job sets"):
+        run_openrlhf.openrlhf_args(job, clash, 3, "M", "P", "O", False)
+
+
+# ---------------------------------------------------------------------------- against the peers' own configs
 def _package_dir(name: str) -> Path | None:
     spec = importlib.util.find_spec(name)  # a top-level package: located, not imported
     return Path(spec.origin).parent if spec and spec.origin else None
@@ -118,7 +463,7 @@ def test_verl_overrides_compose_with_verls_own_config(job):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    overrides = run_verl.verl_overrides(job, 3, "/m", "/t.parquet", "/o", flash_attn=False)
+    overrides = run_verl.verl_overrides(job, job.rows["verl"], 3, "/m", "/t.parquet", "/o")
     with initialize_config_dir(config_dir=str(root / "trainer" / "config"), version_base=None):
         cfg = OmegaConf.to_container(compose(config_name="ppo_trainer", overrides=overrides), resolve=True)
     arr = cfg["actor_rollout_ref"]
@@ -137,7 +482,7 @@ def test_verl_overrides_compose_with_verls_own_config(job):
     assert dtypes == ["bfloat16", "bfloat16"]
     assert arr["rollout"]["dtype"] == "bfloat16"
     # the shared run: one adapter, every seat's prompts of a step in one batch (= one optimizer step)
-    shared = run_verl.verl_overrides(job, 3, "/m", "/t.parquet", "/o", flash_attn=False, agent=None)
+    shared = run_verl.verl_overrides(job, job.rows["verl"], 3, "/m", "/t.parquet", "/o", agent=None)
     assert "data.train_batch_size=24" in shared and "actor_rollout_ref.actor.ppo_mini_batch_size=24" in shared
 
 
@@ -159,8 +504,13 @@ def test_every_verl_override_key_is_in_verls_config(job):
     import yaml
 
     cfg = yaml.safe_load((root / "trainer" / "config" / "_generated_ppo_trainer.yaml").read_text())
-    for flash_attn, legacy, agent in [(False, True, 0), (True, False, None)]:
-        overrides = run_verl.verl_overrides(job, 3, "/m", "/t.parquet", "/o", legacy, flash_attn, agent)
+    packed = _with_settings(job.rows["verl_best"], attention="packed")
+    for row, legacy, agent in [
+        (job.rows["verl"], True, 0),
+        (job.rows["verl_best"], False, None),
+        (packed, False, 0),
+    ]:
+        overrides = run_verl.verl_overrides(job, row, 3, "/m", "/t.parquet", "/o", legacy, agent, 137)
         keys = [o.split("=", 1)[0] for o in overrides]
         assert [k for k in keys if not k.startswith("+") and not _config_has(cfg, k)] == []
         added = [k[1:].rpartition(".")[0] for k in keys if k.startswith("+")]
@@ -210,16 +560,16 @@ def test_verl_phases_come_from_its_file_logger(job, tmp_path):
     assert (phases["rollout"], phases["update"], phases["sync"]) == (4.0, 3.0, 0.25)
     assert (phases["old_log_prob"], phases["ref"], phases["scoring"]) == (1.0, 3.0, 4.0)
     assert out["response_length_mean"] == 103.0 and out["framework_peak_gb"] == 33.0
-    passes = run_verl.verl_passes(job)
+    # the verl rows skip the old-log-prob forward (bypass_mode, native); verl's default runs it
+    verl = job.rows["verl"]
+    passes = run_verl.verl_passes(job, verl)
     assert "old log-probs: none" in passes and "adapter off" in passes
-    assert "old log-probs: a separate forward" in run_verl.verl_passes(job, recompute_old_log_probs=True)
-    # the table's rows: no old-log-prob forward in any framework; verl's default only as a labelled variant
-    overrides = run_verl.verl_overrides(job, 3, "M", "T", "O")
-    assert "algorithm.rollout_correction.bypass_mode=True" in overrides
-    assert not any(
-        "bypass_mode" in o
-        for o in run_verl.verl_overrides(job, 3, "M", "T", "O", recompute_old_log_probs=True)
+    recompute = dataclasses.replace(verl, native={"data.max_prompt_length": 512})
+    assert "old log-probs: a separate forward" in run_verl.verl_passes(job, recompute)
+    assert "algorithm.rollout_correction.bypass_mode=True" in run_verl.verl_overrides(
+        job, verl, 3, "M", "T", "O"
     )
+    assert not any("bypass_mode" in o for o in run_verl.verl_overrides(job, recompute, 3, "M", "T", "O"))
 
 
 def _parser_options(path: Path) -> dict[str, list | None]:
@@ -254,7 +604,7 @@ def test_openrlhf_arguments_are_flags_of_its_train_ppo_ray(job):
             "openrlhf is not installed (pip install --no-deps openrlhf==0.11.2 is enough for this check)"
         )
     options = _parser_options(root / "cli" / "train_ppo_ray.py")
-    argv = run_openrlhf.openrlhf_args(job, 3, "/m", "/p.jsonl", "/o", flash_attn=False)
+    argv = run_openrlhf.openrlhf_args(job, job.rows["openrlhf"], 3, "/m", "/p.jsonl", "/o", flash_attn=False)
     flags = [a for a in argv if a.startswith("--")]
     assert [f for f in flags if _option(options, f) is None] == []
     assert _option(options, "--actor.adam.lr") and not _option(options, "--actor.adam.lrr")
@@ -274,7 +624,7 @@ def test_verl_reads_the_agents_parquet_and_the_reward(job, tiny_model_dir, tmp_p
     from verl.utils.import_utils import load_extern_object
 
     path = run_verl.write_train_file(job, 3, 1, tmp_path / "train.parquet")
-    overrides = run_verl.verl_overrides(job, 3, tiny_model_dir, str(path), str(tmp_path), flash_attn=False)
+    overrides = run_verl.verl_overrides(job, job.rows["verl"], 3, tiny_model_dir, str(path), str(tmp_path))
     config_dir = _package_dir("verl") / "trainer" / "config"
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=overrides)
@@ -308,31 +658,7 @@ def test_openrlhf_reads_the_agents_prompts(job, tiny_model_dir, tmp_path):
     assert rewards.reward_func([prompt + "12ab"], [prompt], [label])["rewards"].tolist() == [0.5]
 
 
-def test_trl_micro_batches_are_the_largest_divisor_of_the_step_in_the_token_budget(job):
-    # a padded row = the longest prompt (~136 tokens with the chat template) + max_new_tokens (256)
-    row = 136 + job.generation.max_new_tokens
-    assert job.train.micro_batch_tokens == 16384 and row == 392
-    assert run_trl.micro_batch_rows(job.rows_per_step(1), row, job.train.micro_batch_tokens) == 32  # of 192
-    assert run_trl.micro_batch_rows(job.rows_per_step(3), row, job.train.micro_batch_tokens) == 32  # of 64
-    assert run_trl.micro_batch_rows(192, 512 + 256, 16384) == 16  # 24 x 768 > 16384: 16, not 21
-    assert run_trl.micro_batch_rows(6, 20000, 16384) == 1  # no row fits: one row a micro-batch
-
-
-def test_trl_passes_follow_its_config(job, tmp_path, monkeypatch):
-    pytest.importorskip("trl")
-    # GRPOConfig starts accelerate's state, which reads RANK / WORLD_SIZE: earlier tests in the session
-    # (tests/distributed/test_distributed.py) leave them behind, as run_all's runner_env knows
-    for name in run_all.DISTRIBUTED_VARS:
-        monkeypatch.delenv(name, raising=False)
-    args = dict(job=job, rows=192, micro=32, device="cpu", use_vllm=True, out_dir=str(tmp_path))
-    ours = run_trl.trl_passes(run_trl.grpo_config(is_correction=False, **args))
-    assert "no old log-probs" in ours and "correction off" in ours and "reference log-probs" in ours
-    assert "6 training micro-batches" in ours
-    trls = run_trl.trl_passes(run_trl.grpo_config(is_correction=True, **args))
-    assert "old log-probs (for the vLLM importance-sampling correction)" in trls and "correction on" in trls
-
-
-def test_each_peer_imports_its_own_site_packages_first(tmp_path):
+def test_each_peer_imports_its_own_site_packages_first(tmp_path, monkeypatch):
     # the folders are named site-packages: dill (datasets' fingerprint) pickles other modules by value
     for name in ("trl", "common"):
         (tmp_path / name / "site-packages").mkdir(parents=True)
@@ -340,6 +666,10 @@ def test_each_peer_imports_its_own_site_packages_first(tmp_path):
     own, shared = (str(tmp_path / name / "site-packages") for name in ("trl", "common"))
     assert paths[:3] == [own, shared, str(run_all.REPO)]
     assert str(run_all.REPO) == run_all.runner_env("verl", tmp_path)["PYTHONPATH"].split(os.pathsep)[0]
+    # one GPU per run, and none of the caller's rendezvous (each launcher sets its own)
+    monkeypatch.setenv("RANK", "3")
+    env = run_all.runner_env("trl", None, "1")
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and "RANK" not in env
 
 
 def test_openrlhf_step_lines_are_read_through_rays_prefix():
@@ -386,37 +716,46 @@ def test_step_times_are_the_wall_time_between_step_ends():
     }  # fmt: skip
 
 
-def test_result_lines_and_the_combined_row():
+def _run(row, agents, step_s, agent=None, repeat=0, gpu=H100, **more):
+    """One runner's result as run_one records it (the driver's identity fields included)."""
+    framework = row.split("_")[0] if not row.startswith("roll_ma") else "roll_ma"
+    return {"row": row, "framework": framework, "agents": agents, "agent": agent, "shared": False,
+            "repeat": repeat, "step_s": step_s, "gpu_name": gpu, "gpu_index": str(repeat % 2),
+            **more}  # fmt: skip
+
+
+def test_result_lines_and_the_combined_row(job):
     lines = "noise\nJSON " + json.dumps({"step_s": 2.0}) + "\nJSON " + json.dumps({"step_s": 3.0}) + "\ntail"
     assert peer_job.read_result(lines) == {"step_s": 3.0} and peer_job.read_result("none") is None
     assert peer_job.is_oom("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
-    h100 = "NVIDIA H100 80GB HBM3"
     runs = [
-        {"framework": "trl", "agents": 2, "agent": 0, "step_s": 2.0, "step_min_s": 1.5, "step_max_s": 2.5,
-         "response_tokens_per_step": 100.0, "gpu_peak_gb": 50.0, "gpu_name": h100,
-         "phases_s": {"rollout": 1.0}, "first_step_end_s": 90.0},
-        {"framework": "trl", "agents": 2, "agent": 1, "step_s": 3.0, "step_min_s": 2.0, "step_max_s": 4.0,
-         "response_tokens_per_step": 150.0, "gpu_peak_gb": 60.0, "oom": False, "gpu_name": h100,
-         "phases_s": {"rollout": 2.0}, "first_step_end_s": 80.0},
-        {"framework": "roll_ma", "agents": 2, "step_s": 2.5, "response_tokens_per_step": 250.0,
-         "gpu_name": h100},
-        {"framework": "verl", "agents": 2, "agent": 0, "step_s": None, "error": "ValueError: x", "oom": True},
-        {"framework": "openrlhf", "agents": 2, "agent": 0, "step_s": 4.0, "response_tokens_per_step": 100.0,
-         "gpu_name": h100},
-        {"framework": "roll_ma", "agents": 2, "shared": True, "step_s": 2.0, "gpu_name": h100},
-        {"framework": "trl", "agents": 2, "agent": None, "shared": True, "step_s": 3.0,
-         "gpu_name": "NVIDIA H200"},
+        _run("trl", 2, 2.0, agent=0, step_min_s=1.5, step_max_s=2.5, response_tokens_per_step=100.0,
+             gpu_peak_gb=50.0, phases_s={"rollout": 1.0}, first_step_end_s=90.0),
+        _run("trl", 2, 3.0, agent=1, step_min_s=2.0, step_max_s=4.0, response_tokens_per_step=150.0,
+             gpu_peak_gb=60.0, oom=False, phases_s={"rollout": 2.0}, first_step_end_s=80.0),
+        _run("roll_ma", 2, 2.5, response_tokens_per_step=250.0),
+        _run("verl", 2, None, agent=0, error="ValueError: x", oom=True, gpu=None),
+        _run("openrlhf", 2, 4.0, agent=0, response_tokens_per_step=100.0),
+        {**_run("roll_ma", 2, 2.0), "shared": True},
+        {**_run("trl", 2, 3.0), "shared": True, "gpu_name": H200},
     ]  # fmt: skip
-    ours, trl, verl, openrlhf, ours_shared, trl_shared = run_all.table_rows(runs)
-    assert (trl["step_s"], trl["step_min_s"], trl["step_max_s"], trl["tokens_per_s"]) == (5.0, 3.5, 6.5, 50.0)
+    ours, trl, verl, openrlhf, ours_shared, trl_shared = run_all.table_rows(job, runs, 1)
+    assert (trl["row"], trl["agents"], trl["adapters"]) == ("trl", 2, "1 per agent")
+    assert (trl["step_s"], trl["spread_s"], trl["tokens_per_s"], trl["repeats"]) == (
+        5.0,
+        [5.0, 5.0],
+        50.0,
+        "1/1",
+    )
     assert (trl["gpu_peak_gb"], trl["vs_roll_ma"], trl["phases_s"], trl["gpu"]) == (
         60.0,
         2.0,
         {"rollout": 3.0},
-        h100,
+        H100,
     )
-    assert (trl["runs"], trl["status"], ours["runs"], ours["vs_roll_ma"]) == ("2/2", "ok", "1/1", 1.0)
+    assert (trl["status"], ours["vs_roll_ma"], ours["repeats"]) == ("ok", 1.0, "1/1")
     assert trl["first_step_end_s"] == 90.0 and ours["first_step_end_s"] is None  # the slowest run's start
+    assert trl["settings"] == job.rows["trl"].describe() and trl["about"] == job.rows["trl"].about
     assert (verl["step_s"], verl["vs_roll_ma"], verl["oom"], verl["status"]) == (
         None,
         None,
@@ -430,40 +769,117 @@ def test_result_lines_and_the_combined_row():
         "incomplete: 1 of 2 runs",
     )
     # shared-adapter rows are one run each, compared with roll_ma's shared row, and only on the same GPU model
-    assert (ours_shared["adapters"], ours_shared["runs"], trl_shared["runs"]) == ("1 shared", "1/1", "1/1")
-    assert trl_shared["step_s"] == 3.0 and trl_shared["vs_roll_ma"] is None
-    # a later call's run replaces the same (framework, N, agent, shared), keeps the others
-    merged = run_all.merge_runs(runs, [{"framework": "verl", "agents": 2, "agent": 0, "step_s": 6.0}])
+    assert (ours_shared["adapters"], trl_shared["adapters"], trl_shared["step_s"]) == (
+        "1 shared",
+        "1 shared",
+        3.0,
+    )
+    assert trl_shared["vs_roll_ma"] is None and ours_shared["vs_roll_ma"] == 1.0
+    # a later call's run replaces the same (row, N, agent, shared, repeat), keeps the others
+    merged = run_all.merge_runs(runs, [_run("verl", 2, 6.0, agent=0)])
     assert len(merged) == len(runs) and merged[-1]["step_s"] == 6.0
+    again = run_all.merge_runs(merged, [_run("verl", 2, 7.0, agent=0, repeat=1)])
+    assert len(again) == len(runs) + 1  # another repeat: kept beside the first
 
 
-def test_the_plan_runs_every_agent_of_every_peer_and_the_shared_rows():
-    frameworks = run_all.parse_frameworks("roll_ma,trl,openrlhf@1")
-    plan = run_all.plan_runs(frameworks, [1, 3], shared=True)
-    assert sorted(map(str, (r for r in plan if r[0] == "trl"))) == sorted(map(str, [
-        ("trl", 1, 0, False), ("trl", 3, 0, False), ("trl", 3, 1, False), ("trl", 3, 2, False),
-        ("trl", 3, None, True),
-    ]))  # fmt: skip
-    assert [r for r in plan if r[0] == "openrlhf"] == [("openrlhf", 1, 0, False)]
-    assert plan[0][0] == "roll_ma" and ("roll_ma", 3, None, True) in plan
-    with pytest.raises(ValueError, match="known are"):
-        run_all.parse_frameworks("roll_ma,deepspeed-chat")
-    # each planned run reaches its runner as that run: shared rows on one adapter, a peer's run on its agent
-    args = argparse.Namespace(job=None, device="cuda", smoke=False)
-    tail = lambda *run: run_all.runner_command(*run, "M", args)[2:]  # noqa: E731
-    assert "--shared" in tail("roll_ma", 3, None, True) and "--shared" not in tail("roll_ma", 3, None, False)
-    assert "--shared" in tail("trl", 3, None, True) and "--agent" not in tail("trl", 3, None, True)
-    assert tail("verl", 3, 1, False)[-2:] == ["--agent", "1"]
-    assert "--is-correction" in tail("trl_is", 1, 0, False)
-    # roll_ma's turn-by-turn variant is one run of all agents, like roll_ma's own rows
-    assert "--turnwise" in tail("roll_ma_turnwise", 3, None, False)
-    assert "--agent" not in tail("roll_ma_turnwise", 3, None, False)
-    turnwise = run_all.plan_runs(run_all.parse_frameworks("roll_ma_turnwise@1"), [1, 3], shared=False)
-    assert turnwise == [("roll_ma_turnwise", 1, None, False)]
-    # the table's own rows first, then roll_ma's variants and OpenRLHF, the peers' variants last
-    wanted = run_all.parse_frameworks("trl_is@1,roll_ma_liger@1,openrlhf@1,verl@1")
-    order = run_all.plan_runs(wanted, [1], shared=False)
-    assert [r[0] for r in order] == ["verl", "roll_ma_liger", "openrlhf", "trl_is"]
+def test_a_row_is_the_median_of_its_repeats_medians_with_their_spread(job):
+    runs = [_run("roll_ma", 1, s, repeat=k) for k, s in enumerate([2.0, 2.6, 2.2])]
+    runs += [_run("trl", 3, s, agent=a, repeat=k) for k, s in enumerate([1.0, 1.2, 1.1]) for a in range(3)]
+    runs += [_run("trl", 1, s, agent=0, repeat=k) for k, s in enumerate([3.0, 5.0])]
+    runs += [_run("trl", 1, None, agent=0, repeat=2, error="RuntimeError: died")]
+    ours, trl1, trl3 = run_all.table_rows(job, runs, 3)
+    assert (ours["step_s"], ours["spread_s"], ours["repeats"]) == (2.2, [2.0, 2.6], "3/3")
+    assert ours["repeat_step_s"] == [2.0, 2.6, 2.2] and ours["repeat_gpus"] == ["0", "1", "0"]
+    # a peer's repeat sums its N runs; the row is the median of those sums
+    assert (trl3["step_s"], trl3["spread_s"], trl3["repeats"]) == (3.3, [3.0, 3.6], "3/3")
+    # a failed repeat counts in neither the median nor the spread, and the row says what failed
+    assert (trl1["step_s"], trl1["spread_s"], trl1["repeats"]) == (4.0, [3.0, 5.0], "2/3")
+    assert trl1["status"] == "RuntimeError: died"
+    assert trl1["vs_roll_ma"] == round(4.0 / 2.2, 2)
+
+
+def test_the_headline_puts_each_roll_ma_row_against_each_peers_fastest_row(job):
+    steps = {  # row -> its repeats' median step times, all at N = 1
+        "roll_ma": [2.0, 2.6, 2.2],  # 2.2 [2.0, 2.6]
+        "roll_ma_fast": [1.8, 1.9, 1.7],  # 1.8 [1.7, 1.9]
+        "trl": [5.0, 5.2, 4.8],
+        "trl_best": [2.5, 2.7, 3.0],  # TRL's fastest: 2.7 [2.5, 3.0]
+        "verl": [1.0, 1.1, 1.2],  # 1.1 [1.0, 1.2]
+    }
+    runs = [_run(row, 1, s, agent=None if row.startswith("roll_ma") else 0, repeat=k)
+            for row, times in steps.items() for k, s in enumerate(times)]  # fmt: skip
+    runs += [_run("openrlhf", 1, 0.5, agent=0, gpu=H200)]  # another GPU model: never compared
+    got = [(h["roll_ma_row"], h["peer_row"], h["ratio"], h["verdict"]) for h in run_all.headline(
+        run_all.table_rows(job, runs, 3))]  # fmt: skip
+    assert got == [
+        ("roll_ma", "trl_best", 1.23, "tie (spreads overlap)"),  # [2.0, 2.6] and [2.5, 3.0] overlap
+        ("roll_ma", "verl", 0.5, "verl faster"),
+        ("roll_ma_fast", "trl_best", 1.5, "roll_ma faster"),
+        ("roll_ma_fast", "verl", 0.61, "verl faster"),
+    ]
+
+
+def test_the_plan_runs_n_first_then_each_repeat_of_every_row_in_the_order_given(job):
+    rows = run_all.parse_rows(job, "roll_ma_fast,trl,openrlhf@1")
+    assert rows == [("roll_ma_fast", None), ("trl", None), ("openrlhf", {1})]
+    plan = run_all.plan_runs(job, rows, [1, 3], shared=True, repeats=2)
+    expected = []
+    for k in range(2):
+        expected += [
+            ("roll_ma_fast", 1, None, False, k),
+            ("trl", 1, 0, False, k),
+            ("openrlhf", 1, 0, False, k),
+        ]
+    for k in range(2):
+        expected += [("roll_ma_fast", 3, None, False, k), ("roll_ma_fast", 3, None, True, k)]
+        expected += [("trl", 3, a, False, k) for a in range(3)] + [("trl", 3, None, True, k)]
+    assert plan == expected
+    assert [(r[0], r[1]) for r in run_all.plan_runs(job, [("verl", {3})], [1, 3], False, 1)] == [
+        ("verl", 3)
+    ] * 3
+    assert run_all.parse_rows(job, None) == [(name, None) for name in job.rows]
+    with pytest.raises(ValueError, match="the job's rows are roll_ma, roll_ma_fast, trl"):
+        run_all.parse_rows(job, "roll_ma,deepspeed-chat")
+
+
+def test_each_run_reaches_its_runner_as_that_row_with_no_setting_of_the_drivers(job):
+    gpu = argparse.Namespace(job=None, device="cuda", smoke=False)
+    tail = lambda *run, args=gpu: run_all.runner_command(*run, "M", args)[2:]  # noqa: E731
+    assert run_all.runner_command(job.rows["trl_is"], 3, 1, False, "M", gpu)[1].endswith("run_trl.py")
+    assert tail(job.rows["trl_is"], 3, 1, False) == [
+        "--agents", "3", "--model", "M", "--row", "trl_is", "--agent", "1", "--device", "cuda"]  # fmt: skip
+    assert tail(job.rows["roll_ma_fast"], 3, None, False) == [
+        "--agents", "3", "--model", "M", "--row", "roll_ma_fast", "--device", "cuda"]  # fmt: skip
+    assert tail(job.rows["verl_best"], 3, None, True) == [
+        "--agents", "3", "--model", "M", "--row", "verl_best", "--shared"]  # fmt: skip
+    assert tail(job.rows["openrlhf"], 1, 0, False)[-3:] == ["--agent", "0", "--flash-attn-shim"]
+    cpu = argparse.Namespace(job="relay.yaml", device="cpu", smoke=True)
+    assert tail(job.rows["trl"], 3, 2, False, args=cpu) == [
+        "--agents", "3", "--model", "M", "--row", "trl", "--job", "relay.yaml", "--agent", "2",
+        "--device", "cpu", "--smoke", "--no-vllm"]  # fmt: skip
+
+
+def test_repeats_go_to_another_gpu_than_their_previous_repeat_and_the_gpus_stay_balanced(job):
+    rows = run_all.parse_rows(job, "roll_ma,trl,verl")
+    plan = run_all.plan_runs(job, rows, [1, 3], shared=False, repeats=3)
+    queues = run_all.assign_gpus(job, plan, ["0", "1"])
+    assert sorted(r for q in queues.values() for r in q) == sorted(plan)  # every run, once
+    gpu_of = {run: g for g, q in queues.items() for run in q}
+    for name, n, agent, shared, k in plan:
+        if k:
+            assert gpu_of[(name, n, agent, shared, k)] != gpu_of[(name, n, agent, shared, k - 1)]
+
+    def minutes(run):
+        name, n, agent, _, _ = run
+        framework = job.rows[name].framework
+        return run_all.RUN_MINUTES.get((framework, framework == "roll_ma" or agent is None or n == 1), 5.0)
+
+    load = [sum(minutes(r) for r in q) for q in queues.values()]
+    assert abs(load[0] - load[1]) <= max(map(minutes, plan))
+    # each GPU keeps the plan's order: whole repeats of the first N start first
+    for q in queues.values():
+        assert q == [r for r in plan if r in q]
+    assert run_all.assign_gpus(job, plan, [None]) == {None: plan}  # one GPU: every repeat on it
 
 
 def test_runs_start_apart_so_their_ray_instances_do_not_start_together():
@@ -485,23 +901,34 @@ def test_runs_start_apart_so_their_ray_instances_do_not_start_together():
 
 @pytest.mark.slow
 def test_driver_runs_roll_ma_and_trl_on_cpu(tmp_path):
-    frameworks = ["roll_ma"] + (["trl"] if importlib.util.find_spec("trl") else [])
+    names = ["roll_ma"] + (["trl"] if importlib.util.find_spec("trl") else [])
     summary = run_all.main(
-        ["--device", "cpu", "--smoke", "--frameworks", ",".join(frameworks), "--agents", "3",
+        ["--device", "cpu", "--smoke", "--rows", ",".join(names), "--agents", "3", "--repeats", "1",
          "--out-dir", str(tmp_path)]
     )  # fmt: skip
-    rows = {r["framework"]: r for r in summary["rows"]}
-    assert sorted(rows) == sorted(frameworks)
+    rows = {r["row"]: r for r in summary["rows"]}
+    assert sorted(rows) == sorted(names)
     for name, row in rows.items():
         assert row["status"] == "ok" and row["step_s"] > 0 and row["tokens_per_s"] > 0, (name, row)
-    assert rows["roll_ma"]["runs"] == "1/1" and rows.get("trl", {"runs": "3/3"})["runs"] == "3/3"
-    assert (tmp_path / "peers.md").read_text().startswith("| framework | agents |")
+        assert row["repeats"] == "1/1" and row["spread_s"] == [row["step_s"], row["step_s"]]
+    md = (tmp_path / "peers.md").read_text()
+    assert md.startswith("job: ") and "| row | agents | adapters | repeats | step_s |" in md
     runs = [r for r in summary["runs"] if r["framework"] == "trl"]
+    assert len(runs) == (3 if "trl" in names else 0)
+    # the smoke job: one game of 3 turns a step, 2 samples each: each agent's turn, twice
     assert all(r["rows_per_step"] == 2 and r["rollout"] == "transformers generate" for r in runs)
     assert all(r["micro_batch_rows"] == 2 and "no old log-probs" in r["passes"] for r in runs)
+    if runs:  # the headline: roll_ma's row against TRL's (both on this CPU)
+        (head,) = summary["headline"]
+        assert (head["roll_ma_row"], head["peer_row"]) == ("roll_ma", "trl") and head["ratio"] > 0
     # roll_ma's run carries its own start-up stages beside the common clock's first_step_end_s
     (roll_ma_run,) = [r for r in summary["runs"] if r["framework"] == "roll_ma"]
     assert {"train_model", "rollout_engine", "first_sync", "total"} <= set(roll_ma_run["startup_s"])
+    assert (roll_ma_run["row"], roll_ma_run["rows_per_step_planned"], roll_ma_run["relay"]) == (
+        "roll_ma",
+        6,
+        False,
+    )
 
 
 def test_the_step_plot_splits_each_step_by_its_own_timers_and_names_the_rest(tmp_path):
@@ -511,9 +938,14 @@ def test_the_step_plot_splits_each_step_by_its_own_timers_and_names_the_rest(tmp
         {"framework": "verl", "agents": 3, "shared": True, "step_s": 20.0,
          "phases_s": {"rollout": 4.0, "ref": 6.0, "old_log_prob": 0.1, "update": 8.0, "sync": 1.0}},
         {"framework": "trl", "agents": 1, "shared": False, "step_s": 12.0, "phases_s": None},
+        {"row": "roll_ma_fast", "framework": "roll_ma", "agents": 1, "shared": False, "step_s": 8.0,
+         "phases_s": {"rollout": 3.0}},
     ]  # fmt: skip
-    ours, verl, trl = plot_steps.pick_rows({"rows": rows}, ["roll_ma@1", "verl@3s", "trl@1"])
+    ours, verl, trl, fast = plot_steps.pick_rows(
+        {"rows": rows}, ["roll_ma@1", "verl@3s", "trl@1", "roll_ma_fast@1"]
+    )
     assert plot_steps.bar_parts(ours)["reference"] == 2.0 and plot_steps.bar_parts(ours)["other"] == 0.5
+    assert fast["step_s"] == 8.0  # a row of the job is picked by its name
     verl_parts = plot_steps.bar_parts(verl)
     assert verl_parts["reference"] == 6.0 and verl_parts["old log-probs"] == 0.1
     assert plot_steps.bar_parts(trl) == {**dict.fromkeys(plot_steps.PHASES, 0.0), "no phase timers": 12.0}
