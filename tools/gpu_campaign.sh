@@ -188,7 +188,7 @@ PY
     wait
     for r in before after; do cp /tmp/runs/$r/metrics.jsonl "$OUT/${r}_metrics.jsonl" 2>/dev/null; \
       grep -E "^step|Error|error" "$OUT/$r.log" | tail -6; done ;;
-  redesign7b)  # issue 39: roll_ma's 7B step before the redesign (the tree in .before/, GPU 0) and after (GPU 1),
+  redesign7b)  # (its run_all options are those of issue 39's trees: --frameworks, before --rows) issue 39: roll_ma's 7B step before the redesign (the tree in .before/, GPU 0) and after (GPU 1),
     # the peers job's roll_ma rows (N = 1 and 3, 7 steps each) on one random 7B, in the background; then
     # `WAIT=540 bash tools/gpu_campaign.sh redesign7b_wait` (a call each) until both print DONE
     [ -s /tmp/peers_model_path ] || python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct \
@@ -237,7 +237,7 @@ PY
     GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
     setsid nohup bash -c "cd /tmp/w && PYTHONPATH=/tmp/w:$PYTHONPATH timeout ${TOTAL:-1500} python \
       benchmarks/peers/run_all.py --sites /tmp/peers --out-dir /tmp/peers_out --gpus $GPUS --shared ${MODEL:+--model $MODEL} \
-      --rows '${FW:-roll_ma,roll_ma_fast@1,trl,trl_best,verl,openrlhf@1,trl_is@1}' --timeout ${RUN_TIMEOUT:-900}; \
+      --rows '${FW:-roll_ma,roll_ma_unfused@1,trl,trl_best,verl,openrlhf@1,trl_is@1}' --timeout ${RUN_TIMEOUT:-900}; \
       echo DONE" \
       > /tmp/peers_out/run_all.log 2>&1 < /dev/null &
     sleep 5; log "started run_all on GPUs $GPUS"; tail -3 /tmp/peers_out/run_all.log ;;
@@ -260,7 +260,7 @@ PY
     rm -rf /tmp/w && mkdir -p /tmp/w /tmp/p45 && tar --exclude='./.wb*' --exclude='./.pw*' --exclude='./.whl' -cf - . | tar -xf - -C /tmp/w
     GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
     script=/tmp/p45/plan.sh; echo "cd /tmp/w" > $script
-    for item in ${PLAN:-"job.yaml|roll_ma_fast,trl_best|1|3" "job.yaml|roll_ma_fast,trl_best|3|1" "job.yaml|roll_ma|1|1" "relay.yaml|roll_ma_fast,trl_best|3|1"}; do
+    for item in ${PLAN:-"job.yaml|roll_ma,trl_best|1|3" "job.yaml|roll_ma,trl_best|3|3" "job.yaml|roll_ma,trl_best|8|1" "relay.yaml|roll_ma,trl_best|3,8|1"}; do
       IFS='|' read -r job rows agents repeats <<< "$item"
       echo "PYTHONPATH=/tmp/w:$PYTHONPATH python benchmarks/peers/run_all.py --sites /tmp/peers --gpus $GPUS \
         --model $MODEL --job benchmarks/peers/$job --rows $rows --agents $agents --repeats $repeats \

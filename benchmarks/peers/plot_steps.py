@@ -3,7 +3,7 @@
 logs them (roll_ma, verl); the rest of the step is "other". TRL logs no per-phase timers: one bar.
 
     python benchmarks/peers/plot_steps.py docs/runs/peers_h200x4_2026-11-27/peers.json \
-        --rows roll_ma@1,roll_ma_fast@1,trl_best@1 --out docs/runs/peers_h200x4_2026-11-27/steps.png
+        --rows roll_ma@1,roll_ma_unfused@1,trl_best@1 --out docs/runs/peers_h200x4_2026-11-27/steps.png
 
 Prints each bar's parts (seconds) and writes the plot.
 """
@@ -41,7 +41,7 @@ def bar_parts(row: dict[str, Any]) -> dict[str, float]:
 
 
 def pick_rows(result: dict[str, Any], wanted: list[str]) -> list[dict[str, Any]]:
-    """Rows named ``row@N`` (the job's row name, e.g. roll_ma_fast@3; ``@Ns``: the shared-adapter row), in
+    """Rows named ``row@N`` (the job's row name, e.g. roll_ma_unfused@3; ``@Ns``: the shared-adapter row), in
     the order asked; results written before rows had names match on the framework."""
     rows = []
     for name in wanted:

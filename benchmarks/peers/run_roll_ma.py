@@ -10,7 +10,7 @@ step ends (each metrics line's ``wall_time``), as every runner here measures. Pr
 result line (job.emit).
 
     python benchmarks/peers/run_roll_ma.py --agents 3 --model /path/to/random-qwen2.5-7b --device cuda
-    python benchmarks/peers/run_roll_ma.py --agents 3 --model M --row roll_ma_fast \
+    python benchmarks/peers/run_roll_ma.py --agents 3 --model M --row roll_ma_unfused \
         --job benchmarks/peers/relay.yaml
     python benchmarks/peers/run_roll_ma.py --agents 3 --model /path/to/tiny --device cpu --smoke
 """

@@ -40,11 +40,13 @@ class ModelConfig:
         "in the train and reference models, which use roll_ma_varlen (packed rows through PyTorch's "
         "variable-length flash attention on CUDA, one sdpa call per row on CPU; padded rows through sdpa)",
     )
-    liger_kernel: bool = _f(
-        False,
+    liger_kernel: Literal["auto", True, False] = _f(
+        "auto",
         "train and reference models: liger-kernel's fused RMSNorm, SwiGLU and rotary Triton kernels "
         "(pip install 'roll_ma[liger]'; CUDA GPUs only; the model types liger patches: Qwen2/3, Llama, "
-        "Mistral, Gemma, Phi-3, ...); roll_ma's chunked LM-head log-probs stay as they are",
+        "Mistral, Gemma, Phi-3, ...); roll_ma's chunked LM-head log-probs stay as they are. auto: on "
+        "wherever they can run (a CUDA GPU, liger-kernel installed, a model type liger patches), else off "
+        "with one line that says why; true: on, refused where they cannot run; false: off",
     )
     random_weights: bool = _f(
         False,
@@ -337,7 +339,7 @@ class TrainConfig:
         "micro-batch (correct, but quadratic in its length: keep it off there)",
     )
     lora_compute_dtype: Literal["float32", "model"] = _f(
-        "float32",
+        "model",
         "the dtype each LoRA branch computes in during training and scoring. float32: PEFT's way, every "
         "LoRA input (tokens x hidden) is cast to the adapter's fp32 and the branch's output back; model: "
         "the base model's dtype (bf16 on the GPU configs), each adapter factor cast to it per call (the "

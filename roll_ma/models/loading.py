@@ -57,10 +57,11 @@ def load_base_model(cfg: ModelConfig, device: str = "cpu", packed_rows: bool = F
 
         kwargs["attn_implementation"] = register()
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(cfg.path), **kwargs)
-    if packed_rows and cfg.liger_kernel:  # the train and reference models (before any adapter wraps them)
-        from roll_ma.models.liger import apply_liger_kernels
+    if packed_rows:  # the train and reference models (before any adapter wraps them)
+        from roll_ma.models.liger import apply_liger_kernels, liger_enabled
 
-        apply_liger_kernels(model)
+        if liger_enabled(cfg.liger_kernel, device, model):
+            apply_liger_kernels(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False

@@ -105,7 +105,7 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
         )
 
     # ---- train, reference, algorithm
-    if cfg.model.liger_kernel:
+    if cfg.model.liger_kernel is True:  # auto falls back where the kernels cannot run (models/liger.py)
         from roll_ma.models.liger import liger_problem
 
         problem = liger_problem(cfg.resources.num_gpus, check_installed=check_local_gpus)

@@ -153,7 +153,7 @@ def test_a_runner_takes_its_rows_settings_and_refuses_another_frameworks_row(job
     assert "row 'verl_best' is a verl row, not trl's" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, [*base, "--row", "trl_fastest"], "trl")
-    assert "no row 'trl_fastest' (rows: roll_ma, roll_ma_fast, trl," in capsys.readouterr().err
+    assert "no row 'trl_fastest' (rows: roll_ma, roll_ma_unfused, trl," in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, ["--agents", "4", "--agent", "0", "--model", "M"], "trl")
     assert "episodes.turns gives no turns for N = 4" in capsys.readouterr().err
@@ -261,7 +261,7 @@ def _real_validate_without_this_machine(monkeypatch):
 
 def test_roll_ma_config_takes_every_setting_from_its_row(job, tiny_model_dir, tmp_path, monkeypatch):
     _real_validate_without_this_machine(monkeypatch)
-    row = job.rows["roll_ma_fast"]
+    row = job.rows["roll_ma"]
     s = row.settings
     cfg = run_roll_ma.run_config(job, row, 3, tiny_model_dir, "cuda", str(tmp_path))
     assert (cfg.model.gradient_checkpointing, cfg.model.liger_kernel) == (s.gradient_checkpointing, True)
@@ -277,7 +277,7 @@ def test_roll_ma_config_takes_every_setting_from_its_row(job, tiny_model_dir, tm
         True,
     )
     assert cfg.rollout.engine_kwargs == row.native["rollout.engine_kwargs"]
-    assert job.rows["roll_ma"].native["train.lora_compute_dtype"] == "float32"  # the defaults row differs
+    assert job.rows["roll_ma_unfused"].native["train.lora_compute_dtype"] == "float32"  # the unfused row
     # other settings in the row: other settings in the config (nothing is a runner's own constant)
     other = _with_settings(row, gradient_checkpointing=True, update_tokens=4096, scoring_tokens=2048,
                            sleep_rollout=False, liger_kernel=False, attention="padded")  # fmt: skip
@@ -292,7 +292,7 @@ def test_roll_ma_config_takes_every_setting_from_its_row(job, tiny_model_dir, tm
 
 
 def test_roll_mas_cpu_smoke_drops_only_what_needs_a_gpu(job, tiny_model_dir, tmp_path):
-    row = job.rows["roll_ma_fast"]
+    row = job.rows["roll_ma"]
     cfg = run_roll_ma.run_config(job, row, 3, tiny_model_dir, "cpu", str(tmp_path))
     assert set(run_roll_ma.GPU_ONLY) == {"rollout.engine_kwargs", "rollout.per_row_seeds"}
     assert cfg.model.liger_kernel is False and cfg.rollout.backend == "hf"  # Triton kernels need a GPU
@@ -801,7 +801,7 @@ def test_a_row_is_the_median_of_its_repeats_medians_with_their_spread(job):
 def test_the_headline_puts_each_roll_ma_row_against_each_peers_fastest_row(job):
     steps = {  # row -> its repeats' median step times, all at N = 1
         "roll_ma": [2.0, 2.6, 2.2],  # 2.2 [2.0, 2.6]
-        "roll_ma_fast": [1.8, 1.9, 1.7],  # 1.8 [1.7, 1.9]
+        "roll_ma_unfused": [1.8, 1.9, 1.7],  # 1.8 [1.7, 1.9]
         "trl": [5.0, 5.2, 4.8],
         "trl_best": [2.5, 2.7, 3.0],  # TRL's fastest: 2.7 [2.5, 3.0]
         "verl": [1.0, 1.1, 1.2],  # 1.1 [1.0, 1.2]
@@ -814,31 +814,31 @@ def test_the_headline_puts_each_roll_ma_row_against_each_peers_fastest_row(job):
     assert got == [
         ("roll_ma", "trl_best", 1.23, "tie (spreads overlap)"),  # [2.0, 2.6] and [2.5, 3.0] overlap
         ("roll_ma", "verl", 0.5, "verl faster"),
-        ("roll_ma_fast", "trl_best", 1.5, "roll_ma faster"),
-        ("roll_ma_fast", "verl", 0.61, "verl faster"),
+        ("roll_ma_unfused", "trl_best", 1.5, "roll_ma faster"),
+        ("roll_ma_unfused", "verl", 0.61, "verl faster"),
     ]
 
 
 def test_the_plan_runs_n_first_then_each_repeat_of_every_row_in_the_order_given(job):
-    rows = run_all.parse_rows(job, "roll_ma_fast,trl,openrlhf@1")
-    assert rows == [("roll_ma_fast", None), ("trl", None), ("openrlhf", {1})]
+    rows = run_all.parse_rows(job, "roll_ma_unfused,trl,openrlhf@1")
+    assert rows == [("roll_ma_unfused", None), ("trl", None), ("openrlhf", {1})]
     plan = run_all.plan_runs(job, rows, [1, 3], shared=True, repeats=2)
     expected = []
     for k in range(2):
         expected += [
-            ("roll_ma_fast", 1, None, False, k),
+            ("roll_ma_unfused", 1, None, False, k),
             ("trl", 1, 0, False, k),
             ("openrlhf", 1, 0, False, k),
         ]
     for k in range(2):
-        expected += [("roll_ma_fast", 3, None, False, k), ("roll_ma_fast", 3, None, True, k)]
+        expected += [("roll_ma_unfused", 3, None, False, k), ("roll_ma_unfused", 3, None, True, k)]
         expected += [("trl", 3, a, False, k) for a in range(3)] + [("trl", 3, None, True, k)]
     assert plan == expected
     assert [(r[0], r[1]) for r in run_all.plan_runs(job, [("verl", {3})], [1, 3], False, 1)] == [
         ("verl", 3)
     ] * 3
     assert run_all.parse_rows(job, None) == [(name, None) for name in job.rows]
-    with pytest.raises(ValueError, match="the job's rows are roll_ma, roll_ma_fast, trl"):
+    with pytest.raises(ValueError, match="the job's rows are roll_ma, roll_ma_unfused, trl"):
         run_all.parse_rows(job, "roll_ma,deepspeed-chat")
 
 
@@ -848,8 +848,8 @@ def test_each_run_reaches_its_runner_as_that_row_with_no_setting_of_the_drivers(
     assert run_all.runner_command(job.rows["trl_is"], 3, 1, False, "M", gpu)[1].endswith("run_trl.py")
     assert tail(job.rows["trl_is"], 3, 1, False) == [
         "--agents", "3", "--model", "M", "--row", "trl_is", "--agent", "1", "--device", "cuda"]  # fmt: skip
-    assert tail(job.rows["roll_ma_fast"], 3, None, False) == [
-        "--agents", "3", "--model", "M", "--row", "roll_ma_fast", "--device", "cuda"]  # fmt: skip
+    assert tail(job.rows["roll_ma_unfused"], 3, None, False) == [
+        "--agents", "3", "--model", "M", "--row", "roll_ma_unfused", "--device", "cuda"]  # fmt: skip
     assert tail(job.rows["verl_best"], 3, None, True) == [
         "--agents", "3", "--model", "M", "--row", "verl_best", "--shared"]  # fmt: skip
     assert tail(job.rows["openrlhf"], 1, 0, False)[-3:] == ["--agent", "0", "--flash-attn-shim"]
@@ -938,11 +938,11 @@ def test_the_step_plot_splits_each_step_by_its_own_timers_and_names_the_rest(tmp
         {"framework": "verl", "agents": 3, "shared": True, "step_s": 20.0,
          "phases_s": {"rollout": 4.0, "ref": 6.0, "old_log_prob": 0.1, "update": 8.0, "sync": 1.0}},
         {"framework": "trl", "agents": 1, "shared": False, "step_s": 12.0, "phases_s": None},
-        {"row": "roll_ma_fast", "framework": "roll_ma", "agents": 1, "shared": False, "step_s": 8.0,
+        {"row": "roll_ma_unfused", "framework": "roll_ma", "agents": 1, "shared": False, "step_s": 8.0,
          "phases_s": {"rollout": 3.0}},
     ]  # fmt: skip
     ours, verl, trl, fast = plot_steps.pick_rows(
-        {"rows": rows}, ["roll_ma@1", "verl@3s", "trl@1", "roll_ma_fast@1"]
+        {"rows": rows}, ["roll_ma@1", "verl@3s", "trl@1", "roll_ma_unfused@1"]
     )
     assert plot_steps.bar_parts(ours)["reference"] == 2.0 and plot_steps.bar_parts(ours)["other"] == 0.5
     assert fast["step_s"] == 8.0  # a row of the job is picked by its name

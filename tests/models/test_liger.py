@@ -57,6 +57,37 @@ def test_train_and_reference_models_get_the_fused_kernels_and_roll_mas_lm_head(t
     assert len(calls) == 1
 
 
+def test_auto_turns_the_kernels_on_where_they_run_and_says_once_why_not_elsewhere(
+    tiny_model_dir, fake_liger, capsys, monkeypatch
+):
+    monkeypatch.setattr(liger, "_SAID", set())
+    qwen2, gpt2 = (
+        types.SimpleNamespace(config=types.SimpleNamespace(model_type=t)) for t in ("qwen2", "gpt2")
+    )
+    assert liger.liger_enabled("auto", "cuda:0", qwen2)  # a GPU, liger installed, a type it patches
+    assert capsys.readouterr().out == ""
+    assert not liger.liger_enabled("auto", "cpu", qwen2)
+    assert not liger.liger_enabled("auto", "cpu", qwen2)  # the same reason is said once a process
+    assert not liger.liger_enabled("auto", "cuda", gpt2)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert all(line.startswith("[roll_ma] model.liger_kernel=auto: off, ") for line in lines)
+    assert "no CUDA GPU" in lines[0] and "'gpt2'" in lines[1]
+    assert liger.liger_enabled(True, "cpu", qwen2) and not liger.liger_enabled(False, "cuda", qwen2)
+    _, calls = fake_liger
+    load_base_model(ModelConfig(path=tiny_model_dir), packed_rows=True)  # the default, auto, on a CPU
+    assert calls == []
+
+
+def test_auto_says_how_to_install_where_liger_is_missing(capsys, monkeypatch):
+    monkeypatch.setattr(liger, "_SAID", set())
+    monkeypatch.delitem(sys.modules, "liger_kernel", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    model = types.SimpleNamespace(config=types.SimpleNamespace(model_type="qwen2"))
+    assert not liger.liger_enabled("auto", "cuda", model)
+    assert "pip install 'roll_ma[liger]'" in capsys.readouterr().out
+
+
 def test_a_model_type_liger_does_not_patch_is_named(tiny_model_dir, fake_liger):
     patch, _ = fake_liger
     del patch.MODEL_TYPE_TO_APPLY_LIGER_FN["qwen2"]
