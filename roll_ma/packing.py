@@ -141,7 +141,10 @@ def concat_padded(parts: Sequence[DataProto], pad_id: int | None = None) -> Data
 
 
 def prompt_groups(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, response_len: int, domain: Sequence[int] | None = None
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_len: int,
+    domain: Sequence[int] | None = None,
 ) -> np.ndarray:
     """(N,) group id of each row: rows share an id when their real prompt tokens are identical and so is
     their ``domain`` (the agent: each agent's adapter changes the prompt's hidden states, so only rows

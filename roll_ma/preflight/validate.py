@@ -118,7 +118,10 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
             "use multi_agent_deepspeed or let all agents share one adapter",
         )
     if cfg.train.share_prompt_prefix and not cfg.train.remove_padding:
-        add("train.share_prompt_prefix", "sharing a group's prompt needs packed rows: set train.remove_padding=true")
+        add(
+            "train.share_prompt_prefix",
+            "sharing a group's prompt needs packed rows: set train.remove_padding=true",
+        )
     if cfg.train.share_prompt_prefix and cfg.model.attn_implementation not in (None, "roll_ma_varlen"):
         add(
             "train.share_prompt_prefix",

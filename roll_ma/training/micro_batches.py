@@ -61,13 +61,15 @@ class MicroBatching:
         """Whether rows with these groups share their prompts (the switch on, packed rows, groups known)."""
         return groups is not None and self.share_prefix and self.remove_padding
 
-    def cost(self, prompt_lens: np.ndarray, response_lens: np.ndarray, groups: np.ndarray | None = None) -> int:
+    def cost(self, prompt_lens: np.ndarray, response_lens: np.ndarray,
+             groups: np.ndarray | None = None) -> int:
         """Tokens a micro-batch of these rows runs: packed length (each group's prompt once when they
         share), or rows x padded width. groups: (n,) the rows' prompt groups, or None."""
         if len(prompt_lens) == 0:
             return 0
         if self.remove_padding:
-            saved = shared_prompt_tokens(prompt_lens, groups) if self.sharing(groups) else 0
+            shared = groups is not None and self.sharing(groups)
+            saved = shared_prompt_tokens(prompt_lens, groups) if shared and groups is not None else 0
             return int(prompt_lens.sum() + response_lens.sum()) - saved
         return len(prompt_lens) * int(prompt_lens.max() + response_lens.max())
 
@@ -122,8 +124,8 @@ class MicroBatching:
         return items
 
     def rank_plan(
-        self, rows: np.ndarray, prompt_lens: np.ndarray, response_lens: np.ndarray, rank: int, world_size: int,
-        groups: np.ndarray | None = None,
+        self, rows: np.ndarray, prompt_lens: np.ndarray, response_lens: np.ndarray, rank: int,
+        world_size: int, groups: np.ndarray | None = None,
     ) -> list[np.ndarray]:
         """This rank's micro-batches of a mini-batch; every rank gets the same count (some may be empty).
 
