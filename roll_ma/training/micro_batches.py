@@ -96,8 +96,33 @@ class MicroBatching:
                     bins[j] = trial
                     break
             else:
-                bins.append(items[k])
+                rest = self._fill(bins, items[k], prompt_lens, response_lens, groups)
+                if len(rest):
+                    bins.append(rest)
         return bins
+
+    def _fill(self, bins: list[np.ndarray], item: np.ndarray, prompt_lens: np.ndarray,
+              response_lens: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
+        """A prompt group over half the budget that fits no micro-batch whole: its rows fill the room
+        left in ``bins`` (in place; each piece carries the prompt again), since such groups would run
+        one to a micro-batch, up to half of it empty (smaller ones waste little: they stay whole).
+        Returns the rows left over. Rows alone (no sharing) are never split: all of ``item`` comes back."""
+        if not self.sharing(groups) or self.max_tokens is None:
+            return item
+        if 2 * self._cost_of(item, prompt_lens, response_lens, groups) <= self.max_tokens:
+            return item
+        rest = item
+        for j, b in enumerate(bins):
+            n = 0
+            while n < len(rest) and self._cost_of(
+                np.concatenate([b, rest[: n + 1]]), prompt_lens, response_lens, groups
+            ) <= self.max_tokens:
+                n += 1
+            if n:
+                bins[j], rest = np.concatenate([b, rest[:n]]), rest[n:]
+            if not len(rest):
+                break
+        return rest
 
     def _cost_of(self, rows: np.ndarray, prompt_lens: np.ndarray, response_lens: np.ndarray,
                  groups: np.ndarray | None) -> int:

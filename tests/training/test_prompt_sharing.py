@@ -137,3 +137,19 @@ def test_sharing_needs_packed_rows():
     assert MicroBatching.for_training(cfg.train).share_prefix
     assert MicroBatching.for_scoring(cfg.train).share_prefix
     assert not MicroBatching.for_scoring(TrainConfig()).share_prefix  # off by default
+
+
+def test_large_groups_fill_the_budget_in_pieces():
+    """8 groups x 8 replies of 256 tokens to 136-token prompts (2184 tokens a group): a 4096 budget
+    holds one group whole, so groups over half the budget fill the room left in pieces; an 8192 budget
+    keeps every group whole."""
+    p, r = np.full(64, 136), np.full(64, 256)
+    groups, rows = np.repeat(np.arange(8), 8), np.arange(64)
+    for budget, micro_batches, tokens in ((4096, 5, 17880), (8192, 3, 8 * 136 + 64 * 256)):
+        plan = MicroBatching(max_rows=64, max_tokens=budget, remove_padding=True, share_prefix=True)
+        split = plan.split(rows, p, r, groups)
+        assert sorted(np.concatenate(split).tolist()) == rows.tolist()
+        assert len(split) == micro_batches and all(plan.cost(p[m], r[m], groups[m]) <= budget for m in split)
+        assert sum(plan.cost(p[m], r[m], groups[m]) for m in split) == tokens
+    plain = MicroBatching(max_rows=64, max_tokens=4096, remove_padding=True)
+    assert len(plain.split(rows, p, r)) == 7 and len(plain.split(rows, p, r, groups)) == 7  # switch off
