@@ -138,3 +138,33 @@ def concat_padded(parts: Sequence[DataProto], pad_id: int | None = None) -> Data
         out = DataProto.concat([repad(p, P, R, pad) for p in rows])
     out.meta_info = merge_meta_info([p.meta_info for p in parts])
     return out
+
+
+def prompt_groups(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_len: int,
+    domain: Sequence[int] | None = None,
+) -> np.ndarray:
+    """(N,) group id of each row: rows share an id when their real prompt tokens are identical and so is
+    their ``domain`` (the agent: each agent's adapter changes the prompt's hidden states, so only rows
+    scored by one adapter may share a prompt's computation). Ids are numbered by first appearance.
+
+    input_ids, attention_mask: (N, T) rows whose last ``response_len`` columns are the response."""
+    split = input_ids.shape[1] - response_len
+    ids, mask = input_ids[:, :split].numpy(), attention_mask[:, :split].numpy().astype(bool)  # (N, P) each
+    seen: dict[tuple[int, bytes], int] = {}
+    out = np.empty(len(ids), dtype=np.int64)
+    for i in range(len(ids)):
+        key = (int(domain[i]) if domain is not None else 0, ids[i][mask[i]].astype(np.int64).tobytes())
+        out[i] = seen.setdefault(key, len(seen))
+    return out
+
+
+def shared_prompt_tokens(prompt_lens: np.ndarray, groups: np.ndarray) -> int:
+    """Prompt tokens that sharing saves among these rows: every repeat of a group's prompt
+    (prompt_lens, groups: (n,) each; rows of one group have one prompt, hence one length)."""
+    if len(groups) == 0:
+        return 0
+    _, first = np.unique(groups, return_index=True)
+    return int(prompt_lens.sum() - prompt_lens[first].sum())

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from roll_ma.models.varlen_attention import PACKED_IMPLEMENTATIONS, packed_boundaries
+from roll_ma.models.shared_prefix import shared_prefix_hidden
+from roll_ma.models.varlen_attention import NAME, PACKED_IMPLEMENTATIONS, packed_boundaries
 from roll_ma.packing import position_ids_from_mask
 
 # model_type of causal LMs whose logits are exactly lm_head(decoder(...)) (no soft-capping or
@@ -125,6 +126,7 @@ def response_log_probs(
     with_entropy: bool = False,
     remove_padding: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    prompt_groups: torch.Tensor | None = None,
     **forward_kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, R) log pi(response token | prefix) and optionally (B, R) entropy; 0 off the response.
@@ -133,7 +135,8 @@ def response_log_probs(
     is the last ``response_len`` columns, its tokens those under the attention mask (each row's
     prompt has at least one). Logits at t predict token t+1, hence the shift by one.
     ``forward_kwargs`` (e.g. PEFT's per-row ``adapter_names``) need the whole model's forward: the
-    plain path.
+    plain path. ``prompt_groups`` ((B,), ``packing.prompt_groups``; packed rows under ``roll_ma_varlen``):
+    rows of one group run their prompt once (``models/shared_prefix.py``), with the same numbers.
     """
     ids, attn, keep_r = drop_padding_columns(input_ids, attention_mask, response_len)
     cut = response_len - keep_r  # trailing all-padding response columns
@@ -144,7 +147,11 @@ def response_log_probs(
     else:
         decoder, head = parts
         resp = attn[:, -keep_r:].bool()  # (B, r) real response tokens
-        if remove_padding:
+        shared = prompt_groups is not None and getattr(decoder.config, "_attn_implementation", None) == NAME
+        if remove_padding and shared:
+            assert prompt_groups is not None  # for mypy: shared says so
+            hidden, targets = shared_prefix_hidden(decoder, ids, attn, keep_r, prompt_groups)
+        elif remove_padding:
             hidden, targets = _packed_hidden(decoder, ids, attn, keep_r)
         else:
             out = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),

@@ -118,6 +118,17 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
             f"deepspeed_train trains one policy but {len(trainable)} adapters are trainable; "
             "use multi_agent_deepspeed or let all agents share one adapter",
         )
+    if cfg.train.share_prompt_prefix and not cfg.train.remove_padding:
+        add(
+            "train.share_prompt_prefix",
+            "sharing a group's prompt needs packed rows: set train.remove_padding=true",
+        )
+    if cfg.train.share_prompt_prefix and cfg.model.attn_implementation not in (None, "roll_ma_varlen"):
+        add(
+            "train.share_prompt_prefix",
+            f"sharing a group's prompt needs the default attention (roll_ma_varlen), not "
+            f"model.attn_implementation={cfg.model.attn_implementation}; unset model.attn_implementation",
+        )
     if cfg.train.full_finetune and cfg.train.strategy != "deepspeed_train":
         add("train.full_finetune", "full fine-tuning needs train.strategy=deepspeed_train (one policy)")
     if cfg.train.full_finetune and cfg.reference.mode == "train_worker":

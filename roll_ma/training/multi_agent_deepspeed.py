@@ -277,6 +277,13 @@ class MultiAgentDeepSpeedStrategy:
                 metrics.update({prefix + "grad_norm": result.grad_norm, prefix + "lr": result.lr,
                                 prefix + "updated": float(result.optimizer_steps > 0),
                                 prefix + "skipped_nonfinite": float(result.skipped_nonfinite)})
+        # the step's trainer tokens (every agent's prompt + response tokens, x epochs) and those the update
+        # ran: fewer by each repeated prompt under train.share_prompt_prefix (the GPU table's figure)
+        inputs = [v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/input_tokens")]
+        if inputs:
+            metrics["train/tokens"] = float(sum(inputs))
+            metrics["train/tokens_deduplicated"] = float(sum(
+                v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/input_tokens_run")))
         if self.critic is not None and objective.name == "ppo" and only is None and len(data):
             start = time.perf_counter()
             metrics.update(self.critic.update(data, agent_ids, ctx.step))

@@ -29,16 +29,18 @@ from roll_ma.algorithms.losses import (
 )
 from roll_ma.config.schema import AlgorithmConfig
 from roll_ma.models.logprobs import choice_log_probs, response_log_probs
+from roll_ma.packing import shared_prompt_tokens
 from roll_ma.protocol import DataProto
 from roll_ma.training.agent_sums import AgentSums, row_slots
 from roll_ma.training.micro_batches import real_lengths
 from roll_ma.training.policy_engine import PolicyEngine
-from roll_ma.training.scoring import check_columns
+from roll_ma.training.scoring import check_columns, row_prompt_groups
 from roll_ma.training.update_loop import PolicyUpdate, UpdateContext, UpdatePlan, run_update
 
 TRAIN_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages")
 # per-agent sums over micro-batches, epochs and ranks; tokens: this agent's response tokens, units: the
-# loss's unit (tokens, or rows with loss_agg=seq_mean)
+# loss's unit (tokens, or rows with loss_agg=seq_mean); input_tokens: its rows' prompt + response tokens,
+# input_tokens_run: those the forward ran (each micro-batch's shared prompts once)
 PPO_SUMS = (
     "policy_loss",
     "kl",
@@ -51,6 +53,8 @@ PPO_SUMS = (
     "is_weight",
     "is_truncated",
     "logprob_gap",
+    "input_tokens",
+    "input_tokens_run",
 )
 PPO_MAXIMA = ("is_weight", "logprob_gap")  # decoupled: largest weight; reused pi_old: largest |gap|
 
@@ -129,6 +133,11 @@ class PPOLoss:
         units = tokens if algo.loss_agg == "token_mean" else np.ones(n)
         choices = self.bonus.has_choice.astype(np.float64) if self.bonus is not None else np.zeros(n)
         self.counts = np.stack([tokens, units, choices], axis=1)  # (N, 3)
+        # (N,) real prompt and response tokens of each row: what a token budget counts
+        self.prompt_lens, self.response_lens = real_lengths(
+            rows.batch["attention_mask"], rows.batch["responses"].shape[1]
+        )
+        self.groups = row_prompt_groups(rows, engine.batching)  # (N,) or None: each group's prompt once
 
     def micro_loss(
         self, idx: torch.Tensor, real: torch.Tensor, local_denoms: np.ndarray, sums: AgentSums
@@ -148,6 +157,7 @@ class PPOLoss:
             with_entropy=True,
             remove_padding=self.engine.batching.remove_padding,
             chunk_tokens=self.engine.batching.chunk_tokens,
+            prompt_groups=torch.from_numpy(self.groups[idx.numpy()]) if self.groups is not None else None,
         )  # (b, R) each
         assert entropy is not None  # with_entropy=True
         # (b, R) pi_old: scored before the update, or (one optimizer step on fresh rows) this very forward
@@ -192,6 +202,7 @@ class PPOLoss:
                     gap_sum = float((gap * agent_mask).sum())
                     self.maxima.raise_to(s, "logprob_gap", float((gap * agent_mask).max()))
                 toks = float(agent_mask.sum())
+                inputs, inputs_run = self._input_tokens(idx, (slots == s) & (real > 0))
                 units = toks if algo.loss_agg == "token_mean" else float(((slots == s) & (real > 0)).sum())
                 kl_sum = 0.0 if kl is None else float(aggregate(kl.detach(), agent_mask, algo.loss_agg, 1.0))
                 ent_sum = float(aggregate(ent, agent_mask, algo.loss_agg, 1.0))
@@ -213,9 +224,20 @@ class PPOLoss:
                         "is_weight": is_w,
                         "is_truncated": is_trunc,
                         "logprob_gap": gap_sum,
+                        "input_tokens": inputs,
+                        "input_tokens_run": inputs_run,
                     },
                 )
         return loss
+
+    def _input_tokens(self, idx: torch.Tensor, keep: torch.Tensor) -> tuple[float, float]:
+        """Prompt + response tokens of rows ``idx[keep]`` ((b,) bool) and those the forward ran: each
+        group's prompt once when prompts are shared (groups never cross agents, so per agent is exact)."""
+        rows = idx[keep.cpu()].numpy()
+        p, r = self.prompt_lens[rows], self.response_lens[rows]
+        total = float(p.sum() + r.sum())
+        saved = shared_prompt_tokens(p, self.groups[rows]) if self.groups is not None else 0
+        return total, total - saved
 
     def _action_entropy(self, idx: torch.Tensor) -> torch.Tensor:
         """(b,) entropy of each row's choice among its legal actions, under the policy being trained."""
@@ -254,6 +276,7 @@ class PPOLoss:
             )
         if self.gap_metric and toks > 0:  # trainer vs engine on the rows' own adapter (was the pi_old pass's)
             metrics.update(logprob_gap=t["logprob_gap"] / toks, logprob_gap_max=top["logprob_gap"])
+        metrics.update(input_tokens=t["input_tokens"], input_tokens_run=t["input_tokens_run"])
         return metrics
 
 
@@ -284,19 +307,16 @@ class PPOObjective:
         ctx: UpdateContext,
     ) -> PolicyUpdate:
         loss = PPOLoss(engine, rows, agent_of_row, agent_ids, ctx)
-        # (N,) real prompt and response tokens of each row: what a token budget counts
-        prompt_lens, response_lens = real_lengths(
-            rows.batch["attention_mask"], rows.batch["responses"].shape[1]
-        )
         plan = UpdatePlan(
             np.arange(len(rows)),
-            prompt_lens,
-            response_lens,
+            loss.prompt_lens,
+            loss.response_lens,
             len(agent_ids),
             epochs=engine.train_cfg.ppo_epochs,
             shuffle=True,
             progress=f"update {engine.name}, step {ctx.step}",
             keep_train_mode=True,
+            groups=loss.groups,
         )
         result, sums = run_update(engine, loss, plan, ctx.step)
         maxima = loss.maxima.reduced(engine.device)

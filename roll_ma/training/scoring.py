@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from roll_ma.models.logprobs import response_log_probs
+from roll_ma.packing import prompt_groups
 from roll_ma.protocol import DataProto
 from roll_ma.training.micro_batches import MicroBatching, real_lengths
 
@@ -22,6 +23,17 @@ def check_columns(data: DataProto, keys: tuple[str, ...] | list[str], who: str) 
     missing = [k for k in keys if k not in data.batch.keys()]
     if missing:
         raise ValueError(f"{who}: the batch lacks {missing}; it has {list(data.batch.keys())}")
+
+
+def row_prompt_groups(data: DataProto, batching: MicroBatching) -> np.ndarray | None:
+    """(B,) prompt group of each row (``packing.prompt_groups``; rows of different agents never share)
+    when ``batching`` shares prompts, else None."""
+    if not (batching.share_prefix and batching.remove_padding) or len(data) == 0:
+        return None
+    agents = data.non_tensor.get("agent_id")
+    domain = [int(a) for a in agents] if agents is not None else None
+    width = data.batch["responses"].shape[1]
+    return prompt_groups(data.batch["input_ids"], data.batch["attention_mask"], width, domain)
 
 
 @torch.no_grad()
@@ -49,13 +61,15 @@ def score_rows(
     log_probs = torch.zeros(n, resp_len, dtype=torch.float32)  # (B, R)
     entropy = torch.zeros(n, resp_len, dtype=torch.float32) if with_entropy else None  # (B, R)
     prompt_lens, response_lens = real_lengths(data.batch["attention_mask"], resp_len)  # (B,) each
-    for rows in batching.split(np.arange(n), prompt_lens, response_lens):
+    groups = row_prompt_groups(data, batching)  # (B,) or None: rows of one group run their prompt once
+    for rows in batching.split(np.arange(n), prompt_lens, response_lens, groups):
         sel = torch.from_numpy(rows)
         ids = data.batch["input_ids"][sel].to(device)  # (b, T)
         mask = data.batch["attention_mask"][sel].to(device)  # (b, T)
+        shared = torch.from_numpy(groups[rows]) if groups is not None else None  # (b,)
         lp, ent = response_log_probs(model, ids, mask, resp_len, temperature=temperature,
                                      with_entropy=with_entropy, remove_padding=batching.remove_padding,
-                                     chunk_tokens=batching.chunk_tokens)
+                                     chunk_tokens=batching.chunk_tokens, prompt_groups=shared)
         log_probs[sel] = lp.float().cpu()
         if entropy is not None:
             assert ent is not None  # asked for with_entropy

@@ -66,6 +66,8 @@ class UpdatePlan:
         keep_train_mode: set train mode only when the module is not in it already (skips a walk over
             every module; right where nothing leaves a submodule in eval under a training root: the
             policies, whose scoring puts the whole model in eval).
+        groups: (N,) prompt group of every row when groups share their prompt (the planner keeps a
+            group together and counts its prompt once), else None.
     """
 
     rows: np.ndarray
@@ -76,6 +78,7 @@ class UpdatePlan:
     shuffle: bool = False
     progress: str | None = None
     keep_train_mode: bool = False
+    groups: np.ndarray | None = None
 
 
 @dataclass
@@ -124,7 +127,7 @@ def run_update(
                 continue  # no signal; an Adam step on zero gradients would still move by momentum
             local_denoms = denoms / engine.world_size
             micro = engine.batching.rank_plan(
-                batch_idx, plan.prompt_lens, plan.response_lens, engine.rank, engine.world_size
+                batch_idx, plan.prompt_lens, plan.response_lens, engine.rank, engine.world_size, plan.groups
             )
             for j, rows_j in enumerate(micro):
                 idx = rows_j if len(rows_j) else batch_idx[:1]  # an empty micro-batch: a placeholder row

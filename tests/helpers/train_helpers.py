@@ -69,3 +69,24 @@ def all_finite(metrics: dict[str, float]) -> bool:
 def learning_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """A train_step's metrics without the wall-clock ones (``timing/...``), for equality checks."""
     return {k: v for k, v in metrics.items() if not k.startswith("timing/")}
+
+
+def make_group_batch(agents: int = 2, groups: int = 2, samples: int = 4, seed: int = 0,
+                     prompt_len: int = 9, response_len: int = 7) -> DataProto:
+    """GRPO-shaped rows: per agent ``groups`` prompts, each answered ``samples`` times with replies of
+    different lengths (rows of one group share their prompt tokens; agents' prompts differ), rows of
+    the agents and groups interleaved as a rollout gathers them."""
+    from roll_ma.packing import pack_sequences
+
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [[torch.randint(3, VOCAB, (int(torch.randint(2, prompt_len + 1, (1,), generator=gen)),),
+                              generator=gen).tolist() for _ in range(groups)] for _ in range(agents)]
+    rows = [(a, g) for _ in range(samples) for g in range(groups) for a in range(agents)]
+    replies = [torch.randint(3, VOCAB, (int(torch.randint(1, response_len + 1, (1,), generator=gen)),),
+                             generator=gen).tolist() for _ in rows]
+    tensors = pack_sequences([prompts[a][g] for a, g in rows], replies, 0, prompt_len, response_len)
+    adv = torch.randn(len(rows), generator=gen)
+    tensors.update(advantages=adv[:, None] * tensors["response_mask"],
+                   old_log_probs=torch.zeros(len(rows), response_len))
+    meta = {"step": 0, "temperature": 1.0}
+    return DataProto.from_dict(tensors, {"agent_id": [a for a, _ in rows]}, meta)

@@ -1,0 +1,155 @@
+"""train.share_prompt_prefix: a GRPO group's prompt runs once in the scoring and update passes, and
+every number is the one the repeated prompts gave (fp32 on CPU: log-probs to ~1e-5, LoRA gradients)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from train_helpers import make_group_batch, on_policy
+
+import roll_ma.models.logprobs as logprobs
+from roll_ma.config import ConfigError
+from roll_ma.config.schema import TrainConfig
+from roll_ma.packing import pack_sequences, prompt_groups
+from roll_ma.preflight.config_loader import load_config
+from roll_ma.training.micro_batches import MicroBatching, real_lengths
+from roll_ma.training.policy_engine import PolicyEngine
+
+SHARED = {"remove_padding": True, "logits_chunk_tokens": 5}
+
+
+@pytest.fixture
+def shared_forwards(monkeypatch):
+    """Counts the packed forwards that ran with shared prompts (so a test sees sharing really happen)."""
+    calls = []
+    original = logprobs.shared_prefix_hidden
+
+    def counting(*args, **kwargs):
+        calls.append(args[4].tolist())  # the micro-batch's groups
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(logprobs, "shared_prefix_hidden", counting)
+    return calls
+
+
+@pytest.fixture
+def gradients(monkeypatch):
+    """Every optimizer step's accumulated gradients, per policy, before the step."""
+    seen: list[dict[str, torch.Tensor]] = []
+    original = PolicyEngine.optimizer_step
+
+    def recording(self):
+        seen.append({f"{self.name}.{i}": p.grad.detach().clone() for i, p in enumerate(self.params)
+                     if p.grad is not None})
+        return original(self)
+
+    monkeypatch.setattr(PolicyEngine, "optimizer_step", recording)
+    return seen
+
+
+def test_scored_log_probs_equal_with_and_without_shared_prompts(make_strategy, shared_forwards):
+    """2 agents x 2 groups x 4 samples, replies of different lengths: reference (adapters off) and old
+    (each agent's adapter) log-probs and entropies are the same whether each group's prompt runs once."""
+    batch = make_group_batch(seed=1)
+    out = {}
+    for share in (False, True):
+        s = make_strategy(["a0", "a1"], share_prompt_prefix=share, max_tokens_per_micro_batch=4096, **SHARED)
+        ref = s.compute_log_probs(batch, adapters_enabled=False).batch["ref_log_probs"]
+        old = s.compute_log_probs(batch, with_entropy=True)
+        out[share] = (ref, old.batch["old_log_probs"], old.batch["entropy"])
+    assert shared_forwards, "the shared path never ran"
+    assert all(len(set(groups)) < len(groups) for groups in shared_forwards)  # prompts were shared
+    for plain, shared in zip(out[False], out[True], strict=True):
+        torch.testing.assert_close(shared, plain, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("budget", [4096, 24], ids=["one_micro_batch", "several_micro_batches"])
+def test_update_loss_and_lora_gradients_equal_with_and_without_shared_prompts(
+    make_strategy, shared_forwards, gradients, budget
+):
+    """One PPO update (KL in the loss, entropy bonus): the loss and every LoRA weight's gradient are the
+    same with each group's prompt run once, in one micro-batch or split over several."""
+    batch = make_group_batch(seed=2)
+    results = []
+    for share in (False, True):
+        gradients.clear()
+        s = make_strategy(["a0", "a1"], share_prompt_prefix=share, max_tokens_per_micro_batch=budget,
+                          **SHARED)
+        rows = on_policy(s, batch, ref=True)
+        metrics = s.train_step(rows)
+        results.append((metrics, list(gradients)))
+    (plain_m, plain_g), (shared_m, shared_g) = results
+    assert shared_forwards
+    for agent in ("a0", "a1"):
+        for key in ("policy_loss", "entropy", "kl", "tokens"):
+            name = f"agent/{agent}/{key}"
+            assert shared_m[name] == pytest.approx(plain_m[name], rel=1e-5, abs=1e-6), name
+    assert len(shared_g) == len(plain_g) == 2  # one optimizer step per adapter
+    for plain, shared in zip(plain_g, shared_g, strict=True):
+        assert plain.keys() == shared.keys() and plain
+        for name, g in plain.items():
+            torch.testing.assert_close(shared[name], g, rtol=1e-4, atol=1e-6, msg=name)
+    assert shared_m["train/tokens"] == plain_m["train/tokens"]
+    assert plain_m["train/tokens_deduplicated"] == plain_m["train/tokens"]  # switch off: every prompt runs
+    assert shared_m["train/tokens_deduplicated"] < shared_m["train/tokens"]
+
+
+def test_rows_of_other_agents_or_prompts_never_share():
+    same = [5, 6, 7]
+    tensors = pack_sequences([same, same, same, [5, 6, 8], [6, 7]], [[9], [9, 9], [10], [11], [12]], 0)
+    groups = prompt_groups(tensors["input_ids"], tensors["attention_mask"], 2, domain=[0, 0, 1, 0, 0])
+    assert groups.tolist() == [0, 0, 1, 2, 3]  # agent 1's identical prompt is its own; other prompts too
+    assert prompt_groups(tensors["input_ids"], tensors["attention_mask"], 2).tolist() == [0, 0, 0, 1, 2]
+
+
+def test_deduplicated_token_count_and_budget():
+    batch = make_group_batch(agents=2, groups=2, samples=4, seed=3)
+    resp = batch.batch["responses"].shape[1]
+    p, r = real_lengths(batch.batch["attention_mask"], resp)
+    groups = prompt_groups(batch.batch["input_ids"], batch.batch["attention_mask"], resp,
+                           [int(a) for a in batch.non_tensor["agent_id"]])
+    assert len(set(groups.tolist())) == 4 and np.bincount(groups).tolist() == [4] * 4
+    first = [int(np.nonzero(groups == g)[0][0]) for g in range(4)]
+    plan = MicroBatching(max_rows=16, max_tokens=10_000, remove_padding=True, share_prefix=True)
+    rows = np.arange(len(groups))
+    assert plan.cost(p, r, groups) == int(r.sum() + p[first].sum())  # each group's prompt once
+    assert plan.cost(p, r) == int(p.sum() + r.sum())  # groups unknown: every prompt
+    assert MicroBatching(16, 10_000, True).cost(p, r, groups) == int(p.sum() + r.sum())  # switch off
+    # a budget too small for a whole group: the group in pieces, each within budget and carrying its prompt
+    tight = MicroBatching(max_rows=16, max_tokens=int(p.max() + 2 * r.max()), remove_padding=True,
+                          share_prefix=True)
+    for world in (1, 2):
+        plans = [tight.rank_plan(rows, p, r, k, world, groups) for k in range(world)]
+        seen = np.concatenate([m for plan_k in plans for m in plan_k])
+        assert sorted(seen.tolist()) == rows.tolist()
+        assert all(tight.cost(p[m], r[m], groups[m]) <= tight.max_tokens for plan_k in plans for m in plan_k)
+
+
+def test_sharing_needs_packed_rows():
+    with pytest.raises(ConfigError) as err:
+        load_config("math_selfplay_tiny", overrides=["train.share_prompt_prefix=true"])
+    problems = [str(p) for p in err.value.problems]
+    assert len(problems) == 1 and "train.share_prompt_prefix" in problems[0]
+    assert "set train.remove_padding=true" in problems[0]
+    cfg = load_config("math_selfplay_tiny",
+                      overrides=["train.share_prompt_prefix=true", "train.remove_padding=true"])
+    assert MicroBatching.for_training(cfg.train).share_prefix
+    assert MicroBatching.for_scoring(cfg.train).share_prefix
+    assert not MicroBatching.for_scoring(TrainConfig()).share_prefix  # off by default
+
+
+def test_large_groups_fill_the_budget_in_pieces():
+    """8 groups x 8 replies of 256 tokens to 136-token prompts (2184 tokens a group): a 4096 budget
+    holds one group whole, so groups over half the budget fill the room left in pieces; an 8192 budget
+    keeps every group whole."""
+    p, r = np.full(64, 136), np.full(64, 256)
+    groups, rows = np.repeat(np.arange(8), 8), np.arange(64)
+    for budget, micro_batches, tokens in ((4096, 5, 17880), (8192, 3, 8 * 136 + 64 * 256)):
+        plan = MicroBatching(max_rows=64, max_tokens=budget, remove_padding=True, share_prefix=True)
+        split = plan.split(rows, p, r, groups)
+        assert sorted(np.concatenate(split).tolist()) == rows.tolist()
+        assert len(split) == micro_batches and all(plan.cost(p[m], r[m], groups[m]) <= budget for m in split)
+        assert sum(plan.cost(p[m], r[m], groups[m]) for m in split) == tokens
+    plain = MicroBatching(max_rows=64, max_tokens=4096, remove_padding=True)
+    assert len(plain.split(rows, p, r)) == 7 and len(plain.split(rows, p, r, groups)) == 7  # switch off
