@@ -56,12 +56,18 @@ def process_env(cfg: RunConfig) -> dict[str, str]:
     return env
 
 
+def reference_workers(cfg: RunConfig) -> int:
+    """Reference actors to start: reference.mode=worker, and a loss that reads reference log-probs (the KL
+    term, algorithm.kl_coef > 0). With kl_coef=0 no pass reads them, so no actor holds a model for them."""
+    return cfg.reference.num_workers if cfg.reference.mode == "worker" and cfg.algorithm.kl_coef > 0 else 0
+
+
 def cpu_sharers(cfg: RunConfig, role: str) -> int:
     """How many of the run's workers compute at the same time as one of ``role`` (CPU runs): each takes
     that share of its node's cores as torch / OpenMP threads (``ds_utils.use_cpu_threads``). The ranks of
     a role compute together; rollouts and the update also overlap with ``rollout.max_staleness`` > 0."""
-    ref = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
-    counts = {"train": cfg.train.num_workers, "rollout": cfg.rollout.num_workers, "reference": ref}
+    counts = {"train": cfg.train.num_workers, "rollout": cfg.rollout.num_workers,
+              "reference": reference_workers(cfg)}
     if cfg.rollout.max_staleness > 0 and role in ("train", "rollout"):
         return counts["train"] + counts["rollout"]
     return max(1, counts.get(role, 1))
@@ -95,7 +101,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
     from roll_ma.workers.workflow_worker import WorkflowWorker
 
     remove_orphans()  # what a killed run on this machine left in /dev/shm (each worker sweeps its node too)
-    ref_workers = cfg.reference.num_workers if cfg.reference.mode == "worker" else 0
+    ref_workers = reference_workers(cfg)
     resources = ResourceManager.from_config(
         cfg.resources,
         {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers,

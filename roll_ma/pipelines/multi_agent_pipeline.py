@@ -85,10 +85,13 @@ def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, 
 def header_line(session: RunSession) -> str:
     """The run's first line: who plays where, the workers, the output folder."""
     cfg = session.cfg
+    reference = cfg.reference.mode
+    if cfg.reference.mode != "none" and cfg.algorithm.kl_coef == 0:
+        reference = "none (algorithm.kl_coef=0: no loss reads it)"
     return (
         f"[roll_ma] {cfg.name}: agents {[a.name for a in cfg.agents]} in seats {session.seats}, "
         f"rollout={cfg.rollout.backend} x{cfg.rollout.num_workers}, train={cfg.train.strategy} "
-        f"x{cfg.train.num_workers}, reference={cfg.reference.mode}, output {session.out_dir}"
+        f"x{cfg.train.num_workers}, reference={reference}, output {session.out_dir}"
     )
 
 

@@ -190,3 +190,17 @@ def test_a_cpu_worker_takes_its_share_of_the_cores_this_process_may_use(monkeypa
         assert ds_utils.use_cpu_threads(world_size=6) == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_reference_worker_starts_only_where_a_loss_reads_its_log_probs():
+    from roll_ma.config.schema import RunConfig
+    from roll_ma.pipelines.clusters import cpu_sharers, reference_workers
+
+    cfg = RunConfig()
+    cfg.reference.mode, cfg.reference.num_workers = "worker", 2
+    cfg.algorithm.kl_coef = 0.01
+    assert reference_workers(cfg) == 2 and cpu_sharers(cfg, "reference") == 2
+    cfg.algorithm.kl_coef = 0.0  # no KL term: nothing reads reference log-probs, no actor holds a model
+    assert reference_workers(cfg) == 0 and cpu_sharers(cfg, "reference") == 1
+    cfg.reference.mode, cfg.algorithm.kl_coef = "train_worker", 0.01  # the train workers give them
+    assert reference_workers(cfg) == 0
