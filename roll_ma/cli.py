@@ -71,6 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; Ctrl-C or SIGTERM at any moment ends it with one line and exit 130 or 143."""
+    from roll_ma.interrupts import exit_code, stop_signals, stopped_message
+
+    with stop_signals():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt as err:  # before the run began (reading the config); run() says it after
+            print(f"[roll_ma] {stopped_message(err, None, 'auto')}", file=sys.stderr)
+            return exit_code(err)
+
+
+def _main(argv: list[str] | None) -> int:
     from roll_ma.cli_cfg import CFG_PARTS, PLAIN, cfg_argv, print_config
 
     # intermixed: `... key=value --cfg` is read like `--cfg ... key=value`

@@ -1,11 +1,20 @@
-"""A run stopped from outside: Ctrl-C (SIGINT) and a scheduler's SIGTERM end the same way.
+"""A run stopped from outside: Ctrl-C (SIGINT) and a scheduler's SIGTERM end the same way, at any moment.
 
 Both unwind the driver as an exception (``KeyboardInterrupt``; ``Terminated`` for SIGTERM, a subclass of
 it), so the same ``finally`` blocks stop the workers, delete their shared-memory files and stop the Ray the
 run started; the CLI then prints one line saying how to resume and exits 130 (SIGINT) or 143 (SIGTERM).
-Without this, SIGTERM reached Ray's own handlers (``ray.init`` installs one that calls ``sys.exit`` wherever
-the driver is, and its core worker one that prints ``*** SIGTERM received ***``) and the driver died of an
-abort while Python tore the process down.
+
+- Which signal it was is recorded when it arrives: Ray turns any exception a signal handler raises inside
+  its blocking calls (``ray.wait``, ``ray.get``) into a plain ``KeyboardInterrupt``, so the exception's
+  type alone would report a SIGTERM as Ctrl-C.
+- After the first stop, a second SIGINT or SIGTERM (a scheduler repeating itself, a second Ctrl-C) is
+  ignored: the cleanup it would cut short is what leaves nothing running, and it is bounded.
+- ``deferred_stops``: while Ray starts, a stop is only recorded and raised once ``ray.init`` returned;
+  an exception inside it left a half-built Ray (a segmentation fault at exit, agents left running). A stop
+  inside an import waits for the import to end the same way (a half-imported torch crashes when touched).
+- Without this, SIGTERM reached Ray's own handlers (``ray.init`` installs one that calls ``sys.exit``
+  wherever the driver is, and its core worker one that prints ``*** SIGTERM received ***``) and the driver
+  died of an abort while Python tore the process down.
 """
 
 from __future__ import annotations
@@ -24,37 +33,120 @@ class Terminated(KeyboardInterrupt):
     exit_code = 143
 
 
-def _raise_terminated(signum: int, frame: Any) -> None:
-    # why: a second SIGTERM (a scheduler repeating itself) must not cut the cleanup of the first short
+class _Stops:
+    """This process's stop signals (signals are per process: state here, not in an object passed around)."""
+
+    depth = 0  # nested ``stop_signals`` (the CLI's around roll_ma.train's): the outermost owns the handlers
+    received: int | None = None  # the first SIGINT / SIGTERM since the outermost one was entered
+    deferred = False  # inside ``deferred_stops``: record, do not raise
+
+
+def _on_stop(signum: int, frame: Any) -> None:
+    if _Stops.received is None:
+        _Stops.received = signum
+    if _Stops.deferred:
+        return
+    if _importing(frame):  # raised inside an import, it leaves a half-imported module (torch: a crash later)
+        _deliver_again(signum)
+        return
+    # why: a second signal must not cut the cleanup of the first short
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated()
+    if signal.getsignal(signal.SIGINT) is _on_stop:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise stop_error(signum)
+
+
+def _importing(frame: Any) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deliver_again(signum: int) -> None:
+    """The signal once more to the main thread in a moment: the import will have moved on, or ended."""
+    main = threading.main_thread().ident
+    assert main is not None  # the main thread runs this handler
+    timer = threading.Timer(0.05, signal.pthread_kill, (main, signum))
+    timer.daemon = True
+    timer.start()
+
+
+def stop_error(signum: int) -> KeyboardInterrupt:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Inside: SIGTERM raises ``Terminated`` in the main thread. The caller's handler is back afterwards.
+def stop_signals() -> Iterator[None]:
+    """Inside: SIGTERM raises ``Terminated`` and SIGINT ``KeyboardInterrupt`` in the main thread, once (see
+    the module's docstring). The caller's handlers are back afterwards.
 
-    ``roll_ma.distributed.ray_env.init_ray`` puts this handler back after ``ray.init`` replaced it."""
+    SIGINT is left alone where it is ignored (a shell's background job: it is not the job's to get).
+    ``roll_ma.distributed.ray_env.init_ray`` keeps Ray from replacing the SIGTERM handler."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    _Stops.depth += 1
+    if _Stops.depth > 1:
+        try:
+            yield
+        finally:
+            _Stops.depth -= 1
+        return
+    _Stops.received = None
+    previous_term = signal.signal(signal.SIGTERM, _on_stop)
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_stop)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        _Stops.depth -= 1
+        signal.signal(signal.SIGTERM, previous_term if previous_term is not None else signal.SIG_DFL)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_int)
+
+
+@contextlib.contextmanager
+def deferred_stops() -> Iterator[None]:
+    """Inside (``ray.init``): a SIGINT or SIGTERM is recorded only; leaving, it is raised as it would have
+    been. Outside ``stop_signals`` this changes nothing."""
+    if _Stops.depth == 0 or _Stops.deferred or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _Stops.deferred = True
+    try:
+        yield
+    except Exception:
+        if _Stops.received is None:
+            raise
+        # else the stop's doing (a SIGTERM to the process group stops Ray's processes as they start)
+    finally:
+        _Stops.deferred = False
+    if _Stops.received is not None:
+        _on_stop(_Stops.received, None)
+
+
+def received_sigterm(err: KeyboardInterrupt) -> bool:
+    """Whether the stop was a SIGTERM (``err`` may be Ray's plain ``KeyboardInterrupt`` standing for it)."""
+    return isinstance(err, Terminated) or _Stops.received == signal.SIGTERM
 
 
 def exit_code(err: KeyboardInterrupt) -> int:
     """128 + the signal: 143 for SIGTERM, 130 for Ctrl-C."""
-    return getattr(err, "exit_code", 130)
+    return 143 if received_sigterm(err) else 130
 
 
-def stopped_message(err: KeyboardInterrupt, output_dir: str | Path, resume: str) -> str:
-    """One line: what stopped the run, and what the same command does next (``trainer.resume``)."""
+def stopped_message(err: KeyboardInterrupt, output_dir: str | Path | None, resume: str) -> str:
+    """One line: what stopped the run, and what the same command does next (``trainer.resume``).
+
+    ``output_dir`` None: stopped while the config was being read, before the run began."""
+    what = "stopped by SIGTERM" if received_sigterm(err) else "interrupted (Ctrl-C)"
+    if output_dir is None:
+        return f"{what} before the run started; run the same command to start it"
     from roll_ma.checkpoint import latest_checkpoint
 
-    what = "stopped by SIGTERM" if isinstance(err, Terminated) else "interrupted (Ctrl-C)"
     last = latest_checkpoint(output_dir)
     if last is None:
         return f"{what}; no checkpoint was written yet, so running the same command starts afresh"

@@ -46,11 +46,11 @@ def run_config(cfg: RunConfig) -> dict[str, Any]:
     from roll_ma.distributed.ray_env import shutdown_ray
     from roll_ma.error_report import attach_log
     from roll_ma.errors import PreflightError, RollMaError
-    from roll_ma.interrupts import sigterm_as_interrupt
+    from roll_ma.interrupts import stop_signals
     from roll_ma.pipelines import run_training
 
     ours = not ray.is_initialized()
-    with sigterm_as_interrupt():  # around the shutdown too: SIGTERM then is ignored, not fatal
+    with stop_signals():  # around the shutdown too: a second signal then is ignored, not fatal
         try:
             return run_training(cfg)
         except PreflightError:  # raised before anything ran: its message is the whole story

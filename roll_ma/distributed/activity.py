@@ -16,6 +16,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 NAMESPACE = "roll_ma_activity"
 _MIN_INTERVAL_S = 1.0  # progress-bar reports are sent at most this often; events always
@@ -90,10 +91,11 @@ def read(keys: list[str]) -> dict[str, Report | None]:
 
 def clear(keys: list[str]) -> None:
     try:
-        from ray.experimental.internal_kv import _internal_kv_del
+        from ray.experimental import internal_kv
 
-        for key in keys:
-            _internal_kv_del(key, namespace=NAMESPACE)
+        gcs: Any = internal_kv.global_gcs_client  # None before ray.init: the AttributeError is caught
+        for key in keys:  # bounded: a GCS that stopped must not hold the driver's teardown
+            gcs.internal_kv_del(key.encode(), False, NAMESPACE.encode(), timeout=2)
     except Exception:
         pass
 

@@ -221,10 +221,19 @@ def shutdown_clusters(clusters: Sequence[Cluster | None], close_timeout_s: float
     """Stop every actor of ``clusters``: each first frees what it holds outside its process (``Worker.close``:
     shared-memory files, an engine's processes), all at once, for up to ``close_timeout_s``; then Ray kills
     them. An actor still busy with a call gets killed with its files, which the next run deletes
-    (``shm_transfer.remove_orphans``)."""
+    (``shm_transfer.remove_orphans``).
+
+    A Ray that no longer answers (its GCS stopped with the driver, by a SIGTERM to the whole process group)
+    is asked nothing: the actors went with it, and a call would block for a minute."""
     import ray
 
+    from roll_ma.distributed.ray_env import ray_responds
+
     live = [c for c in clusters if c is not None and c.workers]
+    if live and not ray_responds():
+        for c in live:
+            c.workers = []
+        return
     if close_timeout_s > 0:
         refs = [w.close.remote() for c in live if c._closable for w in c.workers]
         if refs:

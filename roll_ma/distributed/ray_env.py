@@ -19,11 +19,13 @@ present its token.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from roll_ma.distributed.resources import usable_cpus
@@ -97,7 +99,8 @@ def init_ray(
         auth_error = getattr(ray.exceptions, "AuthenticationError", ConnectionError)
         join_errors = (ConnectionError, auth_error)
         try:
-            ray.init(address=address, **kwargs)
+            with _kept_sigterm_handler(ours):
+                ray.init(address=address, **kwargs)
         except join_errors as err:
             raise SystemExit(
                 f"error: could not join the Ray cluster at {address}: {err}\n{auth_hint(address)}"
@@ -109,11 +112,10 @@ def init_ray(
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         # "local": always a fresh Ray of our own, even if a `ray start` cluster runs on this machine (join
         # that one with RAY_ADDRESS). Actors ask for fractions of a CPU, so a 2-core laptop fits every role.
-        ray.init(address="local", num_cpus=num_cpus or max(2, usable_cpus()), include_dashboard=False,
-                 **kwargs)
+        with _kept_sigterm_handler(ours), _own_process_group():
+            ray.init(address="local", num_cpus=num_cpus or max(2, usable_cpus()), include_dashboard=False,
+                     **kwargs)
         where = "started a local Ray"
-    if ours is not None:  # ray.init replaced it by its own (roll_ma.interrupts says why that matters)
-        signal.signal(signal.SIGTERM, ours)
     res = ray.cluster_resources()
     routed = route_worker_output(log_file) if log_file is not None else None
     print(
@@ -132,11 +134,97 @@ def _python_sigterm_handler() -> Any:
     return handler if callable(handler) else None
 
 
+@contextlib.contextmanager
+def _kept_sigterm_handler(handler: Any) -> Iterator[None]:
+    """While ``ray.init`` runs: the caller's SIGTERM handler stays. Ray's would replace it (``sys.exit``
+    wherever the driver is, then its node's kill-and-exit: roll_ma.interrupts says why that matters), and
+    its core worker's C handler, which prints ``*** SIGTERM received ***`` before it calls the caller's."""
+    if handler is None:
+        yield
+        return
+    import ray._private.utils as ray_utils
+
+    original = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = lambda _handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
+        # the Python handler now (the caller's, or its "ignore" after a stop) over the core worker's C one
+        signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGTERM))
+
+
+@contextlib.contextmanager
+def _own_process_group() -> Iterator[None]:
+    """While ``ray.init`` starts a local Ray: its processes (GCS, raylet and, under it, the agents) start in
+    a process group of their own, so that a SIGTERM to the job's group (``timeout``, Slurm, Kubernetes via
+    a shell) reaches the driver alone, which stops them in order; as starting, they would die under it and
+    leave the driver waiting on a dead GCS. Ray does the same on Windows, and only where they die with the
+    driver anyway (kernel fate-sharing: a driver killed outright takes them along)."""
+    import ray._private.services as services
+    import ray._private.utils as ray_utils
+
+    original = getattr(services, "ConsolePopen", None)
+    if original is None or sys.platform == "win32" or not ray_utils.detect_fate_sharing_support():
+        yield
+        return
+
+    class OwnGroupPopen(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any):
+            if sys.version_info >= (3, 11):
+                kwargs.setdefault("process_group", 0)
+            else:
+                kwargs.setdefault("start_new_session", True)
+            super().__init__(*args, **kwargs)
+
+    setattr(services, "ConsolePopen", OwnGroupPopen)  # noqa: B010 - patched for the call (mypy: a class)
+    try:
+        yield
+    finally:
+        setattr(services, "ConsolePopen", original)  # noqa: B010
+
+
+class _Silent:
+    """The GCS addresses found not answering, by this process: each ask of a stopped GCS waits its timeout,
+    and one that stopped does not come back (state of the driver process, read only by ``ray_responds``)."""
+
+    addresses: set[str] = set()
+
+
+def ray_responds(timeout_s: float = 2.0) -> bool:
+    """Whether the Ray this process is connected to answers within ``timeout_s``. A signal to every process
+    of a job (Slurm's scancel, a container's stop) stops the local Ray's GCS with the driver; every call
+    that needs the GCS then blocks for 60 s and exits the process."""
+    import ray
+
+    if not ray.is_initialized():
+        return False
+    gcs: Any = None
+    try:
+        from ray.experimental import internal_kv
+
+        gcs = internal_kv.global_gcs_client
+        if gcs.address in _Silent.addresses:
+            return False
+        gcs.internal_kv_exists(b"roll_ma_probe", b"roll_ma", timeout=timeout_s)
+    except Exception:  # noqa: BLE001 - any failure: no answer
+        with contextlib.suppress(Exception):
+            _Silent.addresses.add(gcs.address)
+        return False
+    return True
+
+
 def shutdown_ray() -> None:
+    """Disconnect, and stop the Ray this process started. One whose GCS no longer answers has its
+    processes killed first: Ray's own shutdown would wait on them (and its GCS client for 60 s)."""
     import ray
 
     from roll_ma.distributed.worker_output import unroute_worker_output
 
     unroute_worker_output()
-    if ray.is_initialized():
-        ray.shutdown()
+    if not ray.is_initialized():
+        return
+    node = getattr(ray._private.worker, "_global_node", None)  # None: joined a Ray, not ours to stop
+    if node is not None and not ray_responds():
+        node.kill_all_processes(check_alive=False, allow_graceful=False)
+    ray.shutdown()

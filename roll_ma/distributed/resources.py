@@ -123,7 +123,10 @@ class ResourceManager:
         if self.placement_group is not None:
             from ray.util.placement_group import remove_placement_group
 
-            remove_placement_group(self.placement_group)
+            from roll_ma.distributed.ray_env import ray_responds
+
+            if ray_responds():  # else it went with its GCS (a SIGTERM to the job): asking would block
+                remove_placement_group(self.placement_group)
             self.placement_group = None
 
     def gpus_of(self, role: str) -> list[int]:

@@ -30,6 +30,7 @@ from roll_ma.config.seats import resolve_seats
 from roll_ma.distributed.ray_env import init_ray
 from roll_ma.envs.registry import resolve_env_class
 from roll_ma.error_report import run_log
+from roll_ma.interrupts import deferred_stops
 from roll_ma.pipelines.clusters import RunWorkers, build_workers, process_env
 from roll_ma.pipelines.episodes import EpisodePlanner
 from roll_ma.pipelines.step_timer import StepTimer
@@ -87,7 +88,7 @@ def open_session(cfg: RunConfig, reference_copies: bool = False, teacher_workers
 
         with startup("random_weights"):
             cfg = use_random_weights(cfg)  # model.path -> a random model of that architecture, built once
-    with startup("ray"):
+    with startup("ray"), deferred_stops():  # a stop inside ray.init left a half-built Ray: raised after it
         init_ray(cfg.resources.ray_address, env_vars=process_env(cfg), log_file=run_log(out_dir))
     check_cluster_gpus(cfg)
     seats = resolve_seats(cfg, num_players(cfg))

@@ -1,0 +1,54 @@
+"""roll_ma.interrupts in one process, no Ray: which signal stopped the run, once, and not inside ray.init."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from roll_ma.interrupts import Terminated, deferred_stops, exit_code, stop_signals, stopped_message
+
+
+def _signal_self(signum: int) -> None:
+    os.kill(os.getpid(), signum)  # the handler runs in this (the main) thread before the call returns
+
+
+def test_sigterm_is_reported_as_sigterm_even_when_ray_turned_it_into_a_plain_keyboard_interrupt():
+    with stop_signals(), pytest.raises(Terminated):
+        _signal_self(signal.SIGTERM)
+    # what a ray.wait interrupted by our handler raises instead of Terminated
+    assert exit_code(KeyboardInterrupt()) == 143
+    assert stopped_message(KeyboardInterrupt(), None, "auto").startswith("stopped by SIGTERM before the run")
+
+
+def test_ctrl_c_is_130_and_a_second_signal_during_the_cleanup_is_ignored():
+    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL, or Ray's where an earlier test started Ray
+    with stop_signals():
+        with pytest.raises(KeyboardInterrupt) as stop:
+            _signal_self(signal.SIGINT)
+        _signal_self(signal.SIGTERM)  # ignored: the cleanup runs to its end
+        _signal_self(signal.SIGINT)
+    assert not isinstance(stop.value, Terminated) and exit_code(stop.value) == 130
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handlers are back
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_stop_inside_deferred_stops_is_raised_when_it_ends():
+    done = []
+    with stop_signals(), pytest.raises(Terminated):
+        with deferred_stops():
+            _signal_self(signal.SIGTERM)
+            done.append("ray.init ran to its end")
+    assert done == ["ray.init ran to its end"]
+
+
+def test_an_ignored_sigint_stays_ignored():
+    # a shell's background job starts with SIGINT ignored: it is not the job's to get
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with stop_signals():
+            _signal_self(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
