@@ -85,7 +85,7 @@ def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, 
 def header_line(session: RunSession) -> str:
     """The run's first line: who plays where, the workers, the output folder."""
     cfg = session.cfg
-    reference = cfg.reference.mode
+    reference: str = cfg.reference.mode
     if cfg.reference.mode != "none" and cfg.algorithm.kl_coef == 0:
         reference = "none (algorithm.kl_coef=0: no loss reads it)"
     return (
