@@ -1,7 +1,8 @@
 """Every example config validates as the README's `--cfg` check does, on a machine without GPUs.
 
 GPU configs are checked for everything but this machine's GPU count (``start_pipeline.py --cfg``); the
-CPU configs must pass as they are. tests/e2e/test_example_configs_run.py runs each CPU one a step.
+CPU configs must pass as they are. tests/e2e/test_example_configs_run.py runs each CPU one a step (or
+names the end-to-end test that trains it).
 """
 
 import json

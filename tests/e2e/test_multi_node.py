@@ -1,6 +1,8 @@
 """Two Ray nodes on this machine, as a cluster of two hosts: rollout pinned to one, train to the other by
 custom resources, placed through the run's placement group (declared GPUs, no CUDA), and a run that
-completes there with the adapters crossing nodes through Ray's object store."""
+completes there with the adapters crossing nodes through Ray's object store. It is also the test of a run
+joining a cluster someone started (`ray start --head`, RAY_ADDRESS=host:port) unchanged: the progress bars
+of work inside the actors are drawn on the driver."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def test_rollout_and_train_on_different_nodes_sync_through_the_object_store(tiny
         cluster.add_node(cpus=3, gpus=1, resources={TRAIN_NODE: 4})  # a second node: the trainer
         cfg = toy_config(
             tmp_path, tiny_model_dir, AGENTS,
-            trainer={"max_steps": 2, "save_every": 0, "progress_bars": False},
+            trainer={"max_steps": 2, "save_every": 0, "progress_bars": True},
             rollout={"num_workers": 2},  # two engines: both must get every adapter, both are checked
             resources={
                 "num_gpus": 3,
@@ -54,6 +56,8 @@ def test_rollout_and_train_on_different_nodes_sync_through_the_object_store(tiny
     # the hand-over the sync chose: not shared-memory files (another node cannot read them)
     assert "[roll_ma] adapter sync through Ray's object store (rollout workers on 1 node(s)" in log, log
     assert steps_logged(tmp_path / "out") == [1, 2]
+    # progress bars drawn on the driver for work inside the actors, on either node (trainer.progress_bars)
+    assert "rollout step 1, env worker 0" in log and "update alice, step 1" in log, log
     for m in read_metrics(tmp_path / "out" / "metrics.jsonl"):
         assert m["system/sync_object_store"] == 1.0 and m["rollout/adapters_synced"] > 0
         assert m.get("rollout/stale_rows", 0) == 0  # both engines served the newest adapters

@@ -1,7 +1,7 @@
 """End-to-end runs of the pipeline on CPU: metrics, checkpoints, adapter versions, every agent learning."""
 
 import pytest
-from pipeline_helpers import adapter_tensors_at, load, same_tensors, toy_config
+from pipeline_helpers import TOY_STEPS, adapter_tensors_at, load, same_tensors, toy_config
 
 from roll_ma.pipelines import run_training
 from roll_ma.tracking import read_metrics
@@ -22,12 +22,9 @@ def _check_run(out, agents, steps=3):
     return rows
 
 
-def test_every_trainable_agent_changes_between_checkpoints(ray_session, tiny_model_dir, tmp_path):
-    agents = [{"name": "alice"}, {"name": "bob"}]
-    cfg = load(tmp_path, toy_config(tmp_path, tiny_model_dir, agents))
-    run_training(cfg)
-    out = tmp_path / "out"
-    rows = _check_run(out, ["alice", "bob"])
+def test_every_trainable_agent_changes_between_checkpoints(toy_run):
+    out = toy_run  # alice and bob, TOY_STEPS steps (tests/e2e/conftest.py)
+    rows = _check_run(out, ["alice", "bob"], steps=TOY_STEPS)
     # every agent trains every step: pi_old comes from the update's forward, no scoring pass of its own
     assert not any("timing/old_log_probs" in r for r in rows)
     assert all(r["timing/update"] > 0 and r["system/tflops_per_gpu/update"] > 0 for r in rows)

@@ -1,18 +1,20 @@
-"""Crash safety and deployment: kill -9 mid-run and resume; a Ray head node; bad configs stop early."""
+"""Crash safety and deployment: kill -9 mid-run and resume; bad configs stop early. (A run on a Ray head node
+someone started: tests/e2e/test_multi_node.py.)"""
 
 import os
 import re
+import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from pipeline_helpers import (
     REPO,
+    TOY_AGENTS,
+    TOY_STEPS,
     adapter_tensors_at,
     load,
     same_tensors,
@@ -25,7 +27,7 @@ from roll_ma.errors import PreflightError
 from roll_ma.pipelines import run_training
 
 pytestmark = pytest.mark.slow
-AGENTS = [{"name": "alice"}, {"name": "bob"}]
+AGENTS = TOY_AGENTS
 
 
 def _launch(config_dir: Path, *overrides: str, env: dict | None = None) -> subprocess.Popen:
@@ -71,15 +73,9 @@ def _kill_after_step(proc: subprocess.Popen, step: int, delay: float) -> None:
     proc.wait()
 
 
-def test_kill9_at_any_moment_then_resume_logs_each_step_once_and_ends_identical(
-    ray_session, tiny_model_dir, tmp_path
-):
-    steps = 5
-    # the uninterrupted reference run, in this process
-    ref_cfg = toy_config(tmp_path / "ref", tiny_model_dir, AGENTS, trainer={"max_steps": steps})
-    run_training(load(tmp_path / "ref", ref_cfg))
-    ref_out = tmp_path / "ref" / "out"
-
+def test_kill9_at_any_moment_then_resume_logs_each_step_once_and_ends_identical(toy_run, tiny_model_dir,
+                                                                                 tmp_path):
+    steps, ref_out = TOY_STEPS, toy_run  # the uninterrupted reference run, in this process (conftest.py)
     cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": steps, "resume": "auto"})
     config_dir, out = write_config(tmp_path, cfg), tmp_path / "out"
     # killed right after a step is logged (before its checkpoint), then in the middle of a later step
@@ -98,75 +94,31 @@ def test_kill9_at_any_moment_then_resume_logs_each_step_once_and_ends_identical(
     assert not list((out / "checkpoints").glob(".tmp_*")), "half-written checkpoints are cleaned up"
 
 
-def test_resume_skips_a_damaged_newest_checkpoint_and_says_which(ray_session, tiny_model_dir, tmp_path,
-                                                                  capsys):
-    cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": 2})
-    run_training(load(tmp_path, cfg))
-    out = tmp_path / "out"
+def test_resume_skips_a_damaged_newest_checkpoint_and_says_which(toy_run, tiny_model_dir, tmp_path, capsys):
+    steps, out = TOY_STEPS, tmp_path / "out"
+    shutil.copytree(toy_run, out)  # the shared run's checkpoints 1..TOY_STEPS, to damage here
     # the checkpoint records its config: another LoRA rank is refused before anything loads
     with pytest.raises(PreflightError, match=r"lora.rank: 4 in the checkpoint, 8 now \(adapters alice, bob"):
         run_training(load(tmp_path, toy_config(tmp_path, tiny_model_dir, AGENTS, lora={"rank": 8})))
     rel = "trainer/adapters/alice/adapter_model.safetensors"
-    damaged = out / "checkpoints" / "step_000002" / rel
+    damaged = out / "checkpoints" / f"step_{steps:06d}" / rel
     size = damaged.stat().st_size
     with open(damaged, "r+b") as f:  # a disk that filled up, a copy that was cut short
         f.truncate(size // 2)
     capsys.readouterr()
 
     # before: the train worker's SafetensorError traceback ended the resumed run
-    run_training(load(tmp_path, toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": 3})))
+    cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": steps + 1})
+    run_training(load(tmp_path, cfg))
     log = capsys.readouterr().out
     assert (
-        f"[roll_ma] skipped the damaged checkpoint step_000002: {rel} is {size // 2:,} bytes, "
+        f"[roll_ma] skipped the damaged checkpoint step_{steps:06d}: {rel} is {size // 2:,} bytes, "
         f"the manifest says {size:,}"
     ) in log, log
-    assert f"resumed from {out / 'checkpoints' / 'step_000001'} (step 1)" in log, log
-    assert steps_logged(out) == [1, 2, 3], "steps 2 and 3 ran again after step 1, each logged once"
-    assert (out / "checkpoints" / "damaged_step_000002").is_dir()  # kept for a look, never resumed from
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_runs_unchanged_on_a_ray_head_node(tiny_model_dir, tmp_path):
-    port = _free_port()
-    ray_bin = str(Path(sys.executable).parent / "ray")
-    head = subprocess.Popen(
-        [
-            ray_bin,
-            "start",
-            "--head",
-            f"--port={port}",
-            "--num-cpus=4",
-            "--block",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--temp-dir={tempfile.mkdtemp(prefix='rayhead', dir='/tmp')}",  # its address file stays its own
-        ],
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        address = f"127.0.0.1:{port}"
-        cfg = toy_config(tmp_path, tiny_model_dir, AGENTS, trainer={"max_steps": 2})
-        run = _launch(write_config(tmp_path, cfg), env={"RAY_ADDRESS": address})
-        log, _ = run.communicate(timeout=600)
-        assert run.returncode == 0, log
-        assert steps_logged(tmp_path / "out") == [1, 2]
-        assert f"joined the Ray cluster at {address}" in log, log
-        # progress bars drawn on the driver for work inside the actors (trainer.progress_bars)
-        assert "rollout step 1, env worker 0" in log and "update alice, step 1" in log, log
-    finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
+    previous = out / "checkpoints" / f"step_{steps - 1:06d}"
+    assert f"resumed from {previous} (step {steps - 1})" in log, log
+    assert steps_logged(out) == list(range(1, steps + 2)), "the last 2 steps ran again, each logged once"
+    assert (out / "checkpoints" / f"damaged_step_{steps:06d}").is_dir()  # kept for a look, never resumed from
 
 
 def test_bad_config_is_refused_before_ray_or_any_actor(tiny_model_dir, tmp_path):

@@ -162,24 +162,9 @@ def test_sweep_reads_each_evaluation_once_and_refuses_too_many_cores(tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_runs_every_seed_on_its_own_cores(tmp_path):
-    out = subprocess.run(
-        [sys.executable, str(STUDY / "tiny_hanabi_sweep.py"), "--seeds", "1,2", "--cores-per-run", "1",
-         "--set", "trainer.max_steps=1", "--set", "env.eval_episodes=8", "--set", "env.groups_per_step=2",
-         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, check=True).stdout
-    assert "| tiny-habits_seed1 | 0: " in out and "| tiny-habits_seed2 | 0: " in out
-    assert "builtin:tiny-habits: 2 runs with an evaluation" in out
-    started = [line.split(" on cores ")[1] for line in out.splitlines() if " started on cores " in line]
-    # each run on a core of its own while there are cores for both
-    assert len(started) == 2 and len(set(started)) == min(2, len(os.sched_getaffinity(0)))
-    for seed in (1, 2):  # both ran to the end and evaluated before and after their step
-        lines = (tmp_path / f"tiny-habits_seed{seed}" / "metrics.jsonl").open()
-        metrics = [json.loads(line) for line in lines]
-        assert [r["step"] for r in metrics if "eval/selfplay/return_seat0" in r] == [0, 1]
-
-
-@pytest.mark.slow
-def test_sweep_variants_get_their_own_overrides(tmp_path):
+def test_sweep_runs_each_variant_on_its_own_cores_with_its_own_overrides(tmp_path):
+    # one sweep of two runs (one seed, two variants) at once: each on a core of its own while there are
+    # cores for both, each with its variant's overrides, each evaluated before and after its step
     out = subprocess.run(
         [sys.executable, str(STUDY / "tiny_hanabi_sweep.py"), "--seeds", "1", "--cores-per-run", "1",
          "--variant", "slow=train.lr=1e-4", "--variant", "fast=train.lr=3e-4 algorithm.kl_coef=0.1",
@@ -187,11 +172,15 @@ def test_sweep_variants_get_their_own_overrides(tmp_path):
          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, check=True).stdout
     assert "slow: builtin:tiny-habits: 1 runs with an evaluation" in out
     assert "fast: builtin:tiny-habits: 1 runs with an evaluation" in out
+    assert "| slow_tiny-habits_seed1 | 0: " in out and "| fast_tiny-habits_seed1 | 0: " in out
+    started = [line.split(" on cores ")[1] for line in out.splitlines() if " started on cores " in line]
+    assert len(started) == 2 and len(set(started)) == min(2, len(os.sched_getaffinity(0)))
     for label, lr in (("slow", 1e-4), ("fast", 3e-4)):  # each run got its own variant's overrides
         metrics = tmp_path / f"{label}_tiny-habits_seed1" / "metrics.jsonl"
         rows = [json.loads(line) for line in metrics.open()]
         logged = {r[k] for r in rows for k in ("agent/player_0/lr", "agent/player_1/lr") if k in r}
         assert logged == {lr}
+        assert [r["step"] for r in rows if "eval/selfplay/return_seat0" in r] == [0, 1]  # ran to the end
 
 
 def test_listener_prior_gives_each_partner_action_its_own_answer_per_card():

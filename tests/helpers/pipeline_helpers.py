@@ -8,6 +8,9 @@ from roll_ma.preflight.config_loader import load_config
 from roll_ma.tracking import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
+# the toy run that tests/e2e/conftest.py's toy_run fixture trains once for several end-to-end tests
+TOY_AGENTS = [{"name": "alice"}, {"name": "bob"}]
+TOY_STEPS = 5
 
 
 def toy_config(tmp_path: Path, model_dir: str, agents: list[dict], **sections) -> dict:
