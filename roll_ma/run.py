@@ -68,6 +68,13 @@ def resolve_config(config_or_path: str | os.PathLike | Mapping | RunConfig, **ov
     from roll_ma.preflight.config_loader import build_config
 
     raw = _raw_config(config_or_path)
+    if "overrides" in overrides and "overrides" not in raw:  # the CLI's list form, passed to the API
+        raise _override_error(
+            "overrides",
+            "roll_ma.train takes each override as a keyword argument, the key's dots written as two "
+            "underscores (roll_ma.train('math_selfplay_tiny', trainer__max_steps=2) for "
+            "trainer.max_steps=2), not a list of key=value strings",
+        )
     for key, value in overrides.items():
         _set(raw, [part for part in key.replace("__", ".").split(".") if part], value, key)
     return build_config(raw)

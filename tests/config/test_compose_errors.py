@@ -104,3 +104,13 @@ def test_roll_ma_train_raises_the_same_typed_error_whose_str_is_the_whole_messag
         "invalid config (1 problem):\n  - trainer.max_steps: must be 1 or more: a run of 0 steps trains "
         "nothing (a run that resumes from a checkpoint trains the steps after it, up to trainer.max_steps)"
     )
+
+
+def test_the_clis_list_of_overrides_given_to_the_api_is_answered_with_the_keyword_form():
+    from roll_ma.errors import ConfigError
+    from roll_ma.run import resolve_config
+
+    with pytest.raises(ConfigError) as err:
+        resolve_config("math_selfplay_tiny", overrides=["trainer.max_steps=0"])
+    assert "trainer__max_steps=2) for trainer.max_steps=2" in str(err.value)
+    assert "not a list of key=value strings" in str(err.value)

@@ -196,7 +196,7 @@ class RefusalWords:
         return re.sub(r"\[[^\]]*\]", "", tok)
 
     def _is_key(self, tok: str) -> bool:
-        path = self._path(tok)
+X
         return path in self.paths or any(path.startswith(k + ".") for k in self.open_keys)
 
 
