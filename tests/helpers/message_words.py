@@ -196,7 +196,7 @@ class RefusalWords:
         return re.sub(r"\[[^\]]*\]", "", tok)
 
     def _is_key(self, tok: str) -> bool:
-X
+        path = self._path(tok).replace("__", ".")  # roll_ma.train's keyword form (trainer__max_steps)
         return path in self.paths or any(path.startswith(k + ".") for k in self.open_keys)
 
 
