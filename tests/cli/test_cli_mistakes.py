@@ -96,13 +96,13 @@ def test_each_mistake_is_one_message_and_exit_2_before_ray(tmp_path, capsys, no_
 
 
 def test_a_finished_run_says_so_in_one_line_without_ray(tmp_path, capsys, no_ray):
-    from test_preflight_output_dir import _finished_checkpoint
+    from checkpoint_helpers import finished_checkpoint
 
     from roll_ma.preflight.config_loader import load_config
 
     out = tmp_path / "out"
     overrides = [f"trainer.output_dir={out}", "trainer.max_steps=3"]
-    _finished_checkpoint(load_config("math_selfplay_tiny", overrides=overrides), 3, {"planner": {}})
+    finished_checkpoint(load_config("math_selfplay_tiny", overrides=overrides), 3, {"planner": {}})
     assert main([*TINY, *overrides]) == 0
     said = capsys.readouterr()
     assert said.err == "" and said.out.splitlines()[-1] == (

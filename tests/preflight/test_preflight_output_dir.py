@@ -7,12 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from checkpoint_helpers import finished_checkpoint
 
 import roll_ma
-from roll_ma import checkpoint as ckpt
 from roll_ma.config.phase_plan import plan_phases
 from roll_ma.errors import PreflightError
-from roll_ma.preflight.checkpoint_compat import run_signature
 from roll_ma.preflight.config_loader import load_config
 from roll_ma.preflight.output_dir import output_dir_problems
 
@@ -61,17 +60,10 @@ def test_the_run_refuses_an_unwritable_output_dir_before_ray(tmp_path, no_ray):
     assert str(err.value).startswith("the run cannot start (1 problem):\n  - trainer.output_dir: ")
 
 
-def _finished_checkpoint(cfg, step: int, state: dict) -> Path:
-    tmp = ckpt.begin_checkpoint(cfg.trainer.output_dir, step)
-    (tmp / "trainer").mkdir()
-    (tmp / "trainer" / "adapter.bin").write_bytes(b"weights")
-    return ckpt.finish_checkpoint(tmp, step, state, keep_last=2, signature=run_signature(cfg))
-
-
 def test_a_finished_run_says_so_in_a_line_and_returns_its_last_metrics_without_ray(tmp_path, capsys, no_ray):
     overrides = [f"trainer.output_dir={tmp_path}", "trainer.max_steps=2"]
     cfg = load_config("math_selfplay_tiny", overrides=overrides)
-    _finished_checkpoint(cfg, 2, {"planner": {}})
+    finished_checkpoint(cfg, 2, {"planner": {}})
     (tmp_path / "metrics.jsonl").write_text(
         json.dumps({"step": 1, "a": 1}) + "\n" + json.dumps({"step": 2, "a": 2}) + "\n"
     )
@@ -91,6 +83,6 @@ def test_a_finished_phase_run_says_so_and_returns_its_results_without_ray(tmp_pa
     cfg = load_config("math_reflection_tiny", overrides=[f"trainer.output_dir={tmp_path}"])
     phases = plan_phases(cfg)
     results = {phases[-1].name: {"eval/p1@t1": 0.5, "step": 7.0}}
-    _finished_checkpoint(cfg, 7, {"phase": len(phases), "progress": {}, "planner": {}, "results": results})
+    finished_checkpoint(cfg, 7, {"phase": len(phases), "progress": {}, "planner": {}, "results": results})
     assert roll_ma.train("math_reflection_tiny", trainer__output_dir=str(tmp_path)) == results
     assert "already done in" in capsys.readouterr().out
