@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from roll_ma.distributed import activity
+from roll_ma.distributed.ray_health import ray_responds
 from roll_ma.distributed.resources import ResourceManager
 from roll_ma.distributed.watchdog import WorkerError, WorkerStalled, WorkerStartError, wait_for_call
 from roll_ma.distributed.worker import Dispatch, registered_methods
@@ -227,7 +228,6 @@ def shutdown_clusters(clusters: Sequence[Cluster | None], close_timeout_s: float
     is asked nothing: the actors went with it, and a call would block for a minute."""
     import ray
 
-    from roll_ma.distributed.ray_env import ray_responds
 
     live = [c for c in clusters if c is not None and c.workers]
     if live and not ray_responds():

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from roll_ma.distributed.ray_health import ray_responds
 from roll_ma.distributed.resources import usable_cpus
 
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
@@ -182,36 +183,6 @@ def _own_process_group() -> Iterator[None]:
         yield
     finally:
         setattr(services, "ConsolePopen", original)  # noqa: B010
-
-
-class _Silent:
-    """The GCS addresses found not answering, by this process: each ask of a stopped GCS waits its timeout,
-    and one that stopped does not come back (state of the driver process, read only by ``ray_responds``)."""
-
-    addresses: set[str] = set()
-
-
-def ray_responds(timeout_s: float = 2.0) -> bool:
-    """Whether the Ray this process is connected to answers within ``timeout_s``. A signal to every process
-    of a job (Slurm's scancel, a container's stop) stops the local Ray's GCS with the driver; every call
-    that needs the GCS then blocks for 60 s and exits the process."""
-    import ray
-
-    if not ray.is_initialized():
-        return False
-    gcs: Any = None
-    try:
-        from ray.experimental import internal_kv
-
-        gcs = internal_kv.global_gcs_client
-        if gcs.address in _Silent.addresses:
-            return False
-        gcs.internal_kv_exists(b"roll_ma_probe", b"roll_ma", timeout=timeout_s)
-    except Exception:  # noqa: BLE001 - any failure: no answer
-        with contextlib.suppress(Exception):
-            _Silent.addresses.add(gcs.address)
-        return False
-    return True
 
 
 def shutdown_ray() -> None:

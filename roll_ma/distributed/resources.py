@@ -28,6 +28,7 @@ from roll_ma.distributed.placement import (
     placement_bundles,
     worker_gpus,
 )
+from roll_ma.distributed.ray_health import ray_responds
 
 GPU_ROLES = ("rollout", "train", "reference", "teacher")
 
@@ -123,7 +124,6 @@ class ResourceManager:
         if self.placement_group is not None:
             from ray.util.placement_group import remove_placement_group
 
-            from roll_ma.distributed.ray_env import ray_responds
 
             if ray_responds():  # else it went with its GCS (a SIGTERM to the job): asking would block
                 remove_placement_group(self.placement_group)
