@@ -45,6 +45,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -317,10 +318,11 @@ def combine(row: Row, n_agents: int, shared: bool, runs: list[dict[str, Any]]) -
     }
 
 
-def _median(values: list[float]) -> float:
-    values = sorted(values)
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else round((values[mid - 1] + values[mid]) / 2, 3)
+def row_identity(row: Row, n_agents: int, shared: bool) -> dict[str, Any]:
+    """What names a table row: the job's row, its framework, N and the adapter layout."""
+    adapters = "1 shared" if shared else ("1" if n_agents == 1 else "1 per agent")
+    return {"row": row.name, "framework": row.framework, "agents": n_agents, "adapters": adapters,
+            "shared": shared}  # fmt: skip
 
 
 def table_row(
@@ -333,13 +335,9 @@ def table_row(
     mid = sorted(done, key=lambda r: r["step_s"])[len(done) // 2] if done else None
     errors = [r["status"] for r in repeats if r["status"] != "ok"]
     return {
-        "row": row.name,
-        "framework": row.framework,
-        "agents": n_agents,
-        "adapters": "1 shared" if shared else ("1" if n_agents == 1 else "1 per agent"),
-        "shared": shared,
+        **row_identity(row, n_agents, shared),
         "repeats": f"{len(done)}/{planned}",
-        "step_s": _median([r["step_s"] for r in done]) if done else None,
+        "step_s": round(statistics.median(r["step_s"] for r in done), 3) if done else None,
         "spread_s": [min(r["step_s"] for r in done), max(r["step_s"] for r in done)] if done else None,
         "repeat_step_s": [r["step_s"] for r in repeats],
         "repeat_gpus": [",".join(r["gpu_indexes"]) for r in repeats],
@@ -385,11 +383,7 @@ def table_rows(job: Job, runs: list[dict[str, Any]], planned_repeats: int) -> li
 
 def not_runnable_row(row: Row, n_agents: int, shared: bool) -> dict[str, Any]:
     return {
-        "row": row.name,
-        "framework": row.framework,
-        "agents": n_agents,
-        "adapters": "1 shared" if shared else ("1" if n_agents == 1 else "1 per agent"),
-        "shared": shared,
+        **row_identity(row, n_agents, shared),
         "repeats": "0/0",
         "step_s": None,
         "spread_s": None,
