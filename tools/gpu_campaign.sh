@@ -252,8 +252,10 @@ PY
     cp /tmp/peers_out/peers.json /tmp/peers_out/peers.md /tmp/peers_out/run_all.log "$OUT"/ 2>/dev/null
     tar -czf "$OUT/peer_logs.tgz" -C /tmp/peers_out $(cd /tmp/peers_out && ls *.log) 2>/dev/null ;;
   peers45)  # issue 45: the fair table on one machine, every GPU at once, in the background. PLAN is a list of
-    # run_all invocations run one after another, each "JOB|ROWS|AGENTS|REPEATS" (JOB: job.yaml or relay.yaml);
-    # all of them write one table (/tmp/p45/peers.json per job). The random 7B is built first (peers_model).
+    # run_all invocations run one after another, each "JOB|ROWS|AGENTS|REPEATS[|GPUS][&]" (JOB: job.yaml or
+    # relay.yaml; GPUS: this item's GPUs, default all; a trailing & starts the next item beside this one,
+    # e.g. two one-GPU items at once); all of them write one table (/tmp/p45/peers.json per job).
+    # The random 7B is built first (peers_model).
     bash benchmarks/peers/install_peer_wheels.sh
     for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
     MODEL=$(cat /tmp/peers_model_path 2>/dev/null); log "model: ${MODEL:-not built, see /tmp/peers_model.log}"
@@ -261,14 +263,15 @@ PY
     GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
     script=/tmp/p45/plan.sh; echo "cd /tmp/w" > $script
     for item in ${PLAN:-"job.yaml|roll_ma,trl_best|1|3" "job.yaml|roll_ma,trl_best|3|3" "job.yaml|roll_ma,trl_best|8|1" "relay.yaml|roll_ma,trl_best|3,8|1" "job.yaml|trl_best_awake,verl_best|1|1"}; do
-      IFS='|' read -r job rows agents repeats <<< "$item"
-      echo "PYTHONPATH=/tmp/w:$PYTHONPATH python benchmarks/peers/run_all.py --sites /tmp/peers --gpus $GPUS \
+      amp=""; [ "${item: -1}" = "&" ] && { amp=" &"; item=${item%&}; }
+      IFS='|' read -r job rows agents repeats gpus <<< "$item"
+      echo "PYTHONPATH=/tmp/w:$PYTHONPATH python benchmarks/peers/run_all.py --sites /tmp/peers --gpus ${gpus:-$GPUS} \
         --model $MODEL --job benchmarks/peers/$job --rows $rows --agents $agents --repeats $repeats \
-        --out-dir /tmp/p45/${job%.yaml} --timeout ${RUN_TIMEOUT:-720}" >> $script
+        --out-dir /tmp/p45/${job%.yaml} --timeout ${RUN_TIMEOUT:-720}$amp" >> $script
     done
-    echo "echo DONE" >> $script
+    echo "wait; echo DONE" >> $script
     setsid nohup bash -c "timeout ${TOTAL:-1700} bash $script" > /tmp/p45/run_all.log 2>&1 < /dev/null &
-    sleep 5; log "started the plan on GPUs $GPUS"; cat $script | grep -o -- "--job.*--repeats [0-9]*" ;;
+    sleep 5; log "started the plan on GPUs $GPUS"; cat $script | grep -o -- "--gpus [0-9,]*\|--job.*--repeats [0-9]*" ;;
   peers45_wait)  # wait up to WAIT s for the plan (or for the file STOP_WHEN names), then the tables and logs to $OUT
     end=$(( $(date +%s) + ${WAIT:-540} ))
     while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^DONE' /tmp/p45/run_all.log 2>/dev/null; do
