@@ -383,6 +383,18 @@ def agent_prompts(job: Job, n_agents: int, agent: int | None) -> list[list[list[
     return steps
 
 
+def longest_prompt_tokens(model: str, prompts: list[list[dict[str, str]]]) -> int:
+    """Tokens of the longest prompt with the model's chat template and the generation prompt, as the
+    peers feed a conversational prompt to the policy. The template is rendered to text first:
+    transformers 5's ``apply_chat_template(tokenize=True)`` returns a BatchEncoding, whose len() is its
+    number of fields (2), not of tokens (verl_best once ran with max_prompt_length=2)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in prompts]
+    return max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+
+
 def rows_of_run(job: Job, n_agents: int, agent: int | None) -> int:
     """Trained rows per step of one run: one agent's share, or every seat's (agent None: shared)."""
     return job.rows_per_step(n_agents) * (n_agents if agent is None else 1)

@@ -46,6 +46,7 @@ from job import (  # noqa: E402
     Row,
     agent_prompts,
     gpu_identity,
+    longest_prompt_tokens,
     measure_and_emit,
     parse_runner_args,
     phase_medians,
@@ -70,16 +71,6 @@ def micro_batch_rows(rows: int, row_tokens: int, budget: int) -> int:
     """The largest divisor of ``rows`` (TRL's micro-batches split a step evenly) whose padded size,
     that many rows of ``row_tokens`` tokens, fits the token ``budget``; 1 when no row fits."""
     return max((d for d in range(1, rows + 1) if rows % d == 0 and d * row_tokens <= budget), default=1)
-
-
-def longest_prompt_tokens(model: str, prompts: list[list[dict[str, str]]]) -> int:
-    """Tokens of the longest prompt with the model's chat template and the generation prompt, as TRL
-    feeds a conversational prompt to the policy."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in prompts]
-    return max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
 
 
 def check_row(job: Job, row: Row) -> None:

@@ -39,6 +39,7 @@ from job import (  # noqa: E402
     agent_prompts,
     flash_attn_installed,
     gpu_identity,
+    longest_prompt_tokens,
     measure_and_emit,
     parse_runner_args,
     phase_medians,
@@ -189,17 +190,6 @@ def check_row(job: Job, row: Row) -> None:
             f"{job.source}: rows.{row.name}.settings.attention=packed: verl removes padding through the "
             "flash-attn package, which is not installed (no wheel for this torch / CUDA); use padded"
         )
-
-
-def longest_prompt_tokens(model: str, prompts: list[list[dict[str, str]]]) -> int:
-    """Tokens of the longest prompt with the model's chat template and the generation prompt, as verl's
-    RL dataset tokenizes a chat prompt."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    return max(
-        len(tokenizer.apply_chat_template(m, tokenize=True, add_generation_prompt=True)) for m in prompts
-    )
 
 
 def write_train_file(job: Job, n_agents: int, agent: int | None, path: Path) -> Path:

@@ -951,3 +951,24 @@ def test_the_step_plot_splits_each_step_by_its_own_timers_and_names_the_rest(tmp
     assert plot_steps.bar_parts(trl) == {**dict.fromkeys(plot_steps.PHASES, 0.0), "no phase timers": 12.0}
     with pytest.raises(SystemExit, match="no measured row 'verl@1'"):
         plot_steps.pick_rows({"rows": rows}, ["verl@1"])
+
+
+def test_verl_best_max_prompt_length_is_the_longest_prompt_in_tokens(job, tiny_model_dir, tmp_path):
+    """``data.max_prompt_length: longest`` is a token count of the rendered chat prompt (transformers 5's
+    tokenize=True returns a BatchEncoding whose len() is 2: verl then filtered out every prompt)."""
+    from transformers import AutoTokenizer
+
+    prompts = [m for step in peer_job.agent_prompts(job, 1, None) for m in step]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    each = [
+        len(tokenizer(tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True),
+                      add_special_tokens=False)["input_ids"])
+        for m in prompts
+    ]  # fmt: skip
+    longest = peer_job.longest_prompt_tokens(tiny_model_dir, prompts)
+    assert longest == max(each) > job.prompt.filler_words
+    path = run_verl.write_train_file(job, 1, None, tmp_path / "train.parquet")
+    overrides = run_verl.verl_overrides(
+        job, job.rows["verl_best"], 1, tiny_model_dir, str(path), str(tmp_path), longest_prompt=longest
+    )
+    assert f"data.max_prompt_length={longest}" in overrides
