@@ -25,6 +25,7 @@ from typing import Any
 import ray
 
 from roll_ma import checkpoint as ckpt
+from roll_ma.config.run_plan import RunPlan, run_plan
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.seats import resolve_seats
 from roll_ma.distributed.ray_env import init_ray
@@ -44,6 +45,7 @@ class RunSession:
     """What a run works with from its start to its end; leaving it (``with``) stops the workers."""
 
     cfg: RunConfig  # as the workers run it (``model.random_weights``: model.path is the random model)
+    plan: RunPlan  # what the run does (RL or phases, critic, reference), derived once from cfg
     out_dir: Path
     signature: dict[str, Any]  # what every checkpoint records of the config (resume compares it)
     seats: list[str]
@@ -95,7 +97,7 @@ def open_session(cfg: RunConfig, reference_copies: bool = False, teacher_workers
     planner = EpisodePlanner(cfg.env, cfg.seed)
     with startup("workers"):
         workers = build_workers(cfg, seats, reference_copies, teacher_workers)
-    return RunSession(cfg, out_dir, signature, seats, planner, workers, startup, resume_from)
+    return RunSession(cfg, run_plan(cfg), out_dir, signature, seats, planner, workers, startup, resume_from)
 
 
 def start_session(
