@@ -31,6 +31,7 @@ from roll_ma.config.seats import resolve_seats
 from roll_ma.distributed.ray_env import init_ray
 from roll_ma.envs.registry import resolve_env_class
 from roll_ma.error_report import run_log
+from roll_ma.errors import RunStartError
 from roll_ma.interrupts import deferred_stops
 from roll_ma.pipelines.clusters import RunWorkers, build_workers, process_env
 from roll_ma.pipelines.episodes import EpisodePlanner
@@ -153,8 +154,8 @@ def num_players(cfg: RunConfig) -> int:
 def check_cluster_gpus(cfg: RunConfig) -> None:
     have = int(ray.cluster_resources().get("GPU", 0))
     if cfg.resources.num_gpus > have:
-        raise SystemExit(
-            f"error: resources.num_gpus={cfg.resources.num_gpus} but the Ray cluster has {have} GPUs; "
+        raise RunStartError(
+            f"resources.num_gpus={cfg.resources.num_gpus} but the Ray cluster has {have} GPUs; "
             "lower it or add GPU nodes"
         )
 

@@ -67,7 +67,8 @@ def test_every_example_has_a_plan():
 
 
 # what kind of run a config makes, worked out from its strings: the plan's job alone
-KIND_TEST = re.compile(r"""[=!]=\s*["'](gae|ppo)["']|["'](gae|ppo)["']\s*[=!]=|\bin\s*[(\[{][^)\]}]*["'](gae|ppo)["']""")
+NAME = r"""["'](gae|ppo)["']"""
+KIND_TEST = re.compile(rf"[=!]=\s*{NAME}|{NAME}\s*[=!]=|\bin\s*[(\[{{][^)\]}}]*{NAME}")
 ALLOWED = {"roll_ma/config/run_plan.py"}
 
 
