@@ -99,3 +99,11 @@ def test_cli_prints_the_message_it_printed_before_and_exits_1(case, tiny_cfg, mo
     assert printed.startswith("error: " + CASES[case][1].format(out=tiny_cfg.trainer.output_dir))
     assert "Traceback" not in printed and "full traceback" not in printed
     assert not (Path(tiny_cfg.trainer.output_dir) / "logs").exists()
+
+
+def test_no_library_module_raises_system_exit():
+    """Only the command line ends the process; ``_sandbox_boot`` catches the SystemExit of user code."""
+    root = Path(__file__).resolve().parents[2] / "roll_ma"
+    raising = [str(p.relative_to(root)) for p in sorted(root.rglob("*.py"))
+               if p.name != "cli.py" and "raise SystemExit" in p.read_text()]
+    assert raising == []
