@@ -41,6 +41,7 @@ from roll_ma.checkpoint_manifest import (
     write_manifest,
     write_marker,
 )
+from roll_ma.errors import RunStartError
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 SIGNATURE_FILE = "run_signature.json"  # the config's record: roll_ma/preflight/checkpoint_compat.py
@@ -107,13 +108,13 @@ def resume_checkpoint(
     """(step, path) of the newest complete checkpoint that matches its manifest; None if there is none.
 
     Damaged newer ones are reported through ``log`` and moved aside to ``damaged_step_NNNNNN``
-    (kept for inspection, never pruned, never resumed from). Raises ``SystemExit`` naming the
+    (kept for inspection, never pruned, never resumed from). Raises ``RunStartError`` naming the
     directory and the fix when checkpoints exist but none is intact (nothing is moved then).
     """
     choice = choose_resume(output_dir)
     message = choice.no_intact_message(output_dir)
     if message:
-        raise SystemExit(f"error: {message}")
+        raise RunStartError(message)
     if choice.chosen is None:
         return None
     for bad, reason in choice.damaged:

@@ -89,3 +89,9 @@ class PreflightError(RollMaError, ValueError):
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{title} ({len(self.problems)} problem{'s' * (len(self.problems) != 1)}):\n{lines}")
+
+
+class RunStartError(RollMaError, RuntimeError):
+    """The run could not start with what it found as it started, after its pre-flight checks passed: the Ray
+    cluster it was to join, the GPUs that cluster has, the checkpoints to resume from. The message says what
+    and the fix and is the whole story: no traceback is logged for it."""

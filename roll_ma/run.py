@@ -45,7 +45,7 @@ def run_config(cfg: RunConfig) -> dict[str, Any]:
 
     from roll_ma.distributed.ray_env import shutdown_ray
     from roll_ma.error_report import attach_log
-    from roll_ma.errors import PreflightError, RollMaError
+    from roll_ma.errors import PreflightError, RollMaError, RunStartError
     from roll_ma.interrupts import stop_signals
     from roll_ma.pipelines import run_training
 
@@ -53,7 +53,7 @@ def run_config(cfg: RunConfig) -> dict[str, Any]:
     with stop_signals():  # around the shutdown too: a second signal then is ignored, not fatal
         try:
             return run_training(cfg)
-        except PreflightError:  # raised before anything ran: its message is the whole story
+        except (PreflightError, RunStartError):  # its message is the whole story: no traceback to log
             raise
         except RollMaError as err:
             attach_log(err, cfg.trainer.output_dir)

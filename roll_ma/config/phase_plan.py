@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from roll_ma.config.run_plan import supervised_objective
 from roll_ma.config.schema import DPOConfig, PhaseConfig, RunConfig, SFTConfig
 
 
@@ -26,7 +27,7 @@ def listed_phases(cfg: RunConfig) -> list[PhaseConfig]:
     """``cfg.phases``, or the one phase ``train.objective`` names; empty for an RL run (objective ppo)."""
     if cfg.phases:
         return list(cfg.phases)
-    if cfg.train.objective == "ppo":
+    if not supervised_objective(cfg.train.objective):
         return []
     return [PhaseConfig(objective="sft" if cfg.train.objective == "sft" else "dpo")]
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from roll_ma.distributed.ray_health import ray_responds
 from roll_ma.distributed.resources import usable_cpus
+from roll_ma.errors import RunStartError
 
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
@@ -103,8 +104,8 @@ def init_ray(
             with _kept_sigterm_handler(ours):
                 ray.init(address=address, **kwargs)
         except join_errors as err:
-            raise SystemExit(
-                f"error: could not join the Ray cluster at {address}: {err}\n{auth_hint(address)}"
+            raise RunStartError(
+                f"could not join the Ray cluster at {address}: {err}\n{auth_hint(address)}"
             ) from None
         mode = os.environ.get("RAY_AUTH_MODE", "disabled")
         where = f"joined the Ray cluster at {address} (auth mode {mode})"

@@ -23,7 +23,9 @@ def run_training(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
     if finished is not None:
         print(finished.line, flush=True)
         return finished.result
-    if cfg.phases or cfg.train.objective != "ppo":
+    from roll_ma.config.run_plan import run_plan
+
+    if not run_plan(cfg).rl:
         if step_hook is not None:
             raise ValueError("step_hook is a hook of the RL loop; phase runs take none")
         from roll_ma.pipelines.phases import run_phases

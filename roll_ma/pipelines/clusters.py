@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from roll_ma.config.run_plan import run_plan
 from roll_ma.config.schema import AgentConfig, RunConfig
 from roll_ma.distributed.cluster import Cluster, shutdown_clusters
 from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
@@ -59,7 +60,7 @@ def process_env(cfg: RunConfig) -> dict[str, str]:
 def reference_workers(cfg: RunConfig) -> int:
     """Reference actors to start: reference.mode=worker, and a loss that reads reference log-probs (the KL
     term, algorithm.kl_coef > 0). With kl_coef=0 no pass reads them, so no actor holds a model for them."""
-    return cfg.reference.num_workers if cfg.reference.mode == "worker" and cfg.algorithm.kl_coef > 0 else 0
+    return run_plan(cfg).reference_workers
 
 
 def cpu_sharers(cfg: RunConfig, role: str) -> int:

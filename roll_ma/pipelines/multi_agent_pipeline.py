@@ -86,7 +86,7 @@ def header_line(session: RunSession) -> str:
     """The run's first line: who plays where, the workers, the output folder."""
     cfg = session.cfg
     reference: str = cfg.reference.mode
-    if cfg.reference.mode != "none" and cfg.algorithm.kl_coef == 0:
+    if cfg.reference.mode != "none" and not session.plan.reference_needed:
         reference = "none (algorithm.kl_coef=0: no loss reads it)"
     return (
         f"[roll_ma] {cfg.name}: agents {[a.name for a in cfg.agents]} in seats {session.seats}, "

@@ -9,6 +9,7 @@ scoring pass is then a forward over every token for nothing (~12 s of an 88 s 7B
 
 from __future__ import annotations
 
+from roll_ma.config.run_plan import run_plan
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.clusters import agents_with_train_cycle
 
@@ -38,6 +39,6 @@ def agents_taking_no_step(cfg: RunConfig, step: int) -> list[int]:
     """Agents (ids) whose adapters this step's update leaves alone: frozen, not due (``update_every``,
     ``train.train_cycle``), or waiting out the critic's warm-up. The update reports the trainer-vs-rollout
     gap of the agents it trains; these agents' rows are scored for theirs."""
-    warming_up = cfg.algorithm.advantage == "gae" and step <= cfg.critic.warmup_steps
+    warming_up = run_plan(cfg).critic_only(step)
     return [i for i, a in enumerate(agents_with_train_cycle(cfg))
             if a.frozen or warming_up or step % a.update_every != 0]

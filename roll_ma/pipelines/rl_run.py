@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
 from roll_ma.models.flops import ModelShape
 from roll_ma.pipelines.adapter_sync import AdapterSync
@@ -39,6 +40,10 @@ class RLRun:
     @property
     def cfg(self) -> RunConfig:
         return self.session.cfg
+
+    @property
+    def plan(self) -> RunPlan:
+        return self.session.plan
 
     @property
     def workers(self) -> RunWorkers:

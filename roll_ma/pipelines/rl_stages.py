@@ -75,7 +75,7 @@ def score(run: RLRun, batch: DataProto, step: int, timer: StepTimer
     scored_flops = forward_flops_of(batch, run.shape)  # a scoring pass: one forward over every row
     flops = {"reference": scored_flops, "values": scored_flops}
     metrics: dict[str, float] = {}
-    if cfg.algorithm.kl_coef > 0:
+    if run.plan.reference_needed:
         with timer("reference"):
             batch = batch.union(run.workers.ref_source.compute_ref_log_probs(batch))
     if old_log_probs_pass_reason(cfg, len(batch)) is not None:  # else the update's own forward gives pi_old
@@ -86,7 +86,7 @@ def score(run: RLRun, batch: DataProto, step: int, timer: StepTimer
             metrics.update(logprob_gap_metrics(batch, run.agent_names))
     elif cfg.rollout.log_probs:
         metrics.update(_score_idle_agents(run, batch, step, timer, flops))
-    if cfg.algorithm.advantage == "gae":  # the critic's values V(prefix) at every response token
+    if run.plan.uses_critic:  # the critic's values V(prefix) at every response token
         with timer("values"):
             batch = batch.union(run.workers.train.compute_values(batch))
     return batch, metrics, flops
@@ -114,10 +114,10 @@ def compute_advantages(run: RLRun, batch: DataProto, step: int, timer: StepTimer
     with timer("advantages"):
         batch = add_advantages(batch, cfg.algorithm, cfg.study.balance_reward_classes)
     metrics = team_reward_metrics(batch, run.agent_names, cfg.algorithm.share_reward_in_agent)
-    if cfg.algorithm.advantage == "gae":
+    if run.plan.uses_critic:
         metrics.update(critic_metrics(batch, run.agent_names))
         # critic.warmup_steps: only the critic trains (the agents' adapters are not pushed)
-        batch.meta_info["critic_only"] = step <= cfg.critic.warmup_steps
+        batch.meta_info["critic_only"] = run.plan.critic_only(step)
     if not cfg.train.use_all_traj:  # the last round's turns only (after GAE saw them all)
         batch = last_turns_only(batch)
     return batch, metrics

@@ -25,11 +25,13 @@ from typing import Any
 import ray
 
 from roll_ma import checkpoint as ckpt
+from roll_ma.config.run_plan import RunPlan, run_plan
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.seats import resolve_seats
 from roll_ma.distributed.ray_env import init_ray
 from roll_ma.envs.registry import resolve_env_class
 from roll_ma.error_report import run_log
+from roll_ma.errors import RunStartError
 from roll_ma.interrupts import deferred_stops
 from roll_ma.pipelines.clusters import RunWorkers, build_workers, process_env
 from roll_ma.pipelines.episodes import EpisodePlanner
@@ -44,6 +46,7 @@ class RunSession:
     """What a run works with from its start to its end; leaving it (``with``) stops the workers."""
 
     cfg: RunConfig  # as the workers run it (``model.random_weights``: model.path is the random model)
+    plan: RunPlan  # what the run does (RL or phases, critic, reference), derived once from cfg
     out_dir: Path
     signature: dict[str, Any]  # what every checkpoint records of the config (resume compares it)
     seats: list[str]
@@ -95,7 +98,7 @@ def open_session(cfg: RunConfig, reference_copies: bool = False, teacher_workers
     planner = EpisodePlanner(cfg.env, cfg.seed)
     with startup("workers"):
         workers = build_workers(cfg, seats, reference_copies, teacher_workers)
-    return RunSession(cfg, out_dir, signature, seats, planner, workers, startup, resume_from)
+    return RunSession(cfg, run_plan(cfg), out_dir, signature, seats, planner, workers, startup, resume_from)
 
 
 def start_session(
@@ -151,8 +154,8 @@ def num_players(cfg: RunConfig) -> int:
 def check_cluster_gpus(cfg: RunConfig) -> None:
     have = int(ray.cluster_resources().get("GPU", 0))
     if cfg.resources.num_gpus > have:
-        raise SystemExit(
-            f"error: resources.num_gpus={cfg.resources.num_gpus} but the Ray cluster has {have} GPUs; "
+        raise RunStartError(
+            f"resources.num_gpus={cfg.resources.num_gpus} but the Ray cluster has {have} GPUs; "
             "lower it or add GPU nodes"
         )
 

@@ -67,11 +67,12 @@ def teacher_used(cfg: RunConfig) -> bool:
 def chat_template_need(cfg: RunConfig, files: list) -> str | None:  # noqa: ANN001 - data_files.ChatFile
     """What in this run renders prompts with the chat template (None: nothing does)."""
     from roll_ma.config.phase_plan import plan_phases
+    from roll_ma.config.run_plan import run_plan
 
     message_files = [f.path for f in files if f.uses_messages]
     if message_files:
         return f"the prompts given as messages in {message_files[0]}"
-    if cfg.phases or cfg.train.objective != "ppo":
+    if not run_plan(cfg).rl:
         playing = [p.name for p in plan_phases(cfg) if not _reads_file_only(p)]
         return f"phase {playing[0]!r} (it plays episodes)" if playing else None
     if cfg.env.workflow:

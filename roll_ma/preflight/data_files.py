@@ -54,8 +54,9 @@ class ChatFile:
 def chat_files(cfg: RunConfig) -> list[ChatFile]:
     """The SFT / DPO files of ``cfg``'s phases, each read and parsed (no tokenizer needed yet)."""
     from roll_ma.config.phase_plan import plan_phases
+    from roll_ma.config.run_plan import run_plan
 
-    if not cfg.phases and cfg.train.objective == "ppo":
+    if run_plan(cfg).rl:
         return []
     agents = [a.name for a in cfg.agents]
     files = []

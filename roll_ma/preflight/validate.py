@@ -10,6 +10,7 @@ import inspect
 import os
 from pathlib import Path
 
+from roll_ma.config.run_plan import run_plan
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.seats import resolve_seats
 from roll_ma.config.typed import ConfigProblem, suggest
@@ -76,7 +77,7 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
             add(
                 f"agents[{i}].init_adapter", f"{agent.init_adapter} is not a directory holding a PEFT adapter"
             )
-    rl_only = not cfg.phases and cfg.train.objective == "ppo"
+    rl_only = run_plan(cfg).rl
     if all(a.frozen for a in cfg.agents) and rl_only:
         add("agents", "every agent is frozen: nothing would train; unfreeze one, or evaluate them with an "
                       "eval phase (phases: [{objective: eval}])")

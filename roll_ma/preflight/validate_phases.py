@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from roll_ma.config.phase_plan import listed_phases
+from roll_ma.config.run_plan import run_plan, supervised_objective
 from roll_ma.config.schema import DPOConfig, RunConfig, SFTConfig
 from roll_ma.config.typed import ConfigProblem, suggest, to_dataclass
 from roll_ma.models.builtin import BUILTIN_MODELS
@@ -18,12 +19,12 @@ Settings = TypeVar("Settings", SFTConfig, DPOConfig)  # a phase's objective sett
 def check_phases(cfg: RunConfig, problems: list[ConfigProblem], looks_local) -> None:  # noqa: ANN001
     """Every problem of the phases, their data sources and the teacher (nothing when the run is RL only)."""
     add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
-    if not cfg.phases and cfg.train.objective == "ppo":
+    if run_plan(cfg).rl:
         return
     listed = listed_phases(cfg)
     names = [a.name for a in cfg.agents]
     trainable = [a.name for a in cfg.agents if not a.frozen]
-    if cfg.phases and cfg.train.objective != "ppo":
+    if cfg.phases and supervised_objective(cfg.train.objective):
         add(
             "train.objective",
             "with `phases` listed, each phase names its objective; leave train.objective=ppo",

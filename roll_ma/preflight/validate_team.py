@@ -4,6 +4,7 @@ starts."""
 
 from __future__ import annotations
 
+from roll_ma.config.run_plan import needs_critic, supervised_objective
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.typed import ConfigProblem
 
@@ -12,7 +13,7 @@ TEAM_ENV = "marft"
 
 def check_team(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
     add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
-    if cfg.algorithm.advantage == "gae":
+    if needs_critic(cfg.algorithm.advantage):
         _check_gae(cfg, add)
     team = cfg.env.name == TEAM_ENV and not cfg.env.workflow
     if not team:
@@ -53,7 +54,7 @@ def _check_gae(cfg: RunConfig, add) -> None:
     if cfg.train.full_finetune:
         add("train.full_finetune", "algorithm.advantage=gae puts the critic on the shared base as one more "
             "LoRA adapter; full fine-tuning has no adapters: train LoRA adapters")
-    if cfg.train.objective != "ppo":
+    if supervised_objective(cfg.train.objective):
         add("train.objective", f"algorithm.advantage=gae trains a critic for PPO; train.objective="
             f"{cfg.train.objective} has no rewards to value: set algorithm.advantage=grpo")
     if cfg.phases:

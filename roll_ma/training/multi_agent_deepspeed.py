@@ -30,6 +30,7 @@ import torch
 
 from roll_ma.algorithms.algorithm_registry import POLICY_LOSSES
 from roll_ma.algorithms.preference import sequence_log_probs
+from roll_ma.config.run_plan import needs_critic
 from roll_ma.config.schema import AlgorithmConfig, CriticConfig, ModelConfig, StudyConfig, TrainConfig
 from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
@@ -70,7 +71,7 @@ class MultiAgentDeepSpeedStrategy:
         study_cfg: game-study helpers the update uses (the entropy bonus over legal actions).
         reference_copies: also inject a frozen copy of every trainable adapter (DPO's reference "the
             adapter as the phase started": ``snapshot_reference`` fills it; no second model).
-        critic_cfg: the value critic(s) of ``algo_cfg.advantage == "gae"`` (``training/critic.py``): one
+        critic_cfg: the value critic(s) of ``algorithm.advantage=gae`` (``training/critic.py``): one
             more adapter each on the same base, plus a value head.
     """
 
@@ -108,7 +109,7 @@ class MultiAgentDeepSpeedStrategy:
 
     def _critic_specs(self) -> list[AdapterSpec]:
         """The critics' adapters (algorithm.advantage=gae), shaped like the first agent's adapter."""
-        if self.algo_cfg.advantage != "gae":
+        if not needs_critic(self.algo_cfg.advantage):
             return []
         names = list(critic_of_agents(self.agents, self.critic_cfg.share, self.critic_cfg.groups).values())
         return critic_adapter_specs(self.adapters[0], names, self.critic_cfg)
@@ -163,7 +164,7 @@ class MultiAgentDeepSpeedStrategy:
                 plan.name, index, self.model, self.weights.params(plan.name),
                 functools.partial(self.weights.activate, plan.name), plan.lr, self.train_cfg,
                 self.seed, self.rank, self.world_size, self.device, total_steps)
-        if self.algo_cfg.advantage == "gae":  # (full fine-tuning never reaches here: _policy_weights)
+        if needs_critic(self.algo_cfg.advantage):  # (full fine-tuning never reaches here: _policy_weights)
             activity.note("initialize: building the value critic(s)")
             self.critic = CriticSet(self.weights, self.agents, self.critic_cfg, self.train_cfg,
                                     self.seed, self.rank, self.world_size, self.device, total_steps)
@@ -284,7 +285,7 @@ class MultiAgentDeepSpeedStrategy:
             metrics["train/tokens"] = float(sum(inputs))
             metrics["train/tokens_deduplicated"] = float(sum(
                 v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/input_tokens_run")))
-        if self.critic is not None and objective.name == "ppo" and only is None and len(data):
+        if self.critic is not None and objective.trains_critic and only is None and len(data):
             start = time.perf_counter()
             metrics.update(self.critic.update(data, agent_ids, ctx.step))
             # not timing/update/<adapter>: an agent may well be named "critic"

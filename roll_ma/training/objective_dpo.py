@@ -153,6 +153,7 @@ class DPOObjective:
     """dpo as a ``TrainObjective``."""
 
     name = "dpo"
+    trains_critic = False
 
     def check(self, data: DataProto, algo_cfg: AlgorithmConfig) -> None:
         check_columns(data, PAIR_KEYS, "a dpo train_step")

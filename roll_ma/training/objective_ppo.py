@@ -285,6 +285,7 @@ class PPOObjective:
     (the FULL batch on every rank; each rank trains on its share of every mini-batch)."""
 
     name = "ppo"
+    trains_critic = True
 
     def check(self, data: DataProto, algo_cfg: AlgorithmConfig) -> None:
         check_columns(data, TRAIN_KEYS, "train_step")

@@ -63,6 +63,7 @@ class SFTObjective:
     """sft as a ``TrainObjective``."""
 
     name = "sft"
+    trains_critic = False
 
     def check(self, data: DataProto, algo_cfg: AlgorithmConfig) -> None:
         check_columns(data, SFT_KEYS, "an sft train_step")

@@ -166,6 +166,7 @@ class TrainObjective(Protocol):
     (``objectives.objective_named``): builds its ``MicroBatchLoss`` and runs ``run_update``."""
 
     name: str
+    trains_critic: bool  # its rows carry the returns and values a value critic (GAE) learns from
 
     def check(self, data: DataProto, algo_cfg: AlgorithmConfig) -> None:
         """Raise ValueError naming what the batch lacks."""

@@ -10,6 +10,7 @@ import pytest
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.distributed import ray_env
+from roll_ma.errors import RunStartError
 
 AUTH = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
@@ -72,13 +73,13 @@ def test_a_failed_join_says_how_to_pass_the_clusters_token(fake_init, monkeypatc
         raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379")
 
     monkeypatch.setattr(ray, "init", refuse)
-    with pytest.raises(SystemExit) as err:
+    with pytest.raises(RunStartError) as err:
         ray_env.init_ray("10.0.0.1:6379")
     text = str(err.value)
-    assert text.startswith("error: could not join the Ray cluster at 10.0.0.1:6379: Failed to connect")
+    assert text.startswith("could not join the Ray cluster at 10.0.0.1:6379: Failed to connect")
     assert "set RAY_AUTH_MODE=token" in text and "RAY_AUTH_TOKEN" in text and "ray get-auth-token" in text
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    with pytest.raises(SystemExit, match="RAY_AUTH_MODE=token is set: check that the token this process"):
+    with pytest.raises(RunStartError, match="RAY_AUTH_MODE=token is set: check that the token this process"):
         ray_env.init_ray("10.0.0.1:6379")
 
 

@@ -11,6 +11,7 @@ import pytest
 from train_helpers import make_batch, on_policy
 
 from roll_ma import checkpoint as ckpt
+from roll_ma.errors import RunStartError
 
 AGENTS = ["a0", "a1"]
 
@@ -119,7 +120,7 @@ def test_no_intact_checkpoint_is_a_clear_error_naming_the_directory_and_the_fix(
     for step in (1, 2):
         path = _write(tmp_path, step)
         (path / "trainer/optim/a0/rank0.pt").write_bytes(b"")
-    with pytest.raises(SystemExit) as err:
+    with pytest.raises(RunStartError) as err:
         ckpt.resume_checkpoint(tmp_path, log=lambda line: None)
     text = str(err.value)
     assert str(tmp_path / "checkpoints") in text
