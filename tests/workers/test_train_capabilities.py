@@ -64,8 +64,8 @@ def test_a_core_only_backend_scores_and_refuses_each_capability_by_name(tiny_mod
     worker.strategy = CoreOnly(worker._strategy())
     assert torch.equal(worker.compute_log_probs(batch).batch["old_log_probs"], full)
 
-    with pytest.raises(ValueError, match=r"study.joint_search_every > 0 needs .* JointSearchCapable capability "
-                                         r"\(score_choices, distill_choices\).*multi_agent_deepspeed has none"):
+    joint = r"study.joint_search_every > 0 needs .* JointSearchCapable capability \(score_choices, distill"
+    with pytest.raises(ValueError, match=joint + r".*train.strategy=multi_agent_deepspeed has none"):
         worker.score_choices(batch)
     with pytest.raises(ValueError, match=r"a dpo phase needs .* DPOCapable capability"):
         worker.snapshot_reference()
