@@ -1,4 +1,4 @@
-"""Joint policy search in the loop: score the adapters at every information set, search, distill.
+"""The joint-search step: the synchronous RL step with a joint policy search between its update and its sync.
 
 `study.joint_search_every` = k: every k steps, after the update, the train worker scores every
 legal answer of every information set of the game under the acting seat's adapter; the greedy
@@ -6,6 +6,9 @@ joint policy is searched for a better one (`roll_ma.algorithms.joint_search`); w
 by more than `joint_search_min_gain`, every information set's answer in it is taught to the
 acting seat's adapter by supervised steps (each adapter from its own rows, with its own
 optimizer) before the sync, so the next rollout plays it and RL goes on from there.
+
+It is a step variant of its own (``JointSearchStep``), chosen once by the loop; the train backend must
+have the ``JointSearchCapable`` capability (``training/train_backend.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,31 @@ import torch
 
 from roll_ma.algorithms.joint_search import InfoSet, joint_policy_search
 from roll_ma.config.schema import RunConfig
+from roll_ma.pipelines.rl_run import RLRun
+from roll_ma.pipelines.rl_stages import record
+from roll_ma.pipelines.rl_step import push_and_evaluate, roll_out_and_update, updated_adapters
+from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.protocol import DataProto
+
+
+class JointSearchStep:
+    """The synchronous step, plus every ``study.joint_search_every`` steps the joint search after the update
+    (``search``: the game's tree and prompt rows, built once per run)."""
+
+    def __init__(self, search: JointSearch):
+        self.search = search
+
+    def __call__(self, run: RLRun, step: int) -> dict[str, Any]:
+        timer = StepTimer()
+        with timer("step"):
+            metrics, flops, trained = roll_out_and_update(run, step, timer)
+            changed = updated_adapters(run.cfg, trained)
+            if step % run.cfg.study.joint_search_every == 0:
+                with timer("joint_search"):
+                    metrics.update(self.search.improve(run.workers.train, step))
+                changed = run.trainable  # the search distills into every adapter
+            push_and_evaluate(run, changed, step, metrics, timer)
+        return record(run, step, metrics, timer, flops, rollout_s=timer.times["timing/rollout"])
 
 
 class JointSearch:

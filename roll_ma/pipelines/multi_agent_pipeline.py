@@ -23,8 +23,9 @@ What one step does (every agent is a LoRA adapter on one shared base model):
 
 The code follows those numbers: ``run_rl_loop`` below opens the run's session (``session.py``: workers,
 models, resume, teardown), sets up the steps' parts once (``rl_run.py``) and calls one step function per
-step. The step is a short list of named stages (``rl_stages.py``); which step, synchronous (``rl_step.py``)
-or streamed one step ahead (``rollout.max_staleness`` > 0, ``rl_step_streamed.py``), is chosen once here.
+step. The step is a short list of named stages (``rl_stages.py``); which step, synchronous (``rl_step.py``),
+streamed one step ahead (``rollout.max_staleness`` > 0, ``rl_step_streamed.py``) or synchronous with a joint
+search (``study.joint_search_every`` > 0, ``joint_search_step.py``), is chosen once here (``choose_step``).
 
 Resume (``trainer.resume=auto``) starts after the newest checkpoint whose files all match its
 manifest (``roll_ma/checkpoint.py``); a damaged newer one is named, with the reason, and skipped.
@@ -36,10 +37,12 @@ its last report and its log files (``roll_ma/distributed/watchdog.py``).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.evaluation import evaluate
+from roll_ma.pipelines.joint_search_step import JointSearch, JointSearchStep
 from roll_ma.pipelines.rl_run import RLRun, StepHook, prepare_rl_run
 from roll_ma.pipelines.rl_stages import save_checkpoint_if_due
 from roll_ma.pipelines.rl_step import synchronous_step
@@ -65,11 +68,11 @@ def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, 
         if resumed is not None:
             print(f"[roll_ma] resumed from {session.saved} (step {session.start_step})", flush=True)
         run = prepare_rl_run(session, step_hook)
+        take_step = choose_step(run)
         evaluate_before_training(run)
         session.startup.times["startup/total"] = time.perf_counter() - session.startup.started
         print(startup_line(session.startup.times), flush=True)
 
-        take_step = streamed_step if cfg.rollout.max_staleness > 0 else synchronous_step
         metrics: dict[str, Any] = {}
         for step in range(session.start_step + 1, cfg.trainer.max_steps + 1):
             metrics = take_step(run, step)
@@ -80,6 +83,17 @@ def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, 
                             session.seats)
         print(done_line(session.saved, session.out_dir / "metrics.jsonl", plot), flush=True)
         return metrics
+
+
+def choose_step(run: RLRun) -> Callable[[RLRun, int], dict[str, Any]]:
+    """The step variant this run takes, once: streamed one step ahead, synchronous with a joint search
+    (the search's game tree built here), or synchronous."""
+    cfg = run.cfg
+    if cfg.rollout.max_staleness > 0:
+        return streamed_step
+    if cfg.study.joint_search_every > 0:
+        return JointSearchStep(JointSearch(cfg, run.session.seats))
+    return synchronous_step
 
 
 def header_line(session: RunSession) -> str:

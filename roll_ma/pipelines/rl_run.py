@@ -1,6 +1,6 @@
 """What every step of an RL run works with (``RLRun``), set up once after the session's models are loaded:
-the adapter sync and the first push, the train rollouts, the optional joint search, the model shape for
-MFU, and which adapter version each engine serves."""
+the adapter sync and the first push, the train rollouts, the model shape for MFU, and which adapter
+version each engine serves."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from roll_ma.config.schema import RunConfig
 from roll_ma.models.flops import ModelShape
 from roll_ma.pipelines.adapter_sync import AdapterSync
 from roll_ma.pipelines.clusters import RunWorkers
-from roll_ma.pipelines.joint_search_step import JointSearch
 from roll_ma.pipelines.rollout_queue import RolloutQueue
 from roll_ma.pipelines.session import RunSession
 
@@ -29,7 +28,6 @@ class RLRun:
     session: RunSession
     sync: AdapterSync  # pushes updated adapters into every engine
     rollouts: RolloutQueue  # the train rollouts (one step ahead with rollout.max_staleness > 0)
-    search: JointSearch | None  # study.joint_search_every > 0: small cooperative games
     shape: ModelShape  # the model's shape: FLOPs of every pass
     peak_flops: float  # the GPU's peak (0: unknown), for MFU
     gpus: dict[str, int]  # GPUs that run each pass, for MFU per GPU
@@ -91,7 +89,6 @@ def prepare_rl_run(session: RunSession, step_hook: StepHook | None = None) -> RL
         sync=sync,
         # max_staleness 0: roll out, then train. k >= 1: step s + 1's rollout plays while step s trains
         rollouts=RolloutQueue(workers, session.planner, ahead=cfg.rollout.max_staleness > 0),
-        search=JointSearch(cfg, session.seats) if cfg.study.joint_search_every > 0 else None,
         shape=ModelShape(**profile["shape"]),
         peak_flops=profile["peak_flops"],
         gpus=gpus,

@@ -2,8 +2,9 @@
 the rows, then push the updated adapters before the next rollout starts.
 
 Its stages, in order: rollout (every row must report its agent's newest adapter version), score
-(reference and old log-probs, the critic's values), advantages, update (agent after agent), joint search
-(small cooperative games, every ``study.joint_search_every`` steps), sync, evaluation, record.
+(reference and old log-probs, the critic's values), advantages, update (agent after agent), sync,
+evaluation, record. The joint-search step (``joint_search_step.py``) is this step with one more stage
+between the update and the sync.
 """
 
 from __future__ import annotations
@@ -34,23 +35,33 @@ def synchronous_step(run: RLRun, step: int) -> dict[str, Any]:
     """One step: its stages one after another; returns the step's metrics (logged by ``record``)."""
     timer = StepTimer()
     with timer("step"):
-        batch, metrics = roll_out(run, step, timer)
-        refuse_stale_rows(metrics)
-        metrics.update(free_engine_memory(run, timer))
-        batch, scored, flops = score(run, batch, step, timer)
-        metrics.update(scored)
-        batch, advantaged = compute_advantages(run, batch, step, timer)
-        metrics.update(advantaged)
-        trained = update(run, batch, timer)
-        metrics.update(trained)
-        searched = joint_search_if_due(run, step, timer)
-        metrics.update(searched or {})
-        # a joint search distills into every adapter; else only those that took an optimizer step changed
-        changed = run.trainable if searched is not None else updated_adapters(run.cfg, trained)
-        metrics.update(push_adapters(run, changed, step, timer))
-        run.mark_served(changed, step)
-        metrics.update(evaluate_if_due(run, step, timer))
+        metrics, flops, trained = roll_out_and_update(run, step, timer)
+        push_and_evaluate(run, updated_adapters(run.cfg, trained), step, metrics, timer)
     return record(run, step, metrics, timer, flops, rollout_s=timer.times["timing/rollout"])
+
+
+def roll_out_and_update(run: RLRun, step: int, timer: StepTimer
+                        ) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
+    """The step up to its update: rollout, score, advantages, update. Returns the step's metrics so far,
+    each scoring pass's FLOPs and the update's own metrics."""
+    batch, metrics = roll_out(run, step, timer)
+    refuse_stale_rows(metrics)
+    metrics.update(free_engine_memory(run, timer))
+    batch, scored, flops = score(run, batch, step, timer)
+    metrics.update(scored)
+    batch, advantaged = compute_advantages(run, batch, step, timer)
+    metrics.update(advantaged)
+    trained = update(run, batch, timer)
+    metrics.update(trained)
+    return metrics, flops, trained
+
+
+def push_and_evaluate(run: RLRun, changed: set[str], step: int, metrics: dict[str, Any],
+                      timer: StepTimer) -> None:
+    """The step after its update: push the ``changed`` adapters, then evaluate if due (into ``metrics``)."""
+    metrics.update(push_adapters(run, changed, step, timer))
+    run.mark_served(changed, step)
+    metrics.update(evaluate_if_due(run, step, timer))
 
 
 def refuse_stale_rows(metrics: dict[str, Any]) -> None:
@@ -66,15 +77,6 @@ def update(run: RLRun, batch: DataProto, timer: StepTimer) -> dict[str, float]:
         trained = run.workers.train.train_step(batch)[0]
     mfu = update_mfu_metrics(run.cfg, batch, trained, timer.times, run.shape, run.gpus, run.peak_flops)
     return {**trained, **mfu}
-
-
-def joint_search_if_due(run: RLRun, step: int, timer: StepTimer) -> dict[str, float] | None:
-    """Every ``study.joint_search_every`` steps: search the game for a better joint policy and distill it
-    into the adapters (``pipelines/joint_search_step.py``); None when the search did not run."""
-    if run.search is None or step % run.cfg.study.joint_search_every != 0:
-        return None
-    with timer("joint_search"):
-        return run.search.improve(run.workers.train, step)
 
 
 def push_adapters(run: RLRun, changed: set[str], step: int, timer: StepTimer) -> dict[str, float]:

@@ -39,9 +39,22 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
     """Every problem of ``cfg`` at once. ``check_local_gpus=False`` skips only "this machine has too few
     GPUs" (``--cfg`` checks a GPU config on a laptop)."""
     problems: list[ConfigProblem] = []
-    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
+    _check_agents(cfg, problems)
+    _check_env_and_seats(cfg, check_env, problems)
+    _check_train(cfg, check_local_gpus, problems)
+    _check_installed(cfg, problems)
+    _check_model(cfg, problems)
+    from roll_ma.preflight.validate_phases import check_phases
 
-    # ---- agents and adapters
+    check_phases(cfg, problems, _looks_local)
+    _check_resources(cfg, problems, check_local_gpus)
+    check_async(cfg, problems)
+    return problems
+
+
+def _check_agents(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
+    """Agent names, what agents sharing an adapter must agree on, their initial adapters."""
+    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
     names = [a.name for a in cfg.agents]
     if not names:
         add("agents", "needs at least one agent, e.g. agents: [{name: player}]")
@@ -82,7 +95,11 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
         add("agents", "every agent is frozen: nothing would train; unfreeze one, or evaluate them with an "
                       "eval phase (phases: [{objective: eval}])")
 
-    # ---- env and seats
+
+def _check_env_and_seats(cfg: RunConfig, check_env: bool, problems: list[ConfigProblem]) -> None:
+    """The team checks, the env (imported: it may register algorithm names), the seats, the env workers."""
+    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
+    names = [a.name for a in cfg.agents]
     from roll_ma.preflight.validate_team import check_team
 
     check_team(cfg, problems)  # gae combinations, team env hooks and task
@@ -105,7 +122,10 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
             f"must be one of {list(BUILTIN_POLICIES)}{suggest(cfg.env.eval_opponent, BUILTIN_POLICIES)}",
         )
 
-    # ---- train, reference, algorithm
+
+def _check_train(cfg: RunConfig, check_local_gpus: bool, problems: list[ConfigProblem]) -> None:
+    """The train strategy and its batch shapes, the reference, the KL term."""
+    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
     if cfg.model.liger_kernel is True:  # auto falls back where the kernels cannot run (models/liger.py)
         from roll_ma.models.liger import liger_problem
 
@@ -157,7 +177,10 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
             "a KL term needs reference log-probs: set reference.mode to train_worker or worker, or kl_coef=0",
         )
 
-    # ---- backends installed
+
+def _check_installed(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
+    """The backends and trackers the config names are installed."""
+    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
     if not _installed("deepspeed"):
         add(
             "train.strategy",
@@ -177,7 +200,10 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
     if cfg.tracking.wandb and not _installed("wandb"):
         add("tracking.wandb", "wandb is not installed: pip install wandb, or set it to false")
 
-    # ---- model
+
+def _check_model(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
+    """The model path: a local directory that exists, a hub name, or a known built-in."""
+    add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
     path = cfg.model.path
     looks_local = _looks_local(path)
     if cfg.model.random_weights:
@@ -200,13 +226,6 @@ def validate(cfg: RunConfig, check_env: bool = True, check_local_gpus: bool = Tr
             f"unknown built-in model {path!r}{suggest(path, BUILTIN_MODEL_NAMES)}; "
             f"the built-in models are {BUILTIN_MODEL_NAMES}",
         )
-
-    from roll_ma.preflight.validate_phases import check_phases
-
-    check_phases(cfg, problems, _looks_local)
-    _check_resources(cfg, problems, check_local_gpus)
-    check_async(cfg, problems)
-    return problems
 
 
 def _check_seats(

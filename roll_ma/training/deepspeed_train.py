@@ -9,8 +9,11 @@ from a reference worker, because the base weights move.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from roll_ma.training.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
 from roll_ma.training.policy_weights import FullWeights, LoraWeights
+from roll_ma.training.train_backend import DPOCapable, JointSearchCapable, PhaseCapable, TrainBackend
 
 
 class DeepSpeedTrainStrategy(MultiAgentDeepSpeedStrategy):
@@ -32,3 +35,10 @@ class DeepSpeedTrainStrategy(MultiAgentDeepSpeedStrategy):
                              "train.strategy=multi_agent_deepspeed or let the agents share one adapter")
         return LoraWeights(self.model_cfg, self.adapters, self.seed, self._copied_adapters(),
                            self._critic_specs(), self.train_cfg.lora_compute_dtype == "model")
+
+
+if TYPE_CHECKING:  # mypy checks the class against the core and every capability it claims
+    _conforms: type[TrainBackend] = DeepSpeedTrainStrategy
+    _phases: type[PhaseCapable] = DeepSpeedTrainStrategy
+    _dpo: type[DPOCapable] = DeepSpeedTrainStrategy
+    _joint_search: type[JointSearchCapable] = DeepSpeedTrainStrategy

@@ -44,7 +44,7 @@ from roll_ma.training.objectives import objective_named
 from roll_ma.training.policy_engine import PolicyEngine
 from roll_ma.training.policy_weights import FullWeights, LoraWeights
 from roll_ma.training.scoring import check_columns, score_rows
-from roll_ma.training.train_backend import TrainBackend
+from roll_ma.training.train_backend import DPOCapable, JointSearchCapable, PhaseCapable, TrainBackend
 from roll_ma.training.update_loop import UpdateContext
 
 
@@ -451,5 +451,9 @@ class MultiAgentDeepSpeedStrategy:
         barrier()
 
 
-if TYPE_CHECKING:  # mypy checks that the class is a TrainBackend (the worker calls it only through that)
+if TYPE_CHECKING:  # mypy checks the class against the core and every capability it claims (the worker
+    # calls it only through these Protocols)
     _conforms: type[TrainBackend] = MultiAgentDeepSpeedStrategy
+    _phases: type[PhaseCapable] = MultiAgentDeepSpeedStrategy
+    _dpo: type[DPOCapable] = MultiAgentDeepSpeedStrategy
+    _joint_search: type[JointSearchCapable] = MultiAgentDeepSpeedStrategy

@@ -81,6 +81,25 @@ class _ActionBonus:
         return cls(coef, choices, has_choice)
 
 
+@dataclass
+class _MicroBatch:
+    """One micro-batch as the loss and the metrics read it: the forward's outputs and the terms they share."""
+
+    idx: torch.Tensor  # (b,) the rows
+    real: torch.Tensor  # (b,) 1 for a real row, 0 for padding
+    mask: torch.Tensor  # (b, R) response tokens of real rows
+    adv: torch.Tensor  # (b, R)
+    log_probs: torch.Tensor  # (b, R) this forward's
+    entropy: torch.Tensor  # (b, R)
+    old: torch.Tensor  # (b, R) pi_old
+    weights: torch.Tensor | None  # (b, R) decoupled: pi_old / pi_behaviour, capped
+    truncated: torch.Tensor | None  # (b, R) decoupled: where the cap cut the weight
+    gap: torch.Tensor | None  # (b, R) reused pi_old: |pi_old - engine's log-prob|
+    kl: torch.Tensor | None = None  # (b, R) with a reference
+    action_ent: torch.Tensor | None = None  # (b,) the action bonus on
+    choice_rows: torch.Tensor | None = None  # (b,) real rows with two or more legal actions
+
+
 class PPOLoss:
     """The ``MicroBatchLoss`` of one PPO update over ``rows``.
 
@@ -142,8 +161,19 @@ class PPOLoss:
     def micro_loss(
         self, idx: torch.Tensor, real: torch.Tensor, local_denoms: np.ndarray, sums: AgentSums
     ) -> torch.Tensor:
-        algo, dev, cols = self.algo, self.engine.device, self.cols
         local_denom, choice_denom = float(local_denoms[1]), float(local_denoms[2])
+        m = self._forward(idx, real)
+        loss = self._loss(m, local_denom, choice_denom)
+        with torch.no_grad():
+            slots = self.row_slot[idx]
+            for s in torch.unique(slots[real > 0]).tolist():
+                sums.add(s, self._agent_sums(m, s, slots))
+        return loss
+
+    def _forward(self, idx: torch.Tensor, real: torch.Tensor) -> _MicroBatch:
+        """The micro-batch's rows on the device, this policy's forward over them, pi_old and (decoupled) the
+        behaviour weights or (reused pi_old) the trainer-vs-engine gap."""
+        algo, dev, cols = self.algo, self.engine.device, self.cols
         ids = cols["input_ids"][idx].to(dev)  # (b, T)
         attn = cols["attention_mask"][idx].to(dev)  # (b, T)
         mask = cols["response_mask"][idx].to(dev).float() * real.to(dev)[:, None]  # (b, R) pad rows count 0
@@ -168,67 +198,69 @@ class PPOLoss:
             weights, truncated = behavior_weights(old, behav, algo.is_weight_cap)  # (b, R) each
         elif "rollout_log_probs" in cols:  # reused pi_old: the trainer-vs-engine gap comes from here
             gap = (old - cols["rollout_log_probs"][idx].to(dev).float()).abs()  # (b, R)
-        loss, _ = self.policy_loss(log_probs, old, adv, mask, algo, local_denom, weights)
-        kl = None
+        return _MicroBatch(idx, real, mask, adv, log_probs, entropy, old, weights, truncated, gap)
+
+    def _loss(self, m: _MicroBatch, local_denom: float, choice_denom: float) -> torch.Tensor:
+        """The policy loss plus the KL (``kl_mode: loss``), minus the entropy and action entropy bonuses;
+        keeps the KL and the action entropy on ``m`` for the metrics."""
+        algo, dev, cols, idx, mask = self.algo, self.engine.device, self.cols, m.idx, m.mask
+        loss, _ = self.policy_loss(m.log_probs, m.old, m.adv, mask, algo, local_denom, m.weights)
         if "ref_log_probs" in cols:
             ref = cols["ref_log_probs"][idx].to(dev).float()  # (b, R)
-            kl = kl_estimate(log_probs, ref, algo.kl_estimator)  # (b, R)
+            m.kl = kl_estimate(m.log_probs, ref, algo.kl_estimator)  # (b, R)
             if algo.kl_coef > 0 and algo.kl_mode == "loss":
-                loss = loss + algo.kl_coef * aggregate(kl, mask, algo.loss_agg, local_denom)
+                loss = loss + algo.kl_coef * aggregate(m.kl, mask, algo.loss_agg, local_denom)
         if self.entropy_coef > 0:
-            loss = loss - self.entropy_coef * aggregate(entropy, mask, algo.loss_agg, local_denom)
-        action_ent: torch.Tensor | None = None
-        choice_rows: torch.Tensor | None = None
+            loss = loss - self.entropy_coef * aggregate(m.entropy, mask, algo.loss_agg, local_denom)
         if self.bonus is not None and choice_denom > 0:
-            choice_rows = torch.from_numpy(self.bonus.has_choice[idx.numpy()]).to(dev) * real.to(dev)  # (b,)
-            action_ent = self._action_entropy(idx)  # (b,)
-            loss = loss - self.bonus.coef * (action_ent * choice_rows).sum() / choice_denom
-
-        with torch.no_grad():
-            slots = self.row_slot[idx]
-            lp, ent = log_probs.detach(), entropy.detach()
-            for s in torch.unique(slots[real > 0]).tolist():
-                agent_mask = mask * (slots == s).to(dev, mask.dtype)[:, None]  # (b, R) this agent's tokens
-                # denominator 1: sums, divided by the agent's total count after all micro-batches and ranks
-                pl, stats = self.policy_loss(lp, old, adv, agent_mask, algo, 1.0, weights)
-                is_w = is_trunc = 0.0
-                if weights is not None and truncated is not None:
-                    is_w = float((weights * agent_mask).sum())
-                    is_trunc = float((truncated.to(agent_mask.dtype) * agent_mask).sum())
-                    if agent_mask.any():
-                        self.maxima.raise_to(s, "is_weight", float(weights[agent_mask > 0].max()))
-                gap_sum = 0.0
-                if gap is not None and agent_mask.any():
-                    gap_sum = float((gap * agent_mask).sum())
-                    self.maxima.raise_to(s, "logprob_gap", float((gap * agent_mask).max()))
-                toks = float(agent_mask.sum())
-                inputs, inputs_run = self._input_tokens(idx, (slots == s) & (real > 0))
-                units = toks if algo.loss_agg == "token_mean" else float(((slots == s) & (real > 0)).sum())
-                kl_sum = 0.0 if kl is None else float(aggregate(kl.detach(), agent_mask, algo.loss_agg, 1.0))
-                ent_sum = float(aggregate(ent, agent_mask, algo.loss_agg, 1.0))
-                a_ent = a_rows = 0.0
-                if action_ent is not None and choice_rows is not None:
-                    agent_rows = choice_rows * (slots == s).to(dev, choice_rows.dtype)  # (b,)
-                    a_ent, a_rows = float((action_ent.detach() * agent_rows).sum()), float(agent_rows.sum())
-                sums.add(
-                    s,
-                    {
-                        "policy_loss": float(pl),
-                        "kl": kl_sum,
-                        "entropy": ent_sum,
-                        "clipped": stats.get("clip_frac", 0.0) * toks,
-                        "tokens": toks,
-                        "units": units,
-                        "action_entropy": a_ent,
-                        "choice_rows": a_rows,
-                        "is_weight": is_w,
-                        "is_truncated": is_trunc,
-                        "logprob_gap": gap_sum,
-                        "input_tokens": inputs,
-                        "input_tokens_run": inputs_run,
-                    },
-                )
+            has_choice = torch.from_numpy(self.bonus.has_choice[idx.numpy()]).to(dev)  # (b,)
+            m.choice_rows = has_choice * m.real.to(dev)  # (b,)
+            m.action_ent = self._action_entropy(idx)  # (b,)
+            loss = loss - self.bonus.coef * (m.action_ent * m.choice_rows).sum() / choice_denom
         return loss
+
+    def _agent_sums(self, m: _MicroBatch, s: int, slots: torch.Tensor) -> dict[str, float]:
+        """Agent slot ``s``'s sums over this micro-batch (``PPO_SUMS``); raises its ``PPO_MAXIMA``."""
+        algo, dev, mask, real = self.algo, self.engine.device, m.mask, m.real
+        weights, truncated, gap = m.weights, m.truncated, m.gap
+        lp, ent = m.log_probs.detach(), m.entropy.detach()
+        agent_mask = mask * (slots == s).to(dev, mask.dtype)[:, None]  # (b, R) this agent's tokens
+        # denominator 1: sums, divided by the agent's total count after all micro-batches and ranks
+        pl, stats = self.policy_loss(lp, m.old, m.adv, agent_mask, algo, 1.0, weights)
+        is_w = is_trunc = 0.0
+        if weights is not None and truncated is not None:
+            is_w = float((weights * agent_mask).sum())
+            is_trunc = float((truncated.to(agent_mask.dtype) * agent_mask).sum())
+            if agent_mask.any():
+                self.maxima.raise_to(s, "is_weight", float(weights[agent_mask > 0].max()))
+        gap_sum = 0.0
+        if gap is not None and agent_mask.any():
+            gap_sum = float((gap * agent_mask).sum())
+            self.maxima.raise_to(s, "logprob_gap", float((gap * agent_mask).max()))
+        toks = float(agent_mask.sum())
+        inputs, inputs_run = self._input_tokens(m.idx, (slots == s) & (real > 0))
+        units = toks if algo.loss_agg == "token_mean" else float(((slots == s) & (real > 0)).sum())
+        kl_sum = 0.0 if m.kl is None else float(aggregate(m.kl.detach(), agent_mask, algo.loss_agg, 1.0))
+        ent_sum = float(aggregate(ent, agent_mask, algo.loss_agg, 1.0))
+        a_ent = a_rows = 0.0
+        if m.action_ent is not None and m.choice_rows is not None:
+            agent_rows = m.choice_rows * (slots == s).to(dev, m.choice_rows.dtype)  # (b,)
+            a_ent, a_rows = float((m.action_ent.detach() * agent_rows).sum()), float(agent_rows.sum())
+        return {
+            "policy_loss": float(pl),
+            "kl": kl_sum,
+            "entropy": ent_sum,
+            "clipped": stats.get("clip_frac", 0.0) * toks,
+            "tokens": toks,
+            "units": units,
+            "action_entropy": a_ent,
+            "choice_rows": a_rows,
+            "is_weight": is_w,
+            "is_truncated": is_trunc,
+            "logprob_gap": gap_sum,
+            "input_tokens": inputs,
+            "input_tokens_run": inputs_run,
+        }
 
     def _input_tokens(self, idx: torch.Tensor, keep: torch.Tensor) -> tuple[float, float]:
         """Prompt + response tokens of rows ``idx[keep]`` ((b,) bool) and those the forward ran: each

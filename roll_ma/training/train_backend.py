@@ -1,14 +1,25 @@
 """What a train worker asks of its training backend: the plug point ``train.strategy`` names.
 
-``multi_agent_deepspeed`` (and ``deepspeed_train``, one policy) implement it; a new backend is a class with
-these methods, registered in ``TRAIN_STRATEGIES`` (``training/__init__.py``). mypy checks the worker's calls
-against this, not against one implementation.
+``TrainBackend`` is the core every run needs: build, score log-probs (and the critic's values), the
+RL update, the adapters' weights for the rollout engines, checkpoints. What only some runs need is an
+optional capability, a small Protocol of its own that a backend may also implement:
+
+- ``PhaseCapable``: a fresh optimizer per training phase (``phases``: SFT, DPO);
+- ``DPOCapable``: DPO's reference log-probs of chosen/rejected pairs and the frozen reference copies;
+- ``JointSearchCapable``: scoring a game's choices and distilling a searched joint policy
+  (``study.joint_search_every``).
+
+``multi_agent_deepspeed`` (and ``deepspeed_train``, one policy) implement all of them; a new backend is a
+class with the core methods (plus any capability it offers), registered in ``TRAIN_STRATEGIES``
+(``training/__init__.py``). mypy checks each backend against every Protocol it claims (the
+``TYPE_CHECKING`` block under the class); the train worker checks a capability where it is used
+(``isinstance``), so a config that needs one the backend lacks fails naming it.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from roll_ma.protocol import DataProto
 
@@ -33,6 +44,29 @@ class TrainBackend(Protocol):
         """Update every trainable policy on its own rows; returns the step's metrics."""
         ...
 
+    def adapter_tensors(self, adapters: list[str] | None = None, packed: bool = False,
+                        dtype: str | None = None, shared: Any = None) -> dict[str, Any]:
+        """The named adapters' weights for the rollout engines (default: all of them)."""
+        ...
+
+    def save_checkpoint(self, ckpt_dir: str | os.PathLike) -> None: ...
+
+    def load_checkpoint(self, ckpt_dir: str | os.PathLike) -> None: ...
+
+
+@runtime_checkable
+class PhaseCapable(Protocol):
+    """Training phases (``phases``: SFT, DPO) start each with a fresh optimizer."""
+
+    def reset_optimizers(self, lr: float | None = None) -> None:
+        """A fresh optimizer per policy (a new phase), at ``lr`` if given."""
+        ...
+
+
+@runtime_checkable
+class DPOCapable(Protocol):
+    """DPO phases: the reference log-probs of each pair, from frozen copies of the adapters (or the base)."""
+
     def compute_pair_ref_log_probs(self, data: DataProto, reference: str = "copy") -> DataProto:
         """DPO: the reference log-probs of chosen and rejected responses."""
         ...
@@ -41,9 +75,10 @@ class TrainBackend(Protocol):
         """Copy the adapters as they are now into the reference copies; returns the policies copied."""
         ...
 
-    def reset_optimizers(self, lr: float | None = None) -> None:
-        """A fresh optimizer per policy (a new phase), at ``lr`` if given."""
-        ...
+
+@runtime_checkable
+class JointSearchCapable(Protocol):
+    """Joint policy search (``study.joint_search_every``): score the answers, distill the found policy."""
 
     def score_choices(self, data: DataProto) -> DataProto:
         """Joint search: each row's choice probabilities under its agent's adapter."""
@@ -53,11 +88,11 @@ class TrainBackend(Protocol):
         """Joint search: move each adapter towards the searched choices."""
         ...
 
-    def adapter_tensors(self, adapters: list[str] | None = None, packed: bool = False,
-                        dtype: str | None = None, shared: Any = None) -> dict[str, Any]:
-        """The named adapters' weights for the rollout engines (default: all of them)."""
-        ...
 
-    def save_checkpoint(self, ckpt_dir: str | os.PathLike) -> None: ...
-
-    def load_checkpoint(self, ckpt_dir: str | os.PathLike) -> None: ...
+def missing_capability(strategy: str, capability: str, methods: str, needed_by: str) -> ValueError:
+    """The error of a config that needs a capability ``train.strategy`` does not implement."""
+    return ValueError(
+        f"{needed_by} needs a train backend with the {capability} capability ({methods}), and "
+        f"train.strategy={strategy} has none; pick a train.strategy that implements {capability} "
+        f"(roll_ma/training/train_backend.py)"
+    )

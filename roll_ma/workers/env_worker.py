@@ -17,7 +17,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
 from roll_ma.data.turn_samples import TurnSample, collate_turns
@@ -176,23 +176,9 @@ class EnvWorker(Worker):
         ``meta_info["episodes"]`` holds one summary per episode (returns, env metrics, errors).
         """
         started_at = time.time()  # wall clock: the benchmarks' timeline of rollouts and updates
-        from roll_ma.envs.registry import make_env
-
         specs = assignments[self.rank] if self.rank < len(assignments) else []
         rollout = share_of(rollout, self.rank, self.world_size)  # env worker i drives engine i
-        seat_map = list(seats or self.seats)
-        kwargs = env_kwargs(self.env_cfg, self.agents, seat_map)
-        if self._env_takes_tokenizer:
-            kwargs["tokenizer"] = self.tokenizer
-        if self._vocab_size is not None:
-            kwargs["vocab_size"] = self._vocab_size
-        episodes = []
-        for spec in specs:
-            env = make_env(self.env_cfg.name, **kwargs)
-            # why Callable[..., Turn]: envs that play problems (math, workflows) add problem= to reset
-            reset: Callable[..., Turn] = env.reset
-            turn = reset(spec.seed, problem=spec.problem) if self._reset_takes_problem else reset(spec.seed)
-            episodes.append(_Episode(spec, env, turn, random.Random(spec.seed)))
+        episodes = self._start_episodes(specs, list(seats or self.seats))
         samples: list[TurnSample] = []
         sample_rounds: list[int] = []  # per sample: its round if every round decoded one turn (the row order)
         round_idx = 0
@@ -207,56 +193,7 @@ class EnvWorker(Worker):
             finished = len(episodes) - len(waiting)
             if not waiting:
                 break
-            # (episode, its turns to decode now): the current turn, then any it plans (decode_ahead)
-            turns = [(ep, k, turn) for ep in waiting
-                     for k, turn in enumerate([ep.turn, *self._turns_ahead(ep)])]
-            prompts = [self._encode(turn.messages) if turn.prompt_ids is None else self._cut(turn.prompt_ids)
-                       for _, _, turn in turns]
-            request = DataProto.from_dict(
-                non_tensors={
-                    "prompt_ids": [p for p, _ in prompts],
-                    "agent_id": [self.agent_ids[turn.agent] for _, _, turn in turns],
-                    "sample_seed": [sample_seed(ep.spec.episode_id, ep.turns_played + k)
-                                    for ep, k, _ in turns],
-                },
-                meta_info={"greedy": greedy, "seed": self.seed * 1_000_003 + step},
-            )
-            activity.note(f"{'eval' if greedy else 'rollout'} step {step}: round {round_idx}, "
-                          f"asking the rollout workers for {len(turns)} turns of {len(waiting)} episodes")
-            out = rollout.generate(request)
-            greedy_texts = self._greedy_texts(rollout, request)
-            activity.note(f"{'eval' if greedy else 'rollout'} step {step}: round {round_idx}, "
-                          f"stepping {len(waiting)} envs with the answers")
-            mask = out.batch["response_mask"].bool()
-            for row, ((ep, k, turn), (prompt_ids, truncated)) in enumerate(zip(turns, prompts)):
-                if k > 0 and ep.turn != turn:  # the env planned a turn that its step did not give
-                    gave = "ended the episode" if ep.turn is None else f"gave {ep.turn}"
-                    raise RuntimeError(
-                        f"env {self.env_cfg.name!r} planned turn {ep.turns_played} of episode "
-                        f"{ep.spec.episode_id} (planned_turns) as {turn}, but step() {gave}: an env may "
-                        "plan only turns that no reply changes; fix planned_turns or set "
-                        "env.decode_ahead=false"
-                    )
-                n = int(mask[row].sum())
-                sample = TurnSample(
-                    prompt_ids=prompt_ids,
-                    response_ids=out.batch["responses"][row, :n].tolist(),
-                    rollout_log_probs=out.batch["rollout_log_probs"][row, :n].tolist(),
-                    agent_id=int(out.non_tensor["agent_id"][row]),
-                    adapter_version=int(out.non_tensor["adapter_version"][row]),
-                    episode_id=ep.spec.episode_id,
-                    group_id=ep.spec.group_id,
-                    turn=ep.turns_played,
-                    player=ep.turn.player,
-                    env_name=self.env_cfg.name,
-                    response_text=str(out.non_tensor["response_text"][row]),
-                    prompt_truncated=truncated,
-                    action_choices=self._encode_choices(ep.turn.action_responses),
-                )
-                self._step(ep, sample.response_text, samples, sample,
-                           greedy_texts[row] if greedy_texts is not None else None,
-                           sample.response_ids if ep.env.takes_response_ids else None)
-                sample_rounds.append(round_idx + k)
+            self._play_round(rollout, waiting, step, greedy, round_idx, samples, sample_rounds)
             round_idx += 1
         # rows in the order of one round per turn, however many turns a round decoded
         samples = [s for _, s in sorted(zip(sample_rounds, samples), key=lambda pair: pair[0])]
@@ -270,6 +207,86 @@ class EnvWorker(Worker):
             "finished_at": time.time(),
         }
         return collate_turns(samples, self.tokenizer.pad_token_id, meta)
+
+    def _start_episodes(self, specs: list[EpisodeSpec], seat_map: list[str]) -> list[_Episode]:
+        """A fresh env per episode, reset to its seed (and problem), in ``seat_map``'s seats."""
+        from roll_ma.envs.registry import make_env
+
+        kwargs = env_kwargs(self.env_cfg, self.agents, seat_map)
+        if self._env_takes_tokenizer:
+            kwargs["tokenizer"] = self.tokenizer
+        if self._vocab_size is not None:
+            kwargs["vocab_size"] = self._vocab_size
+        episodes = []
+        for spec in specs:
+            env = make_env(self.env_cfg.name, **kwargs)
+            # why Callable[..., Turn]: envs that play problems (math, workflows) add problem= to reset
+            reset: Callable[..., Turn] = env.reset
+            turn = reset(spec.seed, problem=spec.problem) if self._reset_takes_problem else reset(spec.seed)
+            episodes.append(_Episode(spec, env, turn, random.Random(spec.seed)))
+        return episodes
+
+    def _play_round(self, rollout: Any, waiting: list[_Episode], step: int, greedy: bool, round_idx: int,
+                    samples: list[TurnSample], sample_rounds: list[int]) -> None:
+        """One round: the rollout workers decode every waiting episode's turn (and the turns it plans), then
+        each env steps with its answer; the turns join ``samples``, their rounds ``sample_rounds``."""
+        # (episode, its turns to decode now): the current turn, then any it plans (decode_ahead)
+        turns = [(ep, k, turn) for ep in waiting
+                 for k, turn in enumerate([ep.turn, *self._turns_ahead(ep)])]
+        prompts = [self._encode(turn.messages) if turn.prompt_ids is None else self._cut(turn.prompt_ids)
+                   for _, _, turn in turns]
+        request = DataProto.from_dict(
+            non_tensors={
+                "prompt_ids": [p for p, _ in prompts],
+                "agent_id": [self.agent_ids[turn.agent] for _, _, turn in turns],
+                "sample_seed": [sample_seed(ep.spec.episode_id, ep.turns_played + k)
+                                for ep, k, _ in turns],
+            },
+            meta_info={"greedy": greedy, "seed": self.seed * 1_000_003 + step},
+        )
+        activity.note(f"{'eval' if greedy else 'rollout'} step {step}: round {round_idx}, "
+                      f"asking the rollout workers for {len(turns)} turns of {len(waiting)} episodes")
+        out = rollout.generate(request)
+        greedy_texts = self._greedy_texts(rollout, request)
+        activity.note(f"{'eval' if greedy else 'rollout'} step {step}: round {round_idx}, "
+                      f"stepping {len(waiting)} envs with the answers")
+        mask = out.batch["response_mask"].bool()
+        for row, ((ep, k, turn), (prompt_ids, truncated)) in enumerate(zip(turns, prompts)):
+            if k > 0 and ep.turn != turn:  # the env planned a turn that its step did not give
+                self._refuse_unplanned(ep, turn)
+            sample = self._sample(out, row, int(mask[row].sum()), ep, prompt_ids, truncated)
+            self._step(ep, sample.response_text, samples, sample,
+                       greedy_texts[row] if greedy_texts is not None else None,
+                       sample.response_ids if ep.env.takes_response_ids else None)
+            sample_rounds.append(round_idx + k)
+
+    def _refuse_unplanned(self, ep: _Episode, turn: Any) -> NoReturn:
+        gave = "ended the episode" if ep.turn is None else f"gave {ep.turn}"
+        raise RuntimeError(
+            f"env {self.env_cfg.name!r} planned turn {ep.turns_played} of episode "
+            f"{ep.spec.episode_id} (planned_turns) as {turn}, but step() {gave}: an env may "
+            "plan only turns that no reply changes; fix planned_turns or set "
+            "env.decode_ahead=false"
+        )
+
+    def _sample(self, out: DataProto, row: int, n: int, ep: _Episode, prompt_ids: list[int],
+                truncated: bool) -> TurnSample:
+        """Row ``row`` of the rollout's answers (its ``n`` response tokens) as episode ``ep``'s turn."""
+        return TurnSample(
+            prompt_ids=prompt_ids,
+            response_ids=out.batch["responses"][row, :n].tolist(),
+            rollout_log_probs=out.batch["rollout_log_probs"][row, :n].tolist(),
+            agent_id=int(out.non_tensor["agent_id"][row]),
+            adapter_version=int(out.non_tensor["adapter_version"][row]),
+            episode_id=ep.spec.episode_id,
+            group_id=ep.spec.group_id,
+            turn=ep.turns_played,
+            player=ep.turn.player,
+            env_name=self.env_cfg.name,
+            response_text=str(out.non_tensor["response_text"][row]),
+            prompt_truncated=truncated,
+            action_choices=self._encode_choices(ep.turn.action_responses),
+        )
 
     def _turns_ahead(self, ep: _Episode) -> list[Any]:
         """The turns after ``ep.turn`` that its env plans (env.decode_ahead; none when the env shows

@@ -24,7 +24,18 @@ from roll_ma.config.schema import (
 from roll_ma.distributed.shm_transfer import SegmentOwner
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
-from roll_ma.training.train_backend import TrainBackend
+from roll_ma.training.train_backend import (
+    DPOCapable,
+    JointSearchCapable,
+    PhaseCapable,
+    TrainBackend,
+    missing_capability,
+)
+
+# what each optional capability offers and which part of a config calls for it (its error names both)
+JOINT_SEARCH = ("JointSearchCapable", "score_choices, distill_choices", "study.joint_search_every > 0")
+DPO = ("DPOCapable", "compute_pair_ref_log_probs, snapshot_reference", "a dpo phase")
+PHASES = ("PhaseCapable", "reset_optimizers", "phases")
 
 
 class TrainWorker(Worker):
@@ -68,6 +79,7 @@ class TrainWorker(Worker):
             self.world_size, reference_copies=self.reference_copies, study_cfg=self.study_cfg,
             critic_cfg=self.critic_cfg,
         )
+        check_capabilities(strategy, self.train_cfg.strategy, self.study_cfg, self.reference_copies)
         strategy.initialize(total_steps=total_steps)
         self.strategy = strategy
 
@@ -75,6 +87,24 @@ class TrainWorker(Worker):
         if self.strategy is None:
             raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")
         return self.strategy
+
+    def _phases(self) -> PhaseCapable:
+        strategy = self._strategy()
+        if not isinstance(strategy, PhaseCapable):
+            raise missing_capability(self.train_cfg.strategy, *PHASES)
+        return strategy
+
+    def _dpo(self) -> DPOCapable:
+        strategy = self._strategy()
+        if not isinstance(strategy, DPOCapable):
+            raise missing_capability(self.train_cfg.strategy, *DPO)
+        return strategy
+
+    def _joint_search(self) -> JointSearchCapable:
+        strategy = self._strategy()
+        if not isinstance(strategy, JointSearchCapable):
+            raise missing_capability(self.train_cfg.strategy, *JOINT_SEARCH)
+        return strategy
 
     @register(Dispatch.DP_BALANCED)
     def compute_log_probs(self, data: DataProto) -> DataProto:
@@ -117,20 +147,20 @@ class TrainWorker(Worker):
     def compute_pair_ref_log_probs(self, data: DataProto) -> DataProto:
         """DPO pairs: (N,) ``ref_chosen_logps`` / ``ref_rejected_logps`` under meta_info["reference"]: "copy"
         (each agent's frozen adapter copy) or "base" (adapters off)."""
-        out = self._strategy().compute_pair_ref_log_probs(data, str(data.meta_info.get("reference", "copy")))
+        out = self._dpo().compute_pair_ref_log_probs(data, str(data.meta_info.get("reference", "copy")))
         _release_cached_gpu_memory()
         return out
 
     @register(Dispatch.ONE_TO_ALL)
     def snapshot_reference(self) -> list[str]:
         """Freeze every trainable adapter as it is now into its reference copy (a DPO phase starts)."""
-        return self._strategy().snapshot_reference()
+        return self._dpo().snapshot_reference()
 
     @register(Dispatch.ONE_TO_ALL)
     def reset_optimizers(self, lr: float | None = None) -> None:
         """A fresh optimizer and lr schedule for every trainable adapter (a training phase starts), peaking
         at ``lr`` if given."""
-        self._strategy().reset_optimizers(lr)
+        self._phases().reset_optimizers(lr)
 
     @register(Dispatch.RANK_ZERO)
     def flops_profile(self) -> dict[str, Any]:
@@ -158,12 +188,12 @@ class TrainWorker(Worker):
     def score_choices(self, data: DataProto) -> DataProto:
         """(B, K) ``choice_log_probs`` of each row's legal answers under its agent's adapter (joint search;
         a few dozen prompts, so rank 0 alone)."""
-        return self._strategy().score_choices(data)
+        return self._joint_search().score_choices(data)
 
     @register(Dispatch.ONE_TO_ALL)
     def distill_choices(self, data: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
         """Supervised steps on each row's ``target_action`` into its agent's adapter (all rows, all ranks)."""
-        metrics = self._strategy().distill_choices(data, max_steps, stop_prob)
+        metrics = self._joint_search().distill_choices(data, max_steps, stop_prob)
         _release_cached_gpu_memory()
         return metrics
 
@@ -225,6 +255,16 @@ class TrainWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, ckpt_dir: str) -> None:
         self._strategy().load_checkpoint(ckpt_dir)
+
+
+def check_capabilities(backend: TrainBackend, strategy: str, study_cfg: StudyConfig,
+                       reference_copies: bool) -> None:
+    """Refuse, before any model is built, a backend that lacks a capability this run's config calls for
+    (a phase's optimizer reset is checked when a phase starts: the worker does not see the phases)."""
+    if study_cfg.joint_search_every > 0 and not isinstance(backend, JointSearchCapable):
+        raise missing_capability(strategy, *JOINT_SEARCH)
+    if reference_copies and not isinstance(backend, DPOCapable):  # frozen copies: only DPO asks for them
+        raise missing_capability(strategy, *DPO)
 
 
 def _release_cached_gpu_memory() -> None:

@@ -46,6 +46,59 @@ def _isolate_network() -> bool:
         return False
 
 
+# audit events refused outright, and those whose path arguments are checked (writes / reads); the hook
+# binds them locally, so the sandboxed program cannot swap them
+_BLOCKED_IMPORTS = frozenset({"socket", "_socket", "ssl", "_ssl"})
+_BLOCKED_EVENTS = frozenset(
+    {
+        "subprocess.Popen",
+        "os.system",
+        "os.exec",
+        "os.spawn",
+        "os.posix_spawn",
+        "os.fork",
+        "os.forkpty",
+        "os.kill",
+        "os.killpg",
+        "signal.pthread_kill",
+        "os.link",
+        "os.symlink",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys.remote_exec",
+    }
+)
+_PATH_EVENTS = frozenset(
+    {
+        "os.remove",
+        "os.rename",
+        "sqlite3.connect",
+        "os.rmdir",
+        "os.mkdir",
+        "os.chmod",
+        "os.chown",
+        "os.truncate",
+        "os.utime",
+        "os.chflags",
+        "os.lchflags",
+        "os.setxattr",
+        "os.removexattr",
+        "shutil.rmtree",
+        "shutil.move",
+        "shutil.copyfile",
+        "shutil.copymode",
+        "shutil.copystat",
+        "shutil.copytree",
+        "shutil.chown",
+        "shutil.make_archive",
+        "shutil.unpack_archive",
+    }
+)
+_READ_EVENTS = frozenset({"os.listdir", "os.scandir", "glob.glob", "os.getxattr", "os.listxattr"})
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+
+
 def _make_hook(scratch: str, read_roots: tuple):
     import os.path
 
@@ -53,55 +106,8 @@ def _make_hook(scratch: str, read_roots: tuple):
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     _isinstance, _str, _bytes, _int, _any = isinstance, str, bytes, int, any
     _PermissionError, _ImportError = PermissionError, ImportError
-    blocked_imports = frozenset({"socket", "_socket", "ssl", "_ssl"})
-    blocked_events = frozenset(
-        {
-            "subprocess.Popen",
-            "os.system",
-            "os.exec",
-            "os.spawn",
-            "os.posix_spawn",
-            "os.fork",
-            "os.forkpty",
-            "os.kill",
-            "os.killpg",
-            "signal.pthread_kill",
-            "os.link",
-            "os.symlink",
-            "gc.get_objects",
-            "gc.get_referrers",
-            "gc.get_referents",
-            "sys.remote_exec",
-        }
-    )
-    path_events = frozenset(
-        {
-            "os.remove",
-            "os.rename",
-            "sqlite3.connect",
-            "os.rmdir",
-            "os.mkdir",
-            "os.chmod",
-            "os.chown",
-            "os.truncate",
-            "os.utime",
-            "os.chflags",
-            "os.lchflags",
-            "os.setxattr",
-            "os.removexattr",
-            "shutil.rmtree",
-            "shutil.move",
-            "shutil.copyfile",
-            "shutil.copymode",
-            "shutil.copystat",
-            "shutil.copytree",
-            "shutil.chown",
-            "shutil.make_archive",
-            "shutil.unpack_archive",
-        }
-    )
-    read_events = frozenset({"os.listdir", "os.scandir", "glob.glob", "os.getxattr", "os.listxattr"})
-    devices = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+    blocked_imports, blocked_events = _BLOCKED_IMPORTS, _BLOCKED_EVENTS
+    path_events, read_events, devices = _PATH_EVENTS, _READ_EVENTS, _DEVICES
 
     def _resolve(path):
         if _isinstance(path, _int) or path is None:
