@@ -11,6 +11,7 @@ import os
 from typing import Any, Protocol
 
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import PairReference, UpdateRequest
 
 
 class TrainBackend(Protocol):
@@ -29,11 +30,11 @@ class TrainBackend(Protocol):
         """(B, R) the critic's values (``algorithm.advantage=gae``)."""
         ...
 
-    def train_step(self, data: DataProto) -> dict[str, float]:
-        """Update every trainable policy on its own rows; returns the step's metrics."""
+    def train_step(self, data: DataProto, request: UpdateRequest = ...) -> dict[str, float]:
+        """Update every trainable policy on its own rows as ``request`` says; returns the step's metrics."""
         ...
 
-    def compute_pair_ref_log_probs(self, data: DataProto, reference: str = "copy") -> DataProto:
+    def compute_pair_ref_log_probs(self, data: DataProto, reference: PairReference = "copy") -> DataProto:
         """DPO: the reference log-probs of chosen and rejected responses."""
         ...
 
