@@ -87,12 +87,14 @@ class UpdateTimer:
         """Seconds of one train step."""
         import torch
 
-        self.batch.meta_info["step"] = self.step
+        from roll_ma.protocol.requests import UpdateRequest
+
+        request = UpdateRequest(step=self.step)
         self.step += 1
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         start = time.perf_counter()
-        self.strategy.train_step(self.batch)
+        self.strategy.train_step(self.batch, request)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         return time.perf_counter() - start

@@ -2,7 +2,10 @@
 
 ``cluster.generate(batch)`` blocks and returns the gathered result; ``cluster.async_generate(batch)``
 returns a ``PendingCall`` holding the Ray refs (``.refs``) whose ``.get()`` gathers later.
-How arguments are split and results gathered is the method's ``@register`` dispatch mode.
+How arguments are split and results gathered is the method's ``@register`` dispatch mode. A Cluster finds
+the method by name (mypy sees ``Any``): the pipelines call workers through the typed clients of
+``roll_ma.workers.clients``, which use ``dispatch``; the attribute form serves workers calling workers (an
+env worker's ``rollout.generate``) and tests.
 Waiting never hangs silently: actors that do not start within ``start_timeout_s``, and calls
 without a sign of life for ``stall_timeout_s``, raise an error naming the role, the rank, the
 worker's last report and its log files (``roll_ma.distributed.watchdog``).

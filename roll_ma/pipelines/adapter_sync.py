@@ -25,18 +25,21 @@ from typing import Any
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.inference.rollout_common import adapter_sync_dtype
+from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import UpdateRequest
+from roll_ma.workers.clients import Call, RolloutClient, TrainClient
 
 Timer = Callable[[str], AbstractContextManager]
 
 
 class AdapterSync:
-    """Adapter pushes of one run (``workers``: a ``RunWorkers``)."""
+    """Adapter pushes of one run: from the train workers (``train``) into the engines (``rollout``)."""
 
-    def __init__(self, cfg: RunConfig, workers: Any):
-        self.workers = workers
+    def __init__(self, cfg: RunConfig, train: TrainClient, rollout: RolloutClient):
+        self.train, self.rollout = train, rollout
         self.dtype = adapter_sync_dtype(cfg.rollout, cfg.model)
-        train_node = workers.train.node_id()[0]
-        elsewhere = {n for n in workers.rollout.node_id() if n != train_node}
+        train_node = train.node_ids()[0]
+        elsewhere = {n for n in rollout.node_ids() if n != train_node}
         self.transport = "ray" if elsewhere else "shm"
         how = (f"Ray's object store (rollout workers on {len(elsewhere)} node(s) other than train rank 0's)"
                if elsewhere else "shared-memory files (every rollout worker on train rank 0's node)")
@@ -52,22 +55,23 @@ class AdapterSync:
             return metrics
         start = time.perf_counter()
         with timed("sync_export"):
-            payload, pack_s = self.workers.train.export_adapters(names, self.dtype, self.transport)
+            payload, pack_s = self.train.export_adapters(names, self.dtype, self.transport)
         with timed("sync_install"):
-            engine_s = self.workers.rollout.update_adapters(payload, version)[0]
+            engine_s = self.rollout.update_adapters(payload, version)[0]
         if self.transport == "shm":  # every engine has copied the files out
-            self.workers.train.release_exports([p.segment for p in payload.values()])
+            self.train.release_exports([p.segment for p in payload.values()])
         metrics["timing/sync_per_adapter"] = (time.perf_counter() - start) / len(names)
         metrics["timing/sync_export_pack"] = float(pack_s)
         metrics.update({f"timing/sync_install_{k.removesuffix('_s')}": float(v)
-                        for k, v in self.workers.rollout.last_sync_profile().items()})
+                        for k, v in self.rollout.last_sync_profile().items()})
         metrics.update({f"timing/sync/{name}": float(s) for name, s in (engine_s or {}).items()})
-        check_versions(self.workers.rollout.adapter_versions(), names, version)
+        check_versions(self.rollout.adapter_versions(), names, version)
         return metrics
 
-    def stream(self, batch: Any, adapters: list[str], version: int, timer: Timer | None = None
-               ) -> tuple[dict[str, float], list[str]]:
-        """Update ``adapters`` one after another (the asynchronous loop), pushing each to every engine as
+    def stream(self, batch: DataProto, request: UpdateRequest, adapters: list[str], version: int,
+               timer: Timer | None = None) -> tuple[dict[str, float], list[str]]:
+        """Update ``adapters`` one after another as ``request`` says (the asynchronous loop; each call
+        updates one policy), pushing each to every engine as
         soon as its own update ends: the install runs (between the engines' generate calls) while the
         trainer goes on with the next adapter. Returns the updates' metrics plus the sync's, and the
         adapters pushed (those that took an optimizer step).
@@ -80,14 +84,14 @@ class AdapterSync:
         timed = timer or (lambda _name: nullcontext())
         metrics: dict[str, float] = {}
         batch_ref = ray.put(batch)  # one copy in the object store, read by every update call
-        pending: list[tuple[str, Any, Any]] = []  # (adapter, install call, payload)
+        pending: list[tuple[str, Call[list[dict[str, float]]], Any]] = []  # (adapter, install call, payload)
         with timed("update"):
             for name in adapters:
-                first, *_ = self.workers.train.train_and_export(batch_ref, name, self.dtype, self.transport)
-                part, payload, pack_s = first
+                part, payload, pack_s = self.train.train_and_export(batch_ref, name, request, self.dtype,
+                                                                    self.transport)
                 metrics.update(part)
                 if payload is not None:  # it changed: out to every engine at once, without waiting
-                    call = self.workers.rollout.dispatch("update_adapters", payload, version)
+                    call = self.rollout.async_update_adapters(payload, version)
                     pending.append((name, call, payload))
                     metrics["timing/sync_export_pack"] = metrics.get("timing/sync_export_pack", 0.0) + pack_s
         with timed("sync"):
@@ -95,9 +99,9 @@ class AdapterSync:
                 engine_s = call.get()[0]
                 metrics.update({f"timing/sync/{n}": float(s) for n, s in (engine_s or {}).items()})
                 if self.transport == "shm":
-                    self.workers.train.release_exports([p.segment for p in payload.values()])
+                    self.train.release_exports([p.segment for p in payload.values()])
             names = [name for name, _, _ in pending]
-            check_versions(self.workers.rollout.adapter_versions(), names, version)
+            check_versions(self.rollout.adapter_versions(), names, version)
         metrics["rollout/adapters_synced"] = float(len(names))
         return metrics, names
 

@@ -1,11 +1,12 @@
-"""Build the Ray clusters of one run: rollout, train, reference (optional) and env workers, and a teacher."""
+"""Build the Ray clusters of one run: rollout, train, reference (optional) and env workers, and a teacher;
+the pipelines call each role through its typed client (``workers/clients.py``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from roll_ma.config.run_plan import run_plan
 from roll_ma.config.schema import AgentConfig, RunConfig
@@ -16,18 +17,21 @@ from roll_ma.distributed.shm_transfer import remove_orphans
 from roll_ma.preflight.validate_resources import gpus_per_worker
 from roll_ma.training.ds_utils import SHARERS_VAR
 from roll_ma.training.micro_batches import MicroBatching
+from roll_ma.workers.clients import EnvClient, ReferenceClient, RefScorer, RolloutClient, TrainClient
 
 
 @dataclass
 class RunWorkers:
-    rollout: Cluster
-    train: Cluster
-    reference: Cluster | None
-    env: Cluster
+    """The run's roles, each behind its typed client (its ``Cluster`` is the client's ``cluster``)."""
+
+    rollout: RolloutClient
+    train: TrainClient
+    reference: ReferenceClient | None
+    env: EnvClient
     resources: ResourceManager
 
     @property
-    def ref_source(self) -> Cluster:
+    def ref_source(self) -> RefScorer:
         """Who computes reference log-probs: the reference workers, or the train workers (adapters off)."""
         return self.reference if self.reference is not None else self.train
 
@@ -35,8 +39,13 @@ class RunWorkers:
         return self.resources.colocated("rollout", "train")
 
     def shutdown(self) -> None:
-        shutdown_clusters([self.env, self.rollout, self.reference, self.train])  # one wait for all
+        shutdown_clusters(_clusters(self.env, self.rollout, self.reference, self.train))  # one wait for all
         self.resources.release()
+
+
+def _clusters(*clients: Any) -> list[Cluster]:
+    """The Clusters behind a run's clients (``build_workers`` builds every client on one)."""
+    return [cast(Cluster, c.cluster) for c in clients if c is not None]
 
 
 def worker_env(cfg: RunConfig) -> dict[str, str]:
@@ -150,7 +159,8 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
         shutdown_clusters(built)
         resources.release()
         raise
-    workers = RunWorkers(rollout, train, reference, envs, resources)
+    ref_client = ReferenceClient(reference) if reference is not None else None
+    workers = RunWorkers(RolloutClient(rollout), TrainClient(train), ref_client, EnvClient(envs), resources)
     report = placement_report(workers)
     if report:
         print(report, flush=True)
@@ -195,8 +205,8 @@ def placement_report(workers: RunWorkers) -> str | None:
     where: dict[str, list[str]] = {}
     for c in (workers.rollout, workers.train, workers.reference, workers.env):
         if c is not None:
-            for rank, node in enumerate(c.node_id()):
-                where.setdefault(node, []).append(f"{c.role} {rank}")
+            for rank, node in enumerate(c.node_ids()):
+                where.setdefault(node, []).append(f"{c.cluster.role} {rank}")
     if len(where) < 2:
         return None
     ips = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes()}
@@ -210,11 +220,11 @@ class TeacherWorkers:
     """A teacher: rollout workers serving its model without adapters, and env workers that render and
     tokenize prompts for it (its tokenizer may differ from the run's)."""
 
-    rollout: Cluster
-    env: Cluster
+    rollout: RolloutClient
+    env: EnvClient
 
     def shutdown(self) -> None:
-        shutdown_clusters([self.env, self.rollout])
+        shutdown_clusters(_clusters(self.env, self.rollout))
 
 
 def build_teacher(cfg: RunConfig, seats: list[str], resources: ResourceManager) -> TeacherWorkers:
@@ -236,9 +246,9 @@ def build_teacher(cfg: RunConfig, seats: list[str], resources: ResourceManager) 
     except BaseException:
         rollout.shutdown()
         raise
-    teacher = TeacherWorkers(rollout, envs)
+    teacher = TeacherWorkers(RolloutClient(rollout), EnvClient(envs))
     try:
-        rollout.init_model()
+        teacher.rollout.init_model()
     except BaseException:
         teacher.shutdown()
         raise

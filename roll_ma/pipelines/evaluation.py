@@ -12,20 +12,20 @@ self-play, and each learning seat against a built-in opponent in every other sea
 
 from __future__ import annotations
 
-from typing import Any
-
 from roll_ma.envs.base import BUILTIN_POLICIES
+from roll_ma.pipelines.clusters import RunWorkers
 from roll_ma.pipelines.episodes import EpisodePlanner
 
 
-def _play(workers: Any, planner: EpisodePlanner, step: int, seats: list[str] | None, tag: str) -> list[dict]:
+def _play(workers: RunWorkers, planner: EpisodePlanner, step: int, seats: list[str] | None,
+          tag: str) -> list[dict]:
     n = workers.env.world_size
     results = workers.env.run_episodes(workers.rollout, planner.eval_assignments(n, tag), step, True, seats)
     return [e for r in results for e in r.meta_info["episodes"]]
 
 
 def evaluate(
-    workers: Any, planner: EpisodePlanner, seats: list[str], opponent: str, step: int
+    workers: RunWorkers, planner: EpisodePlanner, seats: list[str], opponent: str, step: int
 ) -> dict[str, float]:
     if planner.is_workflow:  # the workflow's own metrics, averaged over the evaluation tasks
         from roll_ma.pipelines.metrics import episode_env_metrics

@@ -25,6 +25,7 @@ from roll_ma.pipelines.rl_stages import record
 from roll_ma.pipelines.rl_step import push_and_evaluate, roll_out_and_update, updated_adapters
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.protocol import DataProto
+from roll_ma.workers.clients import TrainClient
 
 
 class JointSearchStep:
@@ -87,13 +88,13 @@ class JointSearch:
         self.labels = {k: (t.player, t.messages[-1]["content"].split("\n")[0], t.legal_actions)
                        for k, t in turns.items()}
 
-    def policy(self, train: Any) -> dict[InfoSet, np.ndarray]:
+    def policy(self, train: TrainClient) -> dict[InfoSet, np.ndarray]:
         """Information set -> the acting adapter's probabilities over the legal answers (renormalised)."""
         log_probs = train.score_choices(self.rows).batch["choice_log_probs"]  # (S, K), -inf past the answers
         probs = torch.softmax(log_probs, dim=-1).numpy()
         return {k: probs[i, : self.tree.num_actions[k]] for i, k in enumerate(self.keys)}
 
-    def improve(self, train: Any, step: int) -> dict[str, float]:
+    def improve(self, train: TrainClient, step: int) -> dict[str, float]:
         """Search from the greedy joint policy and distill what gains; returns ``search/...`` metrics."""
         policy = self.policy(train)
         greedy = {k: int(np.argmax(p)) for k, p in policy.items()}
@@ -110,7 +111,7 @@ class JointSearch:
         targets = [result.policy[k] for k in self.keys]
         rows = DataProto.from_dict(self._tensors, {**self._columns, "target_action": targets})
         distill = train.distill_choices(rows, self.study.joint_search_distill_steps,
-                                        self.study.joint_search_stop_prob)[0]
+                                        self.study.joint_search_stop_prob)
         metrics.update({f"search/distill/{k}": v for k, v in distill.items()})
         after = self.policy(train)
         metrics["search/distilled"] = 1.0

@@ -17,8 +17,11 @@ from roll_ma.config.phase_plan import Phase
 from roll_ma.config.schema import RunConfig
 from roll_ma.inference.rollout_common import adapter_sync_dtype
 from roll_ma.packing import concat_padded
+from roll_ma.pipelines.clusters import RunWorkers
 from roll_ma.pipelines.evaluation import evaluate
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import DPOSettings, Objective, UpdateRequest
+from roll_ma.workers.clients import EnvClient, RolloutClient, RolloutStandIn
 
 
 @dataclass
@@ -26,7 +29,7 @@ class PhaseContext:
     """What every phase works with: the config, the workers, the data cursor, the step, checkpoints."""
 
     cfg: RunConfig
-    workers: Any
+    workers: RunWorkers
     planner: Any
     tracker: Any
     seats: list[str]
@@ -48,7 +51,8 @@ class PhaseContext:
 
     # ------------------------------------------------------------------ episodes
     def play(
-        self, specs: list, greedy: bool = False, rollout: Any = None, env: Any = None
+        self, specs: list, greedy: bool = False, rollout: RolloutClient | RolloutStandIn | None = None,
+        env: EnvClient | None = None,
     ) -> tuple[DataProto, list[dict]]:
         """Play ``specs`` on the env workers against ``rollout`` (default: the run's, current adapters)."""
         env = env or self.workers.env
@@ -73,10 +77,11 @@ class PhaseContext:
             if self.workers.colocated():
                 self.workers.rollout.wake_up()
 
-    def train(self, rows: DataProto, objective: str, **meta: Any) -> dict[str, float]:
+    def train(self, rows: DataProto, objective: Objective, dpo: DPOSettings | None = None
+              ) -> dict[str, float]:
         """One train step of ``objective`` on ``rows`` (each agent: one optimizer step on its rows)."""
-        rows.meta_info.update(objective=objective, step=self.step + 1, temperature=1.0, **meta)
-        metrics = self.workers.train.train_step(rows)[0]
+        request = UpdateRequest(step=self.step + 1, temperature=1.0, objective=objective, dpo=dpo)
+        metrics = self.workers.train.train_step(rows, request)
         self.step += 1
         return metrics
 
@@ -84,7 +89,7 @@ class PhaseContext:
         """Serve the trained adapters in the rollout engines (version = the step that produced them)."""
         trainable = sorted({a.adapter_name for a in self.cfg.agents if not a.frozen})
         if trainable:
-            tensors = self.workers.train.export_adapters(trainable, self._sync_dtype())[0]
+            tensors, _ = self.workers.train.export_adapters(trainable, self._sync_dtype())
             self.workers.rollout.update_adapters(tensors, self.step)
 
     def _sync_dtype(self) -> str | None:

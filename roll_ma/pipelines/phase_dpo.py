@@ -28,6 +28,7 @@ import numpy as np
 from roll_ma.config.phase_plan import Phase
 from roll_ma.pipelines.phase_context import PhaseContext, agent_schedule
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import DPOSettings, PairReference
 
 SHOWN = ("dpo_loss", "rewards/margins", "rewards/accuracies")
 
@@ -148,11 +149,11 @@ def train_on_pairs(
     """The reference's log-probs of ``pairs``, then the scheduled DPO steps; returns the mean over the steps
     of every agent metric (the last step's for the rest)."""
     d = phase.dpo
-    pairs.meta_info["reference"] = "base" if d.reference == "base" else "copy"
-    settings = {"beta": d.beta, "label_smoothing": d.label_smoothing, "rpo_alpha": d.rpo_alpha}
+    reference: PairReference = "base" if d.reference == "base" else "copy"
+    settings = DPOSettings(beta=d.beta, label_smoothing=d.label_smoothing, rpo_alpha=d.rpo_alpha)
     seen: list[dict[str, float]] = []
     with ctx.training():  # a colocated rollout engine sleeps through the reference pass and the steps
-        pairs = pairs.union(ctx.workers.train.compute_pair_ref_log_probs(pairs))
+        pairs = pairs.union(ctx.workers.train.compute_pair_ref_log_probs(pairs, reference))
         for k in range(start, len(schedule)):
             metrics = ctx.train(pairs.select_idxs(schedule[k]), "dpo", dpo=settings)
             seen.append(metrics)

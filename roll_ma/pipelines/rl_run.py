@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
@@ -18,7 +17,7 @@ from roll_ma.pipelines.session import RunSession
 
 # step_hook(workers, step): runs after each step's work; what it returns joins that step's metrics
 # (benchmarks use it to probe the workers; training never needs it)
-StepHook = Callable[[Any, int], "dict[str, float] | None"]
+StepHook = Callable[[RunWorkers, int], "dict[str, float] | None"]
 
 
 @dataclass
@@ -79,7 +78,7 @@ def prepare_rl_run(session: RunSession, step_hook: StepHook | None = None) -> RL
     profile = workers.train.flops_profile()  # model shape and GPU peak: MFU of every pass
     gpus = {"reference": workers.ref_source.world_size, "old_log_probs": cfg.train.num_workers,
             "values": cfg.train.num_workers, "update": cfg.train.num_workers}
-    sync = AdapterSync(cfg, workers)
+    sync = AdapterSync(cfg, workers.train, workers.rollout)
     adapters = {a.adapter_name for a in cfg.agents}
     with session.startup("first_sync"):
         sync.push(adapters, start)

@@ -29,6 +29,7 @@ from roll_ma.pipelines.on_policy import agents_taking_no_step, old_log_probs_pas
 from roll_ma.pipelines.rl_run import RLRun
 from roll_ma.pipelines.step_timer import STAGES, StepTimer
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import ScoreRequest, UpdateRequest
 from roll_ma.tracking import console_summary
 
 NO_ROWS_ERROR = (
@@ -71,16 +72,16 @@ def score(run: RLRun, batch: DataProto, step: int, timer: StepTimer
     """Reference and old log-probs (one row = one agent's turn, scored with its adapter) and, with GAE,
     the critic's values; returns the scored batch, its metrics and each scoring pass's FLOPs."""
     cfg = run.cfg
-    batch.meta_info.update(step=step, temperature=cfg.rollout.temperature)
+    request = ScoreRequest(temperature=cfg.rollout.temperature)
     scored_flops = forward_flops_of(batch, run.shape)  # a scoring pass: one forward over every row
     flops = {"reference": scored_flops, "values": scored_flops}
     metrics: dict[str, float] = {}
     if run.plan.reference_needed:
         with timer("reference"):
-            batch = batch.union(run.workers.ref_source.compute_ref_log_probs(batch))
+            batch = batch.union(run.workers.ref_source.compute_ref_log_probs(batch, request))
     if old_log_probs_pass_reason(cfg, len(batch)) is not None:  # else the update's own forward gives pi_old
         with timer("old_log_probs"):
-            batch = batch.union(run.workers.train.compute_log_probs(batch))
+            batch = batch.union(run.workers.train.compute_log_probs(batch, request))
         flops["old_log_probs"] = scored_flops
         if cfg.rollout.log_probs:
             metrics.update(logprob_gap_metrics(batch, run.agent_names))
@@ -102,7 +103,8 @@ def _score_idle_agents(run: RLRun, batch: DataProto, step: int, timer: StepTimer
         return {}
     with timer("old_log_probs"):
         rows = batch.select_idxs(idle)
-        rows = rows.union(run.workers.train.compute_log_probs(rows))
+        request = ScoreRequest(temperature=run.cfg.rollout.temperature)
+        rows = rows.union(run.workers.train.compute_log_probs(rows, request))
     flops["old_log_probs"] = forward_flops_of(rows, run.shape)
     return logprob_gap_metrics(rows, run.agent_names)
 
@@ -116,11 +118,18 @@ def compute_advantages(run: RLRun, batch: DataProto, step: int, timer: StepTimer
     metrics = team_reward_metrics(batch, run.agent_names, cfg.algorithm.share_reward_in_agent)
     if run.plan.uses_critic:
         metrics.update(critic_metrics(batch, run.agent_names))
-        # critic.warmup_steps: only the critic trains (the agents' adapters are not pushed)
-        batch.meta_info["critic_only"] = run.plan.critic_only(step)
     if not cfg.train.use_all_traj:  # the last round's turns only (after GAE saw them all)
         batch = last_turns_only(batch)
     return batch, metrics
+
+
+def update_request(run: RLRun, step: int, behavior_correction: bool) -> UpdateRequest:
+    """What the step's update asks of the train workers: a ppo update at ``step``; during
+    ``critic.warmup_steps`` (GAE) only the critic trains (the agents' adapters are not pushed);
+    ``behavior_correction``: rows of older adapters train with the decoupled objective (the streamed step)."""
+    cfg = run.cfg
+    return UpdateRequest(step=step, temperature=cfg.rollout.temperature,
+                         critic_only=run.plan.critic_only(step), behavior_correction=behavior_correction)
 
 
 def evaluate_if_due(run: RLRun, step: int, timer: StepTimer) -> dict[str, float]:

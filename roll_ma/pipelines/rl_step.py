@@ -21,9 +21,11 @@ from roll_ma.pipelines.rl_stages import (
     record,
     roll_out,
     score,
+    update_request,
 )
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import UpdateRequest
 
 STALE_ERROR = (
     "the rollout used a stale adapter ({rows} rows did not use the version pushed after the last "
@@ -51,7 +53,7 @@ def roll_out_and_update(run: RLRun, step: int, timer: StepTimer
     metrics.update(scored)
     batch, advantaged = compute_advantages(run, batch, step, timer)
     metrics.update(advantaged)
-    trained = update(run, batch, timer)
+    trained = update(run, batch, update_request(run, step, behavior_correction=False), timer)
     metrics.update(trained)
     return metrics, flops, trained
 
@@ -70,11 +72,11 @@ def refuse_stale_rows(metrics: dict[str, Any]) -> None:
         raise RuntimeError(STALE_ERROR.format(rows=int(metrics["rollout/stale_rows"])))
 
 
-def update(run: RLRun, batch: DataProto, timer: StepTimer) -> dict[str, float]:
+def update(run: RLRun, batch: DataProto, request: UpdateRequest, timer: StepTimer) -> dict[str, float]:
     """The train workers update the adapters agent after agent, each only from its own rows; with the
     update's MFU."""
     with timer("update"):
-        trained = run.workers.train.train_step(batch)[0]
+        trained = run.workers.train.train_step(batch, request)
     mfu = update_mfu_metrics(run.cfg, batch, trained, timer.times, run.shape, run.gpus, run.peak_flops)
     return {**trained, **mfu}
 

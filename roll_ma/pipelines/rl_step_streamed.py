@@ -20,6 +20,7 @@ from roll_ma.pipelines.rl_stages import (
     record,
     roll_out,
     score,
+    update_request,
 )
 from roll_ma.pipelines.staleness import drop_stale_rows
 from roll_ma.pipelines.step_timer import StepTimer
@@ -40,7 +41,8 @@ def streamed_step(run: RLRun, step: int) -> dict[str, Any]:
         metrics.update(scored)
         batch, advantaged = compute_advantages(run, batch, step, timer)
         metrics.update(advantaged)
-        streamed, changed = run.sync.stream(batch, run.train_order, step, timer)
+        request = update_request(run, step, behavior_correction=True)  # rows of older adapters: decoupled
+        streamed, changed = run.sync.stream(batch, request, run.train_order, step, timer)
         metrics.update(streamed)
         run.mark_served(changed, step)
         metrics.update(evaluate_if_due(run, step, timer))
@@ -49,11 +51,10 @@ def streamed_step(run: RLRun, step: int) -> dict[str, Any]:
 
 def drop_too_stale(run: RLRun, batch: DataProto) -> tuple[DataProto, dict[str, float]]:
     """Rows more than ``rollout.max_staleness`` versions old are not trained on; the rest train with the
-    decoupled objective (``behavior_correction``: pi_old / pi_rollout weights, objective_ppo.py)."""
-    batch, metrics = drop_stale_rows(batch, run.agent_names, run.adapter_of_agent, run.served,
-                                     run.cfg.rollout.max_staleness)
-    batch.meta_info["behavior_correction"] = True
-    return batch, metrics
+    decoupled objective (``UpdateRequest.behavior_correction``: pi_old / pi_rollout weights,
+    objective_ppo.py)."""
+    return drop_stale_rows(batch, run.agent_names, run.adapter_of_agent, run.served,
+                           run.cfg.rollout.max_staleness)
 
 
 def rollout_wall_s(metrics: dict[str, Any]) -> float:

@@ -17,7 +17,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from roll_ma.pipelines.clusters import RunWorkers
 from roll_ma.protocol import DataProto
+from roll_ma.workers.clients import Call
 
 
 class RolloutQueue:
@@ -29,16 +31,16 @@ class RolloutQueue:
         ahead: launch the next step's rollout while the trainer works on this one.
     """
 
-    def __init__(self, workers: Any, planner: Any, ahead: bool):
+    def __init__(self, workers: RunWorkers, planner: Any, ahead: bool):
         self.workers, self.planner, self.ahead = workers, planner, ahead
         self._step: int | None = None  # the step of the rollout in flight (or finished, not taken)
-        self._pending: Any = None  # its PendingCall
+        self._pending: Call[list[DataProto]] | None = None  # its call in flight
         self._done: list[DataProto] | None = None  # its result, once waited for
         self._state_before: dict | None = None  # the planner's state before its episodes were drawn
 
-    def _dispatch(self, step: int) -> Any:
+    def _dispatch(self, step: int) -> Call[list[DataProto]]:
         assignments = self.planner.train_assignments(step, self.workers.env.world_size)
-        return self.workers.env.dispatch("run_episodes", self.workers.rollout, assignments, step)
+        return self.workers.env.async_run_episodes(self.workers.rollout, assignments, step)
 
     def launch(self, step: int) -> None:
         """Start step ``step``'s rollout now (ahead only); it runs while the caller goes on."""

@@ -36,6 +36,7 @@ from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.models.logprobs import choice_log_probs
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import PairReference, UpdateRequest
 from roll_ma.training.critic import CriticSet, critic_adapter_specs, critic_of_agents
 from roll_ma.training.ds_utils import barrier, setup_deepspeed, training_device
 from roll_ma.training.micro_batches import MicroBatching
@@ -46,6 +47,8 @@ from roll_ma.training.policy_weights import FullWeights, LoraWeights
 from roll_ma.training.scoring import check_columns, score_rows
 from roll_ma.training.train_backend import DPOCapable, JointSearchCapable, PhaseCapable, TrainBackend
 from roll_ma.training.update_loop import UpdateContext
+
+DEFAULT_UPDATE = UpdateRequest()  # a ppo update at step 0 of every due policy
 
 
 @dataclass(frozen=True)
@@ -230,25 +233,26 @@ class MultiAgentDeepSpeedStrategy:
         return DataProto.from_dict({"values": values}, meta_info=data.meta_info)
 
     # ------------------------------------------------------------------ training
-    def train_step(self, data: DataProto) -> dict[str, float]:
-        """Update every due policy from its agents' rows, by ``meta_info["objective"]`` (ppo, sft, dpo:
-        ``training/objectives.py``).
+    def train_step(self, data: DataProto, request: UpdateRequest = DEFAULT_UPDATE) -> dict[str, float]:
+        """Update every due policy from its agents' rows, by ``request.objective`` (ppo, sft, dpo:
+        ``training/objectives.py``); ``request``: the step, the policies, critic-only (the default: a ppo
+        update at step 0 of every due policy).
 
         Returns ``agent/<name>/<metric>`` of every agent and ``timing/update/<adapter>`` (seconds) of
         every adapter updated.
         """
         self._require_model()
-        ctx = UpdateContext(step=int(data.meta_info.get("step", 0)),
-                            temperature=float(data.meta_info.get("temperature", 1.0)),
-                            algo_cfg=self.algo_cfg, study_cfg=self.study_cfg)
-        objective = objective_named(str(data.meta_info.get("objective", "ppo")))
+        ctx = UpdateContext(step=request.step, temperature=request.temperature, algo_cfg=self.algo_cfg,
+                            study_cfg=self.study_cfg, behavior_correction=request.behavior_correction,
+                            dpo=request.dpo)
+        objective = objective_named(request.objective)
         objective.check(data, self.algo_cfg)
         agent_ids = self._agent_ids(data) if len(data) else np.zeros(0, dtype=np.int64)
         row_tokens = objective.row_tokens(data) if len(data) else np.zeros(0)
-        # meta_info["policies"]: update only these (the streaming sync updates one adapter per call)
-        only = data.meta_info.get("policies")
+        # request.policies: update only these (the streaming sync updates one adapter per call)
+        only = request.policies
         plans = [p for p in self.plans if only is None or p.name in only]
-        if data.meta_info.get("critic_only", False):  # critic.warmup_steps: the agents wait
+        if request.critic_only:  # critic.warmup_steps: the agents wait
             plans = []
         mine_agents = {a for p in plans for a in p.agent_ids} if only is not None else None
         metrics: dict[str, float] = {}
@@ -294,7 +298,7 @@ class MultiAgentDeepSpeedStrategy:
         return metrics
 
     # ------------------------------------------------------------------ supervised phases
-    def compute_pair_ref_log_probs(self, data: DataProto, reference: str = "copy") -> DataProto:
+    def compute_pair_ref_log_probs(self, data: DataProto, reference: PairReference = "copy") -> DataProto:
         """(N,) ``ref_chosen_logps`` and ``ref_rejected_logps`` of DPO pair rows: summed response log-probs
         under each row's frozen adapter copy (``reference="copy"``) or the base with adapters off ("base")."""
         self._require_model()

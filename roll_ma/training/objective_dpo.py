@@ -8,7 +8,7 @@ A row is one pair (``roll_ma.data.rows.pair_rows``): ``chosen_*`` and ``rejected
 standard columns (same prompt, both padded to common widths), the reference's sequence log-probs
 ``ref_chosen_logps`` / ``ref_rejected_logps`` (N,), computed before the update
 (``compute_pair_ref_log_probs``: the frozen copy of the agent's adapter, or the base), and
-``agent_id``. ``meta_info["dpo"]`` holds ``beta``, ``label_smoothing`` and ``rpo_alpha``. Chosen and
+``agent_id``. ``UpdateRequest.dpo`` holds ``beta``, ``label_smoothing`` and ``rpo_alpha``. Chosen and
 rejected run through the model in one forward (2b rows), as TRL's concatenated forward does.
 
 Reported per agent, averaged over its pairs (TRL's names): ``dpo_loss``, ``rewards/chosen``,
@@ -25,6 +25,7 @@ from roll_ma.algorithms.preference import dpo_loss, sequence_log_probs, sft_loss
 from roll_ma.config.schema import AlgorithmConfig
 from roll_ma.models.logprobs import response_log_probs
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import DPOSettings
 from roll_ma.training.agent_sums import AgentSums, row_slots
 from roll_ma.training.micro_batches import real_lengths
 from roll_ma.training.policy_engine import PolicyEngine
@@ -53,19 +54,11 @@ def side(data: DataProto, name: str) -> DataProto:
     )
 
 
-def dpo_settings(meta_info: dict) -> tuple[float, float, float]:
-    """(beta, label_smoothing, rpo_alpha) of a dpo batch."""
-    settings = meta_info.get("dpo")
-    if not isinstance(settings, dict) or "beta" not in settings:
-        raise ValueError(
-            "a dpo train_step needs meta_info['dpo'] = {'beta': ..., 'label_smoothing': ..., "
-            "'rpo_alpha': ...}"
-        )
-    return (
-        float(settings["beta"]),
-        float(settings.get("label_smoothing", 0.0)),
-        float(settings.get("rpo_alpha", 0.0)),
-    )
+def dpo_settings(ctx: UpdateContext) -> DPOSettings:
+    """The dpo update's loss settings (``UpdateRequest.dpo``, which a dpo request cannot lack)."""
+    if ctx.dpo is None:
+        raise ValueError("a dpo train_step needs UpdateRequest(objective='dpo', dpo=DPOSettings(beta=...))")
+    return ctx.dpo
 
 
 class DPOLoss:
@@ -73,9 +66,11 @@ class DPOLoss:
 
     sum_fields: tuple[str, ...] = (*STATS, "nll_sum", "chosen_tokens", "pairs")
 
-    def __init__(self, engine: PolicyEngine, rows: DataProto, agent_of_row: np.ndarray, agent_ids: list[int]):
+    def __init__(self, engine: PolicyEngine, rows: DataProto, agent_of_row: np.ndarray, agent_ids: list[int],
+                 settings: DPOSettings):
         self.engine = engine
-        self.beta, self.smoothing, self.rpo_alpha = dpo_settings(rows.meta_info)
+        self.beta, self.smoothing = settings.beta, settings.label_smoothing
+        self.rpo_alpha = settings.rpo_alpha
         self.cols = {k: rows.batch[k] for k in PAIR_KEYS + REF_KEYS}
         self.resp_len = self.cols["chosen_responses"].shape[1]
         p_len, c_len = real_lengths(self.cols["chosen_attention_mask"], self.resp_len)
@@ -163,7 +158,6 @@ class DPOObjective:
                 f"a dpo train_step needs the reference's log-probs {missing}; compute them "
                 "with compute_pair_ref_log_probs before the update"
             )
-        dpo_settings(data.meta_info)
 
     def row_tokens(self, data: DataProto) -> np.ndarray:
         return sum(data.batch[f"{s}_response_mask"].float().sum(-1) for s in SIDES).numpy()
@@ -176,7 +170,7 @@ class DPOObjective:
         agent_ids: list[int],
         ctx: UpdateContext,
     ) -> PolicyUpdate:
-        loss = DPOLoss(engine, rows, agent_of_row, agent_ids)
+        loss = DPOLoss(engine, rows, agent_of_row, agent_ids, dpo_settings(ctx))
         plan = UpdatePlan(np.arange(len(rows)), loss.prompt_lens, loss.response_lens, len(agent_ids))
         result, sums = run_update(engine, loss, plan, ctx.step)
         for s, agent_id in enumerate(agent_ids):

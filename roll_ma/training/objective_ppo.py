@@ -125,7 +125,7 @@ class PPOLoss:
         mini = min(engine.train_cfg.mini_batch_size or n, n)
         # rows from older adapters (rollout.max_staleness > 0): the decoupled objective needs the engine's
         # behaviour log-probs next to the proximal ones (old_log_probs)
-        self.decoupled = bool(rows.meta_info.get("behavior_correction", False))
+        self.decoupled = ctx.behavior_correction
         reuse_old = "old_log_probs" not in present
         if reuse_old and (engine.train_cfg.ppo_epochs > 1 or mini < n or self.decoupled):
             raise ValueError(

@@ -1,6 +1,6 @@
 """What a train step optimises, chosen by name: ppo (the RL loop), sft, dpo.
 
-A batch names its objective in ``meta_info["objective"]`` (default ppo). The train strategy
+A train step names its objective in ``UpdateRequest.objective`` (default ppo). The train strategy
 partitions the rows by agent exactly as for PPO and hands each policy's rows to the objective's
 ``update``, which runs ``update_loop.run_update`` on that policy's own DeepSpeed engine
 (``PolicyEngine``) with its micro-batch loss: an update of agent k touches nothing of agent j,

@@ -22,6 +22,7 @@ import os
 from typing import Any, Protocol, runtime_checkable
 
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import PairReference, UpdateRequest
 
 
 class TrainBackend(Protocol):
@@ -40,8 +41,8 @@ class TrainBackend(Protocol):
         """(B, R) the critic's values (``algorithm.advantage=gae``)."""
         ...
 
-    def train_step(self, data: DataProto) -> dict[str, float]:
-        """Update every trainable policy on its own rows; returns the step's metrics."""
+    def train_step(self, data: DataProto, request: UpdateRequest = ...) -> dict[str, float]:
+        """Update every trainable policy on its own rows as ``request`` says; returns the step's metrics."""
         ...
 
     def adapter_tensors(self, adapters: list[str] | None = None, packed: bool = False,
@@ -67,7 +68,7 @@ class PhaseCapable(Protocol):
 class DPOCapable(Protocol):
     """DPO phases: the reference log-probs of each pair, from frozen copies of the adapters (or the base)."""
 
-    def compute_pair_ref_log_probs(self, data: DataProto, reference: str = "copy") -> DataProto:
+    def compute_pair_ref_log_probs(self, data: DataProto, reference: PairReference = "copy") -> DataProto:
         """DPO: the reference log-probs of chosen and rejected responses."""
         ...
 

@@ -26,6 +26,7 @@ import torch
 from roll_ma.config.schema import AlgorithmConfig, StudyConfig
 from roll_ma.distributed.progress import progress_bar
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import DPOSettings
 from roll_ma.training.agent_sums import AgentSums
 from roll_ma.training.policy_engine import PolicyEngine
 
@@ -159,10 +160,12 @@ class UpdateContext:
     temperature: float
     algo_cfg: AlgorithmConfig
     study_cfg: StudyConfig
+    behavior_correction: bool = False  # UpdateRequest.behavior_correction: the decoupled PPO objective
+    dpo: DPOSettings | None = None  # UpdateRequest.dpo: the DPO loss's settings
 
 
 class TrainObjective(Protocol):
-    """One way to update a policy from its agents' rows, chosen by a batch's ``meta_info["objective"]``
+    """One way to update a policy from its agents' rows, chosen by ``UpdateRequest.objective``
     (``objectives.objective_named``): builds its ``MicroBatchLoss`` and runs ``run_update``."""
 
     name: str

@@ -14,6 +14,7 @@ import torch
 from roll_ma.config.schema import ModelConfig
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import ScoreRequest
 
 DEFAULT_MICRO_BATCH = 16
 
@@ -47,12 +48,11 @@ class ReferenceWorker(Worker):
             p.requires_grad_(False)
 
     @register(Dispatch.DP_BALANCED)
-    def compute_ref_log_probs(self, data: DataProto) -> DataProto:
-        """``ref_log_probs`` (B, R) float32 from the base at meta_info temperature, in micro-batches."""
+    def compute_ref_log_probs(self, data: DataProto, request: ScoreRequest) -> DataProto:
+        """``ref_log_probs`` (B, R) float32 from the base at the request's temperature, in micro-batches."""
         from roll_ma.training.scoring import score_rows
 
         if self.model is None:
             raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")
-        temperature = float(data.meta_info.get("temperature", 1.0))
-        log_probs, _ = score_rows(self.model, data, self.batching, self.device, temperature)
+        log_probs, _ = score_rows(self.model, data, self.batching, self.device, request.temperature)
         return DataProto.from_dict({"ref_log_probs": log_probs}, meta_info=data.meta_info)

@@ -6,6 +6,7 @@ the full batch (each takes its share); scoring is split across ranks (dp_compute
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,7 @@ from roll_ma.config.schema import (
 from roll_ma.distributed.shm_transfer import SegmentOwner
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import PairReference, ScoreRequest, UpdateRequest
 from roll_ma.training.train_backend import (
     DPOCapable,
     JointSearchCapable,
@@ -107,18 +109,17 @@ class TrainWorker(Worker):
         return strategy
 
     @register(Dispatch.DP_BALANCED)
-    def compute_log_probs(self, data: DataProto) -> DataProto:
-        """``old_log_probs`` (B, R): each row scored with its agent's adapter at meta_info temperature."""
-        temperature = float(data.meta_info.get("temperature", 1.0))
-        out = self._strategy().compute_log_probs(data, adapters_enabled=True, temperature=temperature)
+    def compute_log_probs(self, data: DataProto, request: ScoreRequest) -> DataProto:
+        """``old_log_probs`` (B, R): each row scored with its agent's adapter at the request's temperature."""
+        out = self._strategy().compute_log_probs(data, adapters_enabled=True, temperature=request.temperature)
         _release_cached_gpu_memory()
         return out
 
     @register(Dispatch.DP_BALANCED)
-    def compute_ref_log_probs(self, data: DataProto) -> DataProto:
+    def compute_ref_log_probs(self, data: DataProto, request: ScoreRequest) -> DataProto:
         """``ref_log_probs`` (B, R) from the base weights (every adapter disabled)."""
-        temperature = float(data.meta_info.get("temperature", 1.0))
-        out = self._strategy().compute_log_probs(data, adapters_enabled=False, temperature=temperature)
+        strategy = self._strategy()
+        out = strategy.compute_log_probs(data, adapters_enabled=False, temperature=request.temperature)
         _release_cached_gpu_memory()
         return out
 
@@ -130,9 +131,9 @@ class TrainWorker(Worker):
         return out
 
     @register(Dispatch.ONE_TO_ALL)
-    def train_step(self, data: DataProto) -> dict[str, float]:
+    def train_step(self, data: DataProto, request: UpdateRequest) -> dict[str, float]:
         """One update of every due agent from the FULL batch (each rank takes its share); same metrics."""
-        metrics = self._strategy().train_step(data)
+        metrics = self._strategy().train_step(data, request)
         if torch.cuda.is_available():
             peak, now = torch.cuda.max_memory_reserved(), torch.cuda.memory_reserved()
             free, total = torch.cuda.mem_get_info()
@@ -144,10 +145,10 @@ class TrainWorker(Worker):
         return metrics
 
     @register(Dispatch.DP_BALANCED)
-    def compute_pair_ref_log_probs(self, data: DataProto) -> DataProto:
-        """DPO pairs: (N,) ``ref_chosen_logps`` / ``ref_rejected_logps`` under meta_info["reference"]: "copy"
-        (each agent's frozen adapter copy) or "base" (adapters off)."""
-        out = self._dpo().compute_pair_ref_log_probs(data, str(data.meta_info.get("reference", "copy")))
+    def compute_pair_ref_log_probs(self, data: DataProto, reference: PairReference) -> DataProto:
+        """DPO pairs: (N,) ``ref_chosen_logps`` / ``ref_rejected_logps`` under ``reference``: "copy" (each
+        agent's frozen adapter copy) or "base" (adapters off)."""
+        out = self._dpo().compute_pair_ref_log_probs(data, reference)
         _release_cached_gpu_memory()
         return out
 
@@ -166,7 +167,6 @@ class TrainWorker(Worker):
     def flops_profile(self) -> dict[str, Any]:
         """What MFU needs (``models/flops.py``): the model's shape and this GPU's dense bf16 peak (0: no
         GPU, or one the table does not know)."""
-        import dataclasses
 
         from roll_ma.models.flops import ModelShape, peak_flops
 
@@ -226,13 +226,12 @@ class TrainWorker(Worker):
         return [ref, time.perf_counter() - start]
 
     @register(Dispatch.ONE_TO_ALL)
-    def train_and_export(self, data: DataProto, policy: str, dtype: str | None = None,
+    def train_and_export(self, data: DataProto, policy: str, request: UpdateRequest, dtype: str | None = None,
                          transport: str = "ray") -> list[Any]:
         """Update one policy (adapter) from its agents' rows, then export it if it changed: the streaming
         sync's unit of work. Every rank trains; rank 0 returns ``[metrics, payload, seconds]`` (payload
         as ``export_adapters``; None when the policy took no optimizer step), the others ``[metrics]``."""
-        data.meta_info["policies"] = [policy]
-        metrics = self.train_step(data)
+        metrics = self.train_step(data, dataclasses.replace(request, policies=(policy,)))
         changed = any(k.endswith("/updated") and v > 0 for k, v in metrics.items())
         if self.rank != 0:
             return [metrics]

@@ -257,6 +257,7 @@ def test_released_gpu_bundles_can_be_placed_again():
 
 def test_run_workers_shutdown_kills_every_cluster_then_releases_the_gpus():
     from roll_ma.pipelines.clusters import RunWorkers
+    from roll_ma.workers.clients import EnvClient, RolloutClient, TrainClient
 
     calls = []
 
@@ -273,7 +274,8 @@ def test_run_workers_shutdown_kills_every_cluster_then_releases_the_gpus():
             calls.append("release")
 
     RunWorkers(
-        Recorder("rollout"), Recorder("train"), None, Recorder("env"), Recorder("resources")
+        RolloutClient(Recorder("rollout")), TrainClient(Recorder("train")), None, EnvClient(Recorder("env")),
+        Recorder("resources"),
     ).shutdown()
     assert calls == ["env", "rollout", "train", "release"]
 

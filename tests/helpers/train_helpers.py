@@ -43,14 +43,12 @@ def make_batch(agent_ids: Sequence[int], seed: int = 0, advantage: float | Seque
         "response_mask": r_mask.float(), "advantages": adv[:, None] * r_mask.float(),
         "old_log_probs": torch.zeros(n, response_len),
     }
-    meta = {"step": 0, "temperature": 1.0}
-    return DataProto.from_dict(tensors, {"agent_id": [int(a) for a in agent_ids]}, meta)
+    return DataProto.from_dict(tensors, {"agent_id": [int(a) for a in agent_ids]})
 
 
-def on_policy(strategy: Any, batch: DataProto, step: int = 0, ref: bool = False) -> DataProto:
-    """The batch with old_log_probs (and ref_log_probs) scored by ``strategy`` now, meta step set."""
+def on_policy(strategy: Any, batch: DataProto, ref: bool = False) -> DataProto:
+    """The batch with old_log_probs (and ref_log_probs) scored by ``strategy`` now."""
     batch = batch.select()
-    batch.meta_info["step"] = step
     batch.batch["old_log_probs"] = strategy.compute_log_probs(batch).batch["old_log_probs"]
     if ref:
         ref = strategy.compute_log_probs(batch, adapters_enabled=False)

@@ -72,7 +72,7 @@ def test_bf16_updates_keep_each_agent_to_its_own_fp32_adapter(make_strategy, zer
     # the option reaches the trainer's model: its LoRA factors compute in the input's dtype
     assert any(isinstance(m, InputDtypeLinear) for m in s.weights.model.modules())
     before = s.adapter_tensors()
-    batch = on_policy(s, make_batch([1] * 4, seed=3), step=0)
+    batch = on_policy(s, make_batch([1] * 4, seed=3))
     metrics = s.train_step(batch)
     after = s.adapter_tensors()
     assert metrics["agent/a1/updated"] == 1.0 and all_finite(metrics)

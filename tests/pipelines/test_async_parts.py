@@ -8,11 +8,18 @@ import os
 import numpy as np
 import pytest
 import torch
+from local_cluster import LocalCluster
 
+from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.adapter_sync import AdapterSync
 from roll_ma.pipelines.rollout_queue import RolloutQueue
 from roll_ma.pipelines.staleness import drop_stale_rows
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import UpdateRequest
+from roll_ma.workers.clients import EnvClient, RolloutClient, TrainClient
+from roll_ma.workers.env_worker import EnvWorker
+from roll_ma.workers.rollout_worker import RolloutWorker
+from roll_ma.workers.train_worker import TrainWorker
 
 
 def _rows(agent_ids, versions, episodes):
@@ -40,29 +47,24 @@ def test_rows_more_than_k_versions_old_are_never_trained_on():
         drop_stale_rows(batch, names, names, {"alice": 4, "bob": 4}, limit=1)
 
 
-class _Pending:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def get(self):
-        return self.fn()
-
-
 class _Events:
-    """Fake train and rollout clusters that record what happens, in order."""
+    """Fake train and rollout workers behind the real clients (a ``LocalCluster`` each): they record what
+    happens, in order, and the requests the train worker gets."""
 
     def __init__(self):
         self.log: list[tuple[str, str]] = []
+        self.requests: list[UpdateRequest] = []
         outer = self
 
         class Train:
-            def train_and_export(self, batch, name, dtype, transport):
-                outer.log.append(("update_start", name))
-                outer.log.append(("update_end", name))
-                return [[{f"agent/{name}/updated": 1.0}, {name: f"packed {name}"}, 0.001]]
+            def train_and_export(self, data, policy, request, dtype=None, transport="ray"):
+                outer.requests.append(request)
+                outer.log.append(("update_start", policy))
+                outer.log.append(("update_end", policy))
+                return [{f"agent/{policy}/updated": 1.0}, {policy: f"packed {policy}"}, 0.001]
 
             def node_id(self):
-                return ["n0"]
+                return "n0"
 
             def release_exports(self, segments=None):
                 return 0
@@ -71,20 +73,20 @@ class _Events:
             def __init__(self):
                 self.versions = {}
 
-            def dispatch(self, method, payload, version):
-                assert method == "update_adapters"
-                for name in payload:  # an idle engine installs at once
+            def update_adapters(self, tensors, version):
+                for name in tensors:  # an idle engine installs at once
                     outer.log.append(("installed", name))
                     self.versions[name] = version
-                return _Pending(lambda: [{name: 0.01 for name in payload}])
+                return {name: 0.01 for name in tensors}
 
             def adapter_versions(self):
-                return [dict(self.versions)]
+                return dict(self.versions)
 
             def node_id(self):
-                return ["n1"]
+                return "n1"
 
-        self.train, self.rollout = Train(), Rollout()
+        self.train = TrainClient(LocalCluster(Train(), TrainWorker, "train"))
+        self.rollout = RolloutClient(LocalCluster(Rollout(), RolloutWorker, "rollout"))
 
 
 def test_streamed_adapter_of_an_agent_reaches_the_engine_before_the_next_agents_update_ends(monkeypatch):
@@ -92,11 +94,13 @@ def test_streamed_adapter_of_an_agent_reaches_the_engine_before_the_next_agents_
 
     monkeypatch.setattr(ray, "put", lambda x: x)
     events = _Events()
-    sync = AdapterSync.__new__(AdapterSync)
-    sync.workers, sync.dtype, sync.transport = events, None, "ray"
-    metrics, pushed = sync.stream("batch", ["alice", "bob", "carol"], version=7)
+    sync = AdapterSync(RunConfig(), events.train, events.rollout)
+    assert sync.transport == "ray"  # the engines run on another node than train rank 0
+    request = UpdateRequest(step=7, behavior_correction=True)
+    metrics, pushed = sync.stream(_rows([0], [6], ["e1"]), request, ["alice", "bob", "carol"], version=7)
     log = events.log
     assert pushed == ["alice", "bob", "carol"] and metrics["rollout/adapters_synced"] == 3.0
+    assert events.requests == [request] * 3  # each policy's call carries the step's request
     assert log.index(("installed", "alice")) < log.index(("update_end", "bob"))
     assert log.index(("installed", "bob")) < log.index(("update_end", "carol"))
     assert log.index(("update_end", "alice")) < log.index(("installed", "alice"))  # never before its update
@@ -116,12 +120,11 @@ class _Planner:
 
 def test_a_checkpoint_stores_the_planner_from_before_the_rollout_in_flight():
     class Env:
-        world_size = 1
+        def run_episodes(self, rollout, assignments, step, greedy=False, seats=None):
+            return f"rows of {assignments[0][0]}"
 
-        def dispatch(self, method, rollout, assignments, step):
-            return _Pending(lambda: [f"rows of {assignments[0][0]}"])
-
-    workers = type("W", (), {"env": Env(), "rollout": None})()
+    rollout = RolloutClient(LocalCluster(None, RolloutWorker, "rollout"))
+    workers = type("W", (), {"env": EnvClient(LocalCluster(Env(), EnvWorker, "env")), "rollout": rollout})()
     planner = _Planner()
     queue = RolloutQueue(workers, planner, ahead=True)
     assert queue.take(1) == ["rows of episodes of step 1"] and planner.cursor == 1

@@ -7,10 +7,13 @@ The train worker here is a table of answer probabilities per prompt (the step on
 import numpy as np
 import pytest
 import torch
+from local_cluster import LocalCluster
 
 from roll_ma.pipelines.joint_search_step import JointSearch
 from roll_ma.preflight.config_loader import load_config
 from roll_ma.protocol import DataProto
+from roll_ma.workers.clients import TrainClient
+from roll_ma.workers.train_worker import TrainWorker
 
 pytest.importorskip("pyspiel")
 
@@ -22,7 +25,8 @@ ANSWERS_1_TEN = {(0, 0): 2, (0, 1): 1, (0, 2): 0, (1, 0): 0, (1, 1): 1, (1, 2): 
 
 
 class TableTrainer:
-    """Greedy answer per information set (by its observation line), picked at 0.8; records distill calls."""
+    """A train worker's joint-search methods: greedy answer per information set (by its observation line),
+    picked at 0.8; records distill calls. Called through the real ``TrainClient`` (``client``)."""
 
     def __init__(self, search: JointSearch, player0: dict, player1: dict):
         self.search, self.distilled = search, []
@@ -40,10 +44,13 @@ class TableTrainer:
         probs[torch.arange(len(rows)), torch.tensor(self.picks)] = 0.8
         return DataProto.from_dict({"choice_log_probs": probs.log()})
 
-    def distill_choices(self, rows: DataProto, max_steps: int, stop_prob: float) -> list[dict]:
+    def client(self) -> TrainClient:
+        return TrainClient(LocalCluster(self, TrainWorker, "train"))
+
+    def distill_choices(self, rows: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
         self.distilled.append((list(rows.non_tensor["agent_id"]), list(rows.non_tensor["target_action"])))
         self.picks = list(rows.non_tensor["target_action"])  # learned exactly
-        return [{"player_0/steps": 3.0, "player_1/steps": 5.0}]
+        return {"player_0/steps": 3.0, "player_1/steps": 5.0}
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +70,7 @@ def test_rows_are_every_information_set_with_its_seat_and_answers(search):
 
 def test_a_nine_is_distilled_into_the_ten_and_each_seat_gets_its_own_rows(search):
     trainer = TableTrainer(search, NINE, ANSWERS_1)
-    metrics = search.improve(trainer, step=100)
+    metrics = search.improve(trainer.client(), step=100)
     assert metrics["search/value_greedy"] == pytest.approx(9.0) and metrics["search/value_found"] == 10.0
     assert metrics["search/distilled"] == 1.0 and metrics["search/distill/player_1/steps"] == 5.0
     ((agents, targets),) = trainer.distilled
@@ -76,7 +83,7 @@ def test_a_nine_is_distilled_into_the_ten_and_each_seat_gets_its_own_rows(search
 
 def test_nothing_is_distilled_at_the_optimum(search):
     trainer = TableTrainer(search, TEN, ANSWERS_1_TEN)
-    metrics = search.improve(trainer, step=200)
+    metrics = search.improve(trainer.client(), step=200)
     assert metrics["search/value_greedy"] == metrics["search/value_found"] == pytest.approx(10.0)
     assert metrics["search/distilled"] == 0.0 and not trainer.distilled
-    assert np.isclose(metrics["search/value_policy"], search.tree.value(search.policy(trainer)))
+    assert np.isclose(metrics["search/value_policy"], search.tree.value(search.policy(trainer.client())))

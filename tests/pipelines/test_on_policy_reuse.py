@@ -18,6 +18,7 @@ from train_helpers import learning_metrics, make_batch, on_policy, snapshot
 from roll_ma.config.schema import AgentConfig, AlgorithmConfig, LoraConfig, RunConfig
 from roll_ma.pipelines.metrics import logprob_gap_metrics
 from roll_ma.pipelines.on_policy import old_log_probs_pass_reason
+from roll_ma.protocol.requests import UpdateRequest
 
 AGENTS = ["a0", "a1"]
 
@@ -39,10 +40,10 @@ def test_reused_old_log_probs_learn_exactly_as_the_scoring_pass(make_strategy, z
     reused = make_strategy(AGENTS, zero_stage=zero_stage, algo=algo, max_tokens_per_micro_batch=40)
     for step, seed in enumerate((1, 2)):
         rows = _fresh_rows(two_pass, seed, with_ref=True)
-        rows.meta_info["step"] = step
+        request = UpdateRequest(step=step)
         without_old = rows.select(batch_keys=[k for k in rows.batch.keys() if k != "old_log_probs"])
-        m_two = learning_metrics(two_pass.train_step(rows))
-        m_reused = learning_metrics(reused.train_step(without_old))
+        m_two = learning_metrics(two_pass.train_step(rows, request))
+        m_reused = learning_metrics(reused.train_step(without_old, request))
         for key, value in m_two.items():
             assert m_reused[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
         assert m_reused["agent/a0/policy_loss"] != 0.0 and m_reused["agent/a1/grad_norm"] > 0

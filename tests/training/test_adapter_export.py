@@ -6,11 +6,12 @@ import torch
 from train_helpers import make_batch, on_policy
 
 from roll_ma.distributed.tensor_transfer import PackedTensors, unpack_tensors
+from roll_ma.protocol.requests import UpdateRequest
 
 
 def test_packed_export_equals_the_plain_one_for_every_adapter(make_strategy):
     s = make_strategy(["a0", "a1"])
-    s.train_step(on_policy(s, make_batch([0, 1, 0, 1], seed=5), step=1))
+    s.train_step(on_policy(s, make_batch([0, 1, 0, 1], seed=5)), UpdateRequest(step=1))
     plain = s.adapter_tensors()
     packed = s.adapter_tensors(packed=True)
     assert set(packed) == set(plain) == {"a0", "a1"}
@@ -30,7 +31,7 @@ def test_export_after_updates_reads_the_live_weights_in_any_form(make_strategy, 
     s = make_strategy(["a0", "a1"])
     owner = SegmentOwner("local")
     for step in (1, 2):
-        s.train_step(on_policy(s, make_batch([0, 1, 0, 1], seed=step), step=step))
+        s.train_step(on_policy(s, make_batch([0, 1, 0, 1], seed=step)), UpdateRequest(step=step))
         want = {n: {k: v.to(torch.bfloat16) for k, v in t.items()} for n, t in s.adapter_tensors().items()}
         via_ray = s.adapter_tensors(packed=True, dtype="bfloat16")
         via_shm = s.adapter_tensors(packed=True, dtype="bfloat16", shared=owner)

@@ -7,6 +7,7 @@ import torch
 from train_helpers import learning_metrics, make_batch, on_policy
 
 from roll_ma.config.schema import ModelConfig
+from roll_ma.protocol.requests import UpdateRequest
 
 AGENTS = ["a0", "a1"]
 
@@ -22,7 +23,7 @@ def test_save_load_is_bit_exact_and_training_continues_identically(make_strategy
     kwargs = dict(zero_stage=zero_stage, warmup_steps=3)  # a moving lr: the scheduler state must come back
     s = make_strategy(AGENTS, **kwargs)
     for step, agents in enumerate([[0, 0, 1], [1, 1, 0, 0], [0, 1]]):
-        s.train_step(on_policy(s, make_batch(agents, seed=10 + step), step=step))
+        s.train_step(on_policy(s, make_batch(agents, seed=10 + step)), UpdateRequest(step=step))
     s.save_checkpoint(tmp_path)
 
     names = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
@@ -41,7 +42,9 @@ def test_save_load_is_bit_exact_and_training_continues_identically(make_strategy
 
     for step in (3, 4):
         batch = make_batch([0, 1, 0, 1], seed=30 + step)
-        m1, m2 = s.train_step(on_policy(s, batch, step)), fresh.train_step(on_policy(fresh, batch, step))
+        request = UpdateRequest(step=step)
+        m1 = s.train_step(on_policy(s, batch), request)
+        m2 = fresh.train_step(on_policy(fresh, batch), request)
         assert learning_metrics(m1) == learning_metrics(m2)
     after, fresh_after = s.adapter_tensors(), fresh.adapter_tensors()
     assert all(torch.equal(after[a][k], fresh_after[a][k]) for a in AGENTS for k in after[a])

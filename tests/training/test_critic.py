@@ -7,6 +7,7 @@ import torch
 from train_helpers import make_batch, on_policy
 
 from roll_ma.config.schema import AlgorithmConfig, CriticConfig
+from roll_ma.protocol.requests import UpdateRequest
 
 AGENTS = ["reasoner", "actor"]
 
@@ -16,12 +17,15 @@ def _strategy(make_strategy, share: bool, zero_stage: int = 0):
                          critic=CriticConfig(share=share, lr=1e-2))
 
 
-def _batch(s, agent_ids, seed=0, critic_only=True):
+WARMUP = UpdateRequest(step=1, critic_only=True)  # critic.warmup_steps: only the critic trains
+BOTH = UpdateRequest(step=1)
+
+
+def _batch(s, agent_ids, seed=0):
     """Rows with old log-probs and the critic's values; every response token's target is 1."""
-    batch = on_policy(s, make_batch(agent_ids, seed=seed), step=1)
+    batch = on_policy(s, make_batch(agent_ids, seed=seed))
     batch.batch["values"] = s.compute_values(batch).batch["values"]
     batch.batch["returns"] = batch.batch["response_mask"].clone()  # (B, R) target 1 on real tokens
-    batch.meta_info["critic_only"] = critic_only
     return batch
 
 
@@ -71,7 +75,7 @@ def test_shared_critic_learns_from_both_agents_rows_and_agents_wait_in_warmup(ma
     for step, agent in enumerate([0, 1]):  # rows of the reasoner only, then of the actor only
         batch = _batch(s, [agent] * 4, seed=step)
         before, agents_before = _critic_state(s, "value_critic"), s.adapter_tensors()
-        metrics = s.train_step(batch)
+        metrics = s.train_step(batch, WARMUP)
         after = _critic_state(s, "value_critic")
         assert _all_moved(before, after), f"the shared critic did not move on {AGENTS[agent]}'s rows"
         assert metrics["critic/value_critic/updated"] == 1.0
@@ -83,7 +87,7 @@ def test_shared_critic_learns_from_both_agents_rows_and_agents_wait_in_warmup(ma
     batch = _batch(s, [0, 1, 0, 1], seed=9)
     first = (batch.batch["values"] - 1).pow(2)[batch.batch["response_mask"] > 0].mean()
     for _ in range(3):
-        s.train_step(_batch(s, [0, 1, 0, 1], seed=9))
+        s.train_step(_batch(s, [0, 1, 0, 1], seed=9), WARMUP)
     later = (s.compute_values(batch).batch["values"] - 1).pow(2)[batch.batch["response_mask"] > 0].mean()
     assert later < first
 
@@ -95,10 +99,10 @@ def test_per_agent_critics_move_only_on_their_agents_rows(make_strategy, zero_st
     assert s.critic.names == list(names.values())
     for step, agent in enumerate([0, 1, 0]):
         trained, other = AGENTS[agent], AGENTS[1 - agent]
-        batch = _batch(s, [agent] * 4, seed=step, critic_only=False)
+        batch = _batch(s, [agent] * 4, seed=step)
         before = {a: _critic_state(s, n) for a, n in names.items()}
         opt_before = s.optimizer_state(names[other])
-        metrics = s.train_step(batch)
+        metrics = s.train_step(batch, BOTH)
         assert _all_moved(before[trained], _critic_state(s, names[trained]))
         assert _equal(before[other], _critic_state(s, names[other])), \
             f"{other}'s critic moved on {trained}'s rows"
@@ -112,7 +116,7 @@ def test_per_agent_critics_move_only_on_their_agents_rows(make_strategy, zero_st
 
 def test_checkpoint_restores_critic(make_strategy, tmp_path):
     s = _strategy(make_strategy, share=True)
-    s.train_step(_batch(s, [0, 1, 0, 1], seed=1))
+    s.train_step(_batch(s, [0, 1, 0, 1], seed=1), WARMUP)
     s.save_checkpoint(tmp_path)
     saved_state, saved_opt = _critic_state(s, "value_critic"), s.optimizer_state("value_critic")
     probe = on_policy(s, make_batch([0, 1], seed=5))

@@ -7,6 +7,7 @@ import torch
 from train_helpers import LORA, learning_metrics, make_batch
 
 from roll_ma.config.schema import AgentConfig, AlgorithmConfig, ModelConfig, TrainConfig
+from roll_ma.protocol.requests import ScoreRequest, UpdateRequest
 
 # a0: 5 rows -> mini-batches of 4 + 1 (the 1-row one leaves rank 1 only padding); a1: 3 rows (uneven split);
 # micro_batch_size=1: gradient accumulation over 2 micro-batches per rank, one of them all padding on rank 1
@@ -32,15 +33,16 @@ def test_two_ranks_match_one_rank(ray_session, make_strategy, tiny_model_dir, ad
         single = make_strategy(agents, algo=ALGO, zero_stage=zero_stage, **TRAIN)
 
         batch = make_batch(AGENT_IDS, seed=70)
-        batch.meta_info["step"] = 4
-        old = cluster.compute_log_probs(batch).batch["old_log_probs"]  # dp_compute: rows split over the ranks
+        request, scoring = UpdateRequest(step=4), ScoreRequest(temperature=1.0)
+        # dp_compute: rows split over the ranks
+        old = cluster.compute_log_probs(batch, scoring).batch["old_log_probs"]
         assert torch.allclose(old, single.compute_log_probs(batch).batch["old_log_probs"], atol=1e-6)
         batch.batch["old_log_probs"] = old
-        batch.batch["ref_log_probs"] = cluster.compute_ref_log_probs(batch).batch["ref_log_probs"]
+        batch.batch["ref_log_probs"] = cluster.compute_ref_log_probs(batch, scoring).batch["ref_log_probs"]
 
-        per_rank = [learning_metrics(m) for m in cluster.train_step(batch)]
+        per_rank = [learning_metrics(m) for m in cluster.train_step(batch, request)]
         assert per_rank[0] == per_rank[1]  # all-reduced: every rank reports the same numbers
-        want = learning_metrics(single.train_step(batch))
+        want = learning_metrics(single.train_step(batch, request))
         assert per_rank[0].keys() == want.keys()
         for key, value in want.items():
             assert per_rank[0][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
@@ -109,7 +111,7 @@ def test_two_ranks_train_the_critic_like_one_rank(ray_session, make_strategy, ti
         single = make_strategy(agents, algo=algo, zero_stage=zero_stage, critic=critic, **TRAIN)
 
         batch = make_batch(AGENT_IDS, seed=71)
-        batch.meta_info["step"] = 4
+        request = UpdateRequest(step=4)
         batch.batch["old_log_probs"] = single.compute_log_probs(batch).batch["old_log_probs"]
         values = cluster.compute_values(batch).batch["values"]  # (B, R) dp_compute: rows split over the ranks
         torch.testing.assert_close(values, single.compute_values(batch).batch["values"], atol=1e-6, rtol=1e-5)
@@ -118,9 +120,9 @@ def test_two_ranks_train_the_critic_like_one_rank(ray_session, make_strategy, ti
 
         critics = single.critic.names
         before = single.adapter_tensors(critics)
-        per_rank = [learning_metrics(m) for m in cluster.train_step(batch)]
+        per_rank = [learning_metrics(m) for m in cluster.train_step(batch, request)]
         assert per_rank[0] == per_rank[1]  # all-reduced: every rank reports the same numbers
-        want = learning_metrics(single.train_step(batch))
+        want = learning_metrics(single.train_step(batch, request))
         assert per_rank[0].keys() == want.keys()
         assert all(want[f"critic/{name}/updated"] == 1.0 for name in critics)
         moved = single.adapter_tensors(critics)  # 2 ranks == 1 rank must not hold by neither moving

@@ -13,6 +13,7 @@ from train_helpers import LORA, make_batch, on_policy
 from roll_ma.config.schema import AgentConfig, ModelConfig, RolloutConfig
 from roll_ma.inference import infer_strategy_class
 from roll_ma.models.adapters import plan_adapters
+from roll_ma.protocol.requests import UpdateRequest
 
 AGENTS = ["solver", "critic", "refiner"]
 TOLERANCE = {"hf": 1e-5, "vllm": 1e-3}
@@ -46,7 +47,7 @@ def test_rollout_scores_match_the_trainer_after_sync_and_not_without(backend, ma
         before = trainer_lp()
         assert _gap(rollout_lp(), before, mask) < tol
 
-        trainer.train_step(on_policy(trainer, make_batch([0, 1, 2] * 4, seed=3), step=1))
+        trainer.train_step(on_policy(trainer, make_batch([0, 1, 2] * 4, seed=3)), UpdateRequest(step=1))
         after = trainer_lp()
         moved = [_gap(after[i::3], before[i::3], mask[i::3]) for i in range(3)]
         assert min(moved) > 10 * tol, f"every agent's log-probs must move: {moved}"

@@ -18,6 +18,7 @@ from train_helpers import LORA, make_batch, on_policy
 from roll_ma.config.schema import AgentConfig, ModelConfig, RolloutConfig
 from roll_ma.inference import infer_strategy_class
 from roll_ma.models.adapters import plan_adapters
+from roll_ma.protocol.requests import UpdateRequest
 
 pytestmark = [
     pytest.mark.gpu,
@@ -76,9 +77,8 @@ def test_rollout_follows_the_trainer_on_gpu(qwen05b_dir):
 
         for step in (1, 2, 3):
             trainer.train_step(
-                on_policy(
-                    trainer, make_batch([0, 1, 2] * 8, seed=step, prompt_len=48, response_len=32), step=step
-                )
+                on_policy(trainer, make_batch([0, 1, 2] * 8, seed=step, prompt_len=48, response_len=32)),
+                UpdateRequest(step=step),
             )
         after = trainer.compute_log_probs(probe).batch["old_log_probs"]
         moved = [_mean_gap(after[i::3], before[i::3], mask[i::3]) for i in range(3)]

@@ -13,6 +13,7 @@ import torch
 from train_helpers import learning_metrics, make_batch, on_policy
 
 from roll_ma.config.schema import AgentConfig
+from roll_ma.protocol.requests import UpdateRequest
 
 pytestmark = [
     pytest.mark.gpu,
@@ -48,6 +49,7 @@ def test_bf16_full_finetune_save_load(make_strategy, tmp_path, zero_stage):
     batch = make_batch([0, 0, 1], seed=92)
     assert torch.equal(s.compute_log_probs(batch).batch["old_log_probs"],
                        fresh.compute_log_probs(batch).batch["old_log_probs"])
-    step = on_policy(s, make_batch([0, 0, 0], seed=93), step=1)
-    assert learning_metrics(s.train_step(step)) == learning_metrics(fresh.train_step(step))
+    step = on_policy(s, make_batch([0, 0, 0], seed=93))
+    request = UpdateRequest(step=1)
+    assert learning_metrics(s.train_step(step, request)) == learning_metrics(fresh.train_step(step, request))
     assert all(torch.equal(p, q) for p, q in zip(s.model.parameters(), fresh.model.parameters(), strict=True))

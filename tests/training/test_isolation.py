@@ -6,6 +6,8 @@ import pytest
 import torch
 from train_helpers import all_finite, make_batch, on_policy
 
+from roll_ma.protocol.requests import UpdateRequest
+
 AGENTS = ["a0", "a1", "a2"]
 ORDER = [0, 2, 0, 1, 2]  # interleaved: an agent trains again after others did
 
@@ -27,9 +29,9 @@ def _same_state(a: dict, b: dict) -> bool:
 def test_update_touches_only_its_agent(make_strategy, zero_stage):
     s = make_strategy(AGENTS, zero_stage=zero_stage)
     for step, k in enumerate(ORDER):
-        batch = on_policy(s, make_batch([k] * 4, seed=step), step=step)
+        batch = on_policy(s, make_batch([k] * 4, seed=step))
         weights, states = s.adapter_tensors(), _opt_states(s)
-        metrics = s.train_step(batch)
+        metrics = s.train_step(batch, UpdateRequest(step=step))
         new_weights, new_states = s.adapter_tensors(), _opt_states(s)
         trained = AGENTS[k]
         assert metrics[f"agent/{trained}/updated"] == 1.0 and all_finite(metrics)

@@ -11,6 +11,7 @@ from train_helpers import make_batch, on_policy
 
 from roll_ma.config.schema import AlgorithmConfig, ModelConfig, StudyConfig
 from roll_ma.models.logprobs import choice_log_probs, response_log_probs
+from roll_ma.protocol.requests import UpdateRequest
 
 
 def test_decayed_entropy_bonus_acts_until_it_reaches_zero(make_strategy):
@@ -18,7 +19,7 @@ def test_decayed_entropy_bonus_acts_until_it_reaches_zero(make_strategy):
 
     def weights_after(algo: AlgorithmConfig, step: int) -> dict[str, torch.Tensor]:
         s = make_strategy(["a0"], algo=algo)
-        s.train_step(on_policy(s, rows, step=step))
+        s.train_step(on_policy(s, rows), UpdateRequest(step=step))
         return s.adapter_tensors()["a0"]
 
     def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -43,7 +44,8 @@ def test_action_entropy_bonus_spreads_the_choice_among_legal_answers(make_strate
     # zero advantages: the bonus is the only force, so the measured choice entropy must rise
     rows = _with_choices(make_batch([0, 0, 0, 0], seed=3, advantage=0.0), [[20, 21], [20, 22], [23]])
     s = make_strategy(["a0"], study=StudyConfig(action_entropy_coef=1.0))
-    measured = [s.train_step(on_policy(s, rows, step=t))["agent/a0/action_entropy"] for t in (1, 2, 3, 4)]
+    measured = [s.train_step(on_policy(s, rows), UpdateRequest(step=t))["agent/a0/action_entropy"]
+                for t in (1, 2, 3, 4)]
     assert 0.0 < measured[0] and all(a < b for a, b in zip(measured, measured[1:]))
     assert measured[-1] <= math.log(3)
 
@@ -54,7 +56,7 @@ def test_action_entropy_bonus_decays_with_the_entropy_schedule(make_strategy):
     def after(algo: AlgorithmConfig, step: int, study: StudyConfig | None = None
               ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         s = make_strategy(["a0"], algo=algo, study=study)
-        metrics = s.train_step(on_policy(s, rows, step=step))
+        metrics = s.train_step(on_policy(s, rows), UpdateRequest(step=step))
         return s.adapter_tensors()["a0"], metrics
 
     def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -72,7 +74,7 @@ def test_action_entropy_bonus_decays_with_the_entropy_schedule(make_strategy):
 def test_action_entropy_bonus_needs_the_rows_choices(make_strategy):
     s = make_strategy(["a0"], study=StudyConfig(action_entropy_coef=0.1))
     with pytest.raises(ValueError, match="carry no 'action_choices'"):
-        s.train_step(on_policy(s, make_batch([0, 0]), step=1))
+        s.train_step(on_policy(s, make_batch([0, 0])), UpdateRequest(step=1))
 
 
 def test_choice_log_probs_score_each_whole_answer(tiny_model_dir):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from train_helpers import make_batch, on_policy
 
+from roll_ma.protocol.requests import UpdateRequest
 from roll_ma.training.lr_schedule import WarmupDecay
 
 
@@ -23,5 +24,5 @@ def test_each_adapter_warms_up_on_its_own_clock(make_strategy):
     s = make_strategy(["a0", "a1"], lr=1e-2, warmup_steps=2)
     m = s.train_step(on_policy(s, make_batch([0, 0], seed=80)))
     assert m["agent/a0/lr"] == pytest.approx(5e-3)
-    m = s.train_step(on_policy(s, make_batch([0, 1], seed=81), step=1))
+    m = s.train_step(on_policy(s, make_batch([0, 1], seed=81)), UpdateRequest(step=1))
     assert m["agent/a0/lr"] == pytest.approx(1e-2) and m["agent/a1/lr"] == pytest.approx(5e-3)

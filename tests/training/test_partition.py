@@ -7,6 +7,7 @@ import torch
 from train_helpers import all_finite, make_batch, on_policy
 
 from roll_ma.config.schema import AgentConfig
+from roll_ma.protocol.requests import UpdateRequest
 
 
 def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -55,7 +56,7 @@ def test_frozen_agent_never_changes_and_has_no_optimizer(make_strategy):
     s = make_strategy(["a0", AgentConfig(name="opponent", frozen=True)])
     before = s.adapter_tensors()
     for step in range(2):
-        metrics = s.train_step(on_policy(s, make_batch([0, 1, 1, 0], seed=step), step=step))
+        metrics = s.train_step(on_policy(s, make_batch([0, 1, 1, 0], seed=step)), UpdateRequest(step=step))
         assert metrics["agent/opponent/updated"] == 0.0 and metrics["agent/opponent/rows"] == 2
     assert _equal(before["opponent"], s.adapter_tensors()["opponent"])
     assert not _equal(before["a0"], s.adapter_tensors()["a0"])
@@ -67,7 +68,7 @@ def test_update_every_two_skips_odd_steps(make_strategy):
     s = make_strategy([AgentConfig(name="slow", update_every=2), "fast"])
     for step in (1, 2, 3):
         before = s.adapter_tensors()
-        metrics = s.train_step(on_policy(s, make_batch([0, 1, 0, 1], seed=step), step=step))
+        metrics = s.train_step(on_policy(s, make_batch([0, 1, 0, 1], seed=step)), UpdateRequest(step=step))
         moved = not _equal(before["slow"], s.adapter_tensors()["slow"])
         assert moved == (step % 2 == 0) and metrics["agent/slow/updated"] == float(step % 2 == 0)
         assert metrics["agent/fast/updated"] == 1.0

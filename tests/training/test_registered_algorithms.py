@@ -11,6 +11,7 @@ from roll_ma.algorithms.advantages import add_advantages
 from roll_ma.algorithms.algorithm_registry import register_advantage_estimator, register_policy_loss
 from roll_ma.algorithms.losses import ppo_clip_policy_loss
 from roll_ma.config.schema import AlgorithmConfig
+from roll_ma.protocol.requests import UpdateRequest
 
 CALLS: list[str] = []
 
@@ -38,7 +39,7 @@ def scored_turns(strategy, seed: int):
     batch.non_tensor.update(episode_id=np.array([f"e{i}" for i in range(n)], dtype=object),
                             player=np.zeros(n, dtype=np.int64), turn=np.zeros(n, dtype=np.int64),
                             group_id=np.array(["g"] * n, dtype=object))
-    batch = on_policy(strategy, batch, step=1)
+    batch = on_policy(strategy, batch)
     batch.pop("advantages")  # make_batch's own: the registered estimator computes them
     return batch
 
@@ -50,13 +51,13 @@ def test_a_registered_estimator_and_policy_loss_train_the_policy(make_strategy):
     batch = add_advantages(scored_turns(tripled, seed=3), algo)
     assert batch.batch["advantages"][:, 0].tolist() == [1.0, -1.0, 1.0, -1.0]
     before = tripled.adapter_tensors()["a0"]
-    m = tripled.train_step(batch)
+    m = tripled.train_step(batch, UpdateRequest(step=1))
     assert CALLS[0] == "estimator" and "loss" in CALLS
     assert m["agent/a0/updated"] == 1.0
     after = tripled.adapter_tensors()["a0"]
     assert any(not torch.equal(before[k], after[k]) for k in before)
     # the same rows under the default loss: the registered one reported 3x its policy loss
-    m_default = default.train_step(add_advantages(scored_turns(default, seed=3), algo))
+    m_default = default.train_step(add_advantages(scored_turns(default, seed=3), algo), UpdateRequest(step=1))
     assert m["agent/a0/policy_loss"] == pytest.approx(3.0 * m_default["agent/a0/policy_loss"], rel=1e-5)
 
 

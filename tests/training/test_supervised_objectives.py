@@ -10,6 +10,7 @@ import torch
 from train_helpers import all_finite
 
 from roll_ma.data.rows import pair_rows, sft_rows
+from roll_ma.protocol.requests import DPOSettings, UpdateRequest
 
 AGENTS = ["a0", "a1"]
 ALL = AGENTS + [a + "__ref" for a in AGENTS]  # the adapters and their frozen reference copies
@@ -26,8 +27,15 @@ def _tokens(gen: torch.Generator, n: int, lo: int = 2, hi: int = 6) -> list[list
 def sft_batch(agent_ids: list[int], seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     rows = sft_rows(_tokens(gen, len(agent_ids)), _tokens(gen, len(agent_ids)), agent_ids, PAD)
-    rows.meta_info.update(objective="sft", step=0)
     return rows
+
+
+def sft(step: int = 0) -> UpdateRequest:
+    return UpdateRequest(step=step, objective="sft")
+
+
+def dpo(step: int = 0, beta: float = 0.1, rpo_alpha: float = 0.0) -> UpdateRequest:
+    return UpdateRequest(step=step, objective="dpo", dpo=DPOSettings(beta, 0.0, rpo_alpha))
 
 
 def dpo_batch(
@@ -35,15 +43,10 @@ def dpo_batch(
     agent_ids: list[int],
     seed: int = 0,
     reference: str = "copy",
-    beta: float = 0.1,
-    rpo_alpha: float = 0.0,
 ):
     gen = torch.Generator().manual_seed(seed)
     n = len(agent_ids)
     pairs = pair_rows(_tokens(gen, n), _tokens(gen, n), _tokens(gen, n), agent_ids, PAD)
-    pairs.meta_info.update(
-        objective="dpo", step=0, dpo={"beta": beta, "label_smoothing": 0.0, "rpo_alpha": rpo_alpha}
-    )
     return pairs.union(strategy.compute_pair_ref_log_probs(pairs, reference))
 
 
@@ -65,7 +68,7 @@ def test_sft_and_dpo_touch_only_their_agent(make_strategy, zero_stage):
     for step, (objective, k) in enumerate([("sft", 0), ("dpo", 1), ("sft", 1), ("dpo", 0), ("dpo", 1)]):
         batch = sft_batch([k] * 4, seed=step) if objective == "sft" else dpo_batch(s, [k] * 4, seed=step)
         weights, states = s.adapter_tensors(ALL), {a: s.optimizer_state(a) for a in AGENTS}
-        metrics = s.train_step(batch)
+        metrics = s.train_step(batch, sft() if objective == "sft" else dpo())
         new_weights, new_states = s.adapter_tensors(ALL), {a: s.optimizer_state(a) for a in AGENTS}
         trained, other = AGENTS[k], AGENTS[1 - k]
         assert metrics[f"agent/{trained}/updated"] == 1.0 and all_finite(metrics)
@@ -90,11 +93,10 @@ def test_sft_and_dpo_touch_only_their_agent(make_strategy, zero_stage):
 def test_dpo_starts_at_the_reference_and_its_margin_grows(make_strategy):
     s = make_strategy(AGENTS, reference_copies=True, lr=5e-3)
     s.snapshot_reference()
-    batch = dpo_batch(s, [0] * 8, seed=7, beta=0.5)
+    batch = dpo_batch(s, [0] * 8, seed=7)
     margins, accuracies = [], []
     for step in range(6):
-        batch.meta_info["step"] = step
-        m = s.train_step(batch)
+        m = s.train_step(batch, dpo(step, beta=0.5))
         margins.append(m["agent/a0/rewards/margins"])
         accuracies.append(m["agent/a0/rewards/accuracies"])
         if step == 0:
@@ -141,8 +143,7 @@ def test_sft_lowers_the_nll_and_reset_gives_a_fresh_optimizer(make_strategy):
     batch = sft_batch([0] * 6 + [1] * 6, seed=5)
     losses = []
     for step in range(4):
-        batch.meta_info["step"] = step
-        losses.append(s.train_step(batch)["agent/a0/sft_loss"])
+        losses.append(s.train_step(batch, sft(step))["agent/a0/sft_loss"])
     assert losses[-1] < losses[0]
     before = s.adapter_tensors()
     state = s.optimizer_state("a0")
@@ -151,7 +152,7 @@ def test_sft_lowers_the_nll_and_reset_gives_a_fresh_optimizer(make_strategy):
     fresh = s.optimizer_state("a0")
     assert fresh["exp_avg"] == [] and fresh["scheduler_steps"] == 0 and fresh["lr"] == pytest.approx(5e-3 / 2)
     assert all(_all_equal(before[a], s.adapter_tensors()[a]) for a in AGENTS)  # weights untouched
-    m = s.train_step(batch)  # and it trains on from there
+    m = s.train_step(batch, sft())  # and it trains on from there
     assert m["agent/a0/updated"] == 1.0 and s.optimizer_state("a0")["scheduler_steps"] == 1
 
 
@@ -159,9 +160,8 @@ def test_missing_reference_log_probs_are_refused(make_strategy):
     s = make_strategy(AGENTS)
     gen = torch.Generator().manual_seed(0)
     pairs = pair_rows(_tokens(gen, 2), _tokens(gen, 2), _tokens(gen, 2), [0, 1], PAD)
-    pairs.meta_info.update(objective="dpo", dpo={"beta": 0.1})
     with pytest.raises(ValueError, match="ref_chosen_logps"):
-        s.train_step(pairs)
+        s.train_step(pairs, dpo())
 
 
 def test_rpo_adds_the_chosen_nll(make_strategy):
@@ -171,16 +171,15 @@ def test_rpo_adds_the_chosen_nll(make_strategy):
     plain, rpo = (make_strategy(AGENTS, reference_copies=True) for _ in range(2))
     for s in (plain, rpo):
         s.snapshot_reference()
-    batch = dpo_batch(rpo, [0] * 4, seed=11, rpo_alpha=1.0)
+    batch = dpo_batch(rpo, [0] * 4, seed=11)
     chosen = side(batch, "chosen")
     lp = rpo.compute_log_probs(chosen).batch["old_log_probs"]
     mask = chosen.batch["response_mask"]
     nll = float(-(lp * mask).sum() / mask.sum())  # token mean over every chosen token
-    m = rpo.train_step(batch)
+    m = rpo.train_step(batch, dpo(rpo_alpha=1.0))
     assert m["agent/a0/nll_loss"] == pytest.approx(nll, rel=1e-5)
     assert m["agent/a0/dpo_loss"] == pytest.approx(math.log(2), abs=1e-6)  # the DPO part alone
-    batch.meta_info["dpo"]["rpo_alpha"] = 0.0
-    m_plain = plain.train_step(batch)
+    m_plain = plain.train_step(batch, dpo(rpo_alpha=0.0))
     assert "agent/a0/nll_loss" not in m_plain
     a, b = plain.adapter_tensors(["a0"])["a0"], rpo.adapter_tensors(["a0"])["a0"]
     assert any(not torch.equal(a[k], b[k]) for k in a)  # the NLL term changed the update

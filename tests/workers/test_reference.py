@@ -6,6 +6,7 @@ import torch
 from train_helpers import LORA, make_batch
 
 from roll_ma.config.schema import AgentConfig, AlgorithmConfig, ModelConfig, TrainConfig
+from roll_ma.protocol.requests import ScoreRequest
 from roll_ma.workers.reference_worker import ReferenceWorker
 from roll_ma.workers.train_worker import TrainWorker
 
@@ -19,14 +20,14 @@ def test_reference_worker_equals_train_worker_with_adapters_off(tiny_model_dir, 
     ref = ReferenceWorker("reference", model_cfg=model_cfg, seed=0, micro_batch_size=5)
     ref.init_model()
     batch = make_batch([0, 1, 1, 0, 1, 0, 0], seed=60)
-    batch.meta_info["temperature"] = 0.7
+    request = ScoreRequest(temperature=0.7)
 
-    from_train = train.compute_ref_log_probs(batch).batch["ref_log_probs"]
-    from_ref = ref.compute_ref_log_probs(batch).batch["ref_log_probs"]
+    from_train = train.compute_ref_log_probs(batch, request).batch["ref_log_probs"]
+    from_ref = ref.compute_ref_log_probs(batch, request).batch["ref_log_probs"]
     assert from_train.shape == from_ref.shape == batch.batch["responses"].shape
     assert from_train.dtype == torch.float32
     assert torch.allclose(from_train, from_ref, atol=1e-5, rtol=0)
     # and the adapters really are on otherwise (nonzero lora_B): the old log-probs differ from the reference
-    old = train.compute_log_probs(batch).batch["old_log_probs"]
+    old = train.compute_log_probs(batch, request).batch["old_log_probs"]
     mask = batch.batch["response_mask"].bool()
     assert (old - from_ref)[mask].abs().max() > 1e-4
