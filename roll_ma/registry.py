@@ -92,7 +92,7 @@ class Registry(Generic[T]):
         why = self.check(obj) if self.check else None
         if why:
             raise ValueError(f"{self.config_key}={spec!r}: {getattr(obj, '__name__', obj)!s} in "
-                             f"{module_location(module)} is not a {self.kind}: it {why}")
+                             f"{module_location(module)} is no {self.kind}: it {why}")
         return obj
 
     def unknown(self, spec: str) -> str | None:
@@ -116,16 +116,16 @@ class Registry(Generic[T]):
                 "process that uses it imports")
 
 
-def takes_positional(n: int) -> Callable[[Any], str | None]:
-    """A ``Registry`` check: the object is a function that can be called with ``n`` positional arguments."""
+def takes_positional(*args: str) -> Callable[[Any], str | None]:
+    """A ``Registry`` check: the object is a function roll_ma can call with the positional ``args``."""
 
     def check(obj: Any) -> str | None:
         if not callable(obj) or inspect.isclass(obj):
             return f"is a {type(obj).__name__}, not a function"
         try:
-            inspect.signature(obj).bind(*([None] * n))
+            inspect.signature(obj).bind(*([None] * len(args)))
         except TypeError as err:
-            return f"must take {n} positional arguments ({err})"
+            return f"must take ({', '.join(args)}), roll_ma's call failed: {err}"
         except ValueError:
             return None  # a builtin without a readable signature: nothing to refuse
         return None
@@ -137,7 +137,7 @@ def subclass_of(base: type) -> Callable[[Any], str | None]:
     """A ``Registry`` check: the object is a subclass of ``base``."""
 
     def check(obj: Any) -> str | None:
-        return None if inspect.isclass(obj) and issubclass(obj, base) else f"is no {base.__name__} subclass"
+        return None if inspect.isclass(obj) and issubclass(obj, base) else f"is not a {base.__name__} subclass"
 
     return check
 

@@ -84,14 +84,16 @@ ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
         "grpo": "roll_ma.algorithms.advantages:grpo_estimator",
         "reinforce_pp": "roll_ma.algorithms.advantages:reinforce_pp_estimator",
     },
-    check=takes_positional(3),
+    check=takes_positional("returns", "rows", "algo"),
 )
 POLICY_LOSSES: Registry[PolicyLoss] = Registry(
     "policy loss",
     "algorithm.policy_loss",
     "roll_ma.algorithms.algorithm_registry.register_policy_loss",
     builtins={"ppo_clip": "roll_ma.algorithms.losses:ppo_clip_policy_loss"},
-    check=takes_positional(7),
+    check=takes_positional(
+        "log_probs", "old_log_probs", "advantages", "mask", "algo", "denominator", "weights"
+    ),
 )
 
 
