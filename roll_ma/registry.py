@@ -137,7 +137,9 @@ def subclass_of(base: type) -> Callable[[Any], str | None]:
     """A ``Registry`` check: the object is a subclass of ``base``."""
 
     def check(obj: Any) -> str | None:
-        return None if inspect.isclass(obj) and issubclass(obj, base) else f"is not a {base.__name__} subclass"
+        if inspect.isclass(obj) and issubclass(obj, base):
+            return None
+        return f"is not a {base.__name__} subclass"
 
     return check
 

@@ -65,7 +65,8 @@ def test_a_policy_loss_and_an_estimator_from_a_users_file_train_through_the_work
     out = tmp_path / "out"
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
-    assert all(r[f"agent/{a}/clip_frac"] == pytest.approx(0.25) for r in rows for a in ("player_0", "player_1"))
+    seats = ("player_0", "player_1")
+    assert all(r[f"agent/{a}/clip_frac"] == pytest.approx(0.25) for r in rows for a in seats)
     for adapter in ("player_0", "player_1"):
         assert not same_tensors(adapter_tensors_at(out, 1, adapter), adapter_tensors_at(out, 2, adapter))
 

@@ -33,13 +33,15 @@ def test_a_spec_naming_a_users_file_resolves_or_says_what_is_wrong_under_its_key
     (tmp_path / "my_algos.py").write_text(USER_ALGOS)
     monkeypatch.chdir(tmp_path)  # a relative file is looked up from where the run starts
     spec = ["algorithm.advantage=my_algos.py:sign_of_return", "algorithm.policy_loss=my_algos.py:doubled_pg"]
-    assert load_config("tiny_hanabi_selfplay", overrides=spec).algorithm.policy_loss == "my_algos.py:doubled_pg"
+    cfg = load_config("tiny_hanabi_selfplay", overrides=spec)
+    assert cfg.algorithm.policy_loss == "my_algos.py:doubled_pg"
     for override, words in (
         ("algorithm.policy_loss=nope.py:doubled_pg", r"algorithm.policy_loss.*no file 'nope.py'"),
         ("algorithm.policy_loss=my_algos.py:doubled", r"algorithm.policy_loss.*has no 'doubled'.*doubled_pg"),
-        ("algorithm.policy_loss=my_algos.py:sign_of_return", r"algorithm.policy_loss.*is no policy loss: it must take \(log_probs, old_log_probs"),
+        ("algorithm.policy_loss=my_algos.py:sign_of_return",
+         r"algorithm.policy_loss.*is no policy loss: it must take \(log_probs, old_log_probs"),
         ("algorithm.advantage=my_algos.py:NOT_A_FUNCTION", r"algorithm.advantage.*is a int, not a function"),
-        ("algorithm.advantage=no_such_pkg.algos:f", r"algorithm.advantage.*cannot import 'no_such_pkg.algos'"),
+        ("algorithm.advantage=no_such_pkg.algos:f", r"algorithm.advantage.*cannot import 'no_such_pkg"),
     ):
         with pytest.raises(ConfigError, match=words):
             load_config("tiny_hanabi_selfplay", overrides=[override])
