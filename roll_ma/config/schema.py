@@ -182,7 +182,8 @@ class EnvConfig:
     )
     tools: dict[str, dict[str, Any]] = _f(
         help="workflows: tools handed to run() as `tools`, name -> settings, e.g. {python: {timeout_s: 5, "
-        "memory_mb: 512}, search: {tool: 'my_pkg.tools:Search'}} (`tool`: a registered name or import path, "
+        "memory_mb: 512}, search: {tool: 'my_pkg.tools:Search'}} (`tool`: a registered name, import path or "
+        "'path/to/file.py:Name', "
         "default the name; the rest go to its constructor; roll_ma.workflows.tools)",
         factory=dict,
     )
