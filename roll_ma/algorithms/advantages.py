@@ -16,11 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_ma.algorithms.algorithm_registry import (
-    ADVANTAGE_ESTIMATORS,
-    CRITIC_ESTIMATOR,
-    register_advantage_estimator,
-)
+from roll_ma.algorithms.algorithm_registry import ADVANTAGE_ESTIMATORS, CRITIC_ESTIMATOR
 from roll_ma.algorithms.gae import add_gae_advantages
 from roll_ma.algorithms.turn_rewards import (
     kl_reward_tokens,
@@ -94,13 +90,11 @@ def reinforce_pp_advantages(
     return adv
 
 
-@register_advantage_estimator("grpo")
 def grpo_estimator(returns: np.ndarray, rows: Mapping[str, Any], algo: Any) -> np.ndarray:
     """``algorithm.advantage: grpo``: ``grpo_advantages`` over the rows' groups and agents."""
     return grpo_advantages(returns, rows["group_id"], rows["agent_id"], algo.norm_std)
 
 
-@register_advantage_estimator("reinforce_pp")
 def reinforce_pp_estimator(returns: np.ndarray, rows: Mapping[str, Any], algo: Any) -> np.ndarray:
     """``algorithm.advantage: reinforce_pp``: ``reinforce_pp_advantages`` over the rows' agents."""
     return reinforce_pp_advantages(returns, rows["agent_id"], algo.norm_std)

@@ -1,26 +1,27 @@
-"""Advantage estimators and policy losses chosen by name: registries a user can add to.
+"""Advantage estimators and policy losses chosen by the config: two ``roll_ma.registry.Registry``.
 
-The config names them as strings (``algorithm.advantage``, ``algorithm.policy_loss``); the code that
-uses one looks it up here. A new estimator or loss is a function registered under a new name, never an
-``elif`` in shared code (verl's ``register_adv_est`` / ``register_policy_loss`` idea)::
+A new estimator or loss is a function, never an ``elif`` in shared code (verl's ``register_adv_est`` /
+``register_policy_loss`` idea). Name it in the config by its file or module, and every process that
+calls it (the driver for estimators, each train worker for policy losses) imports it from there::
 
-    from roll_ma.algorithms.algorithm_registry import register_policy_loss
-
-    @register_policy_loss("my_loss")
+    # my_losses.py
     def my_loss(log_probs, old_log_probs, advantages, mask, algo, denominator, weights):
         ...
         return loss, {"clip_frac": 0.0}
 
-then set ``algorithm.policy_loss: my_loss``. Register in a module the process that uses the name imports:
-estimators run in the driver (``algorithms/advantages.py``), policy losses in the train workers.
-The built-ins are registered where they are written (``advantages.py``, ``losses.py``); every
-lookup site imports that module, so they are always there.
+    algorithm.policy_loss: path/to/my_losses.py:my_loss      # or my_pkg.my_losses:my_loss
+
+A short name registered with ``@register_policy_loss("my_loss")`` also works, but only in processes that
+import the module holding the decorator (a package your workers import on start); the spec needs nothing.
+The built-ins are listed below as import paths, so every process knows them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
+
+from roll_ma.registry import Registry, takes_positional
 
 if TYPE_CHECKING:  # the registry itself is plain Python: the config's checks may read its names cheaply
     import numpy as np
@@ -74,53 +75,25 @@ class PolicyLoss(Protocol):
     ) -> tuple[torch.Tensor, dict[str, float]]: ...
 
 
-Fn = TypeVar("Fn", bound=Callable[..., Any])
-
-
-class Registry(Generic[Fn]):
-    """Functions of one kind by name; ``get`` of an unknown name lists the registered ones."""
-
-    def __init__(self, kind: str, config_key: str, register_with: str, also: tuple[str, ...] = ()):
-        self.kind, self.config_key, self.register_with = kind, config_key, register_with
-        self.also = also  # names the config accepts that are handled before the lookup
-        self._table: dict[str, Fn] = {}
-
-    def register(self, name: str) -> Callable[[Fn], Fn]:
-        """Decorator: register the function under ``name`` (a second function under one name is an error)."""
-
-        def add(fn: Fn) -> Fn:
-            if name in self.also or self._table.get(name, fn) is not fn:
-                raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
-            self._table[name] = fn
-            return fn
-
-        return add
-
-    def names(self) -> tuple[str, ...]:
-        return tuple(sorted((*self._table, *self.also)))
-
-    def unknown(self, name: str) -> str | None:
-        """Why ``name`` can't be looked up (None: it can, or it is one of ``also``)."""
-        if name in self._table or name in self.also:
-            return None
-        return (f"{name!r} is no {self.kind} roll_ma knows; registered: {', '.join(self.names())} "
-                f"(add one with {self.register_with})")
-
-    def get(self, name: str) -> Fn:
-        if name not in self._table:
-            why = self.unknown(name) or "handled before the lookup"
-            raise ValueError(f"{self.config_key}={name!r}: {why}")
-        return self._table[name]
-
-
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
     "advantage estimator",
     "algorithm.advantage",
     "roll_ma.algorithms.algorithm_registry.register_advantage_estimator",
     also=(CRITIC_ESTIMATOR,),
+    builtins={
+        "grpo": "roll_ma.algorithms.advantages:grpo_estimator",
+        "reinforce_pp": "roll_ma.algorithms.advantages:reinforce_pp_estimator",
+    },
+    check=takes_positional("returns", "rows", "algo"),
 )
 POLICY_LOSSES: Registry[PolicyLoss] = Registry(
-    "policy loss", "algorithm.policy_loss", "roll_ma.algorithms.algorithm_registry.register_policy_loss"
+    "policy loss",
+    "algorithm.policy_loss",
+    "roll_ma.algorithms.algorithm_registry.register_policy_loss",
+    builtins={"ppo_clip": "roll_ma.algorithms.losses:ppo_clip_policy_loss"},
+    check=takes_positional(
+        "log_probs", "old_log_probs", "advantages", "mask", "algo", "denominator", "weights"
+    ),
 )
 
 

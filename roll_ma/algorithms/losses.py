@@ -14,8 +14,6 @@ from typing import Any
 
 import torch
 
-from roll_ma.algorithms.algorithm_registry import register_policy_loss
-
 
 def aggregate(
     values: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean", denominator: float | None = None
@@ -68,7 +66,6 @@ def ppo_clip_loss(
     return loss, stats
 
 
-@register_policy_loss("ppo_clip")
 def ppo_clip_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
                          mask: torch.Tensor, algo: Any, denominator: float | None,
                          weights: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, float]]:

@@ -182,7 +182,8 @@ class EnvConfig:
     )
     tools: dict[str, dict[str, Any]] = _f(
         help="workflows: tools handed to run() as `tools`, name -> settings, e.g. {python: {timeout_s: 5, "
-        "memory_mb: 512}, search: {tool: 'my_pkg.tools:Search'}} (`tool`: a registered name or import path, "
+        "memory_mb: 512}, search: {tool: 'my_pkg.tools:Search'}} (`tool`: a registered name, import path or "
+        "'path/to/file.py:Name', "
         "default the name; the rest go to its constructor; roll_ma.workflows.tools)",
         factory=dict,
     )
@@ -415,13 +416,14 @@ class AlgorithmConfig:
         "grpo",
         "grpo: normalise within (group, agent); reinforce_pp: baseline per agent, normalised per agent; "
         "gae: PPO with a value critic (the critic block), token-level GAE over each agent's turns of an "
-        "episode; or a name registered with "
-        "roll_ma.algorithms.algorithm_registry.register_advantage_estimator",
+        "episode; or your own estimator as 'path/to/file.py:fn' or 'pkg.module:fn' (imported by the driver), "
+        "or a name registered with roll_ma.algorithms.algorithm_registry.register_advantage_estimator",
     )
     policy_loss: str = _f(
         "ppo_clip",
-        "ppo_clip: PPO's clipped surrogate (clip_ratio_low/high, loss_agg); or a name registered with "
-        "roll_ma.algorithms.algorithm_registry.register_policy_loss",
+        "ppo_clip: PPO's clipped surrogate (clip_ratio_low/high, loss_agg); or your own loss as "
+        "'path/to/file.py:fn' or 'pkg.module:fn' (imported by every train worker), or a name registered "
+        "with roll_ma.algorithms.algorithm_registry.register_policy_loss",
     )
     gamma: float = _f(1.0, "discount of turn rewards back through an agent's earlier turns (gae: per token)",
                       min=0.0, max=1.0)

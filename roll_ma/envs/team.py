@@ -37,7 +37,7 @@ class TaskError(UserCodeError):
 def load_task_class(spec: str | None) -> type:
     """The task class ``env.path`` names ('path/to/file.py:Class' or 'pkg.module:Class'); ValueError if
     the file, module or class is missing or lacks reset / step."""
-    from roll_ma.workflows.lookup import load_target, module_location
+    from roll_ma.registry import load_target, module_location
 
     spec = spec or DEFAULT_TASK
     try:

@@ -156,7 +156,7 @@ def load_hooks(agent: Any) -> AgentHooks:
             fn = default_pre_process if name == "pre_process" else default_post_process
             _check_kwargs(fn, kwargs, f"agent {agent.name!r}: the default {name}", 3)
         return hooks
-    from roll_ma.workflows.lookup import import_source, module_location
+    from roll_ma.registry import import_source, module_location
 
     module = import_source(agent.process)
     found = {n: getattr(module, n) for n in HOOK_NAMES if callable(getattr(module, n, None))}

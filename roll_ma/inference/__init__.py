@@ -7,18 +7,24 @@ Imported lazily, so that `import roll_ma` needs no vLLM.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-INFER_STRATEGIES = {
-    "hf": "roll_ma.inference.hf_infer:HFInferStrategy",
-    "vllm": "roll_ma.inference.vllm_infer:VLLMInferStrategy",
-}
+from roll_ma.registry import Registry, is_class
+
+# rollout.backend's schema admits the built-in names only: the run's stages read them (vllm sleeps and syncs
+# adapters in memory); a backend of a user's would be a spec here, once the config lets it through
+INFER_STRATEGIES: Registry[Any] = Registry(
+    "rollout backend",
+    "rollout.backend",
+    "roll_ma.inference.INFER_STRATEGIES.register",
+    builtins={
+        "hf": "roll_ma.inference.hf_infer:HFInferStrategy",
+        "vllm": "roll_ma.inference.vllm_infer:VLLMInferStrategy",
+    },
+    check=is_class,
+)
 
 
 def infer_strategy_class(name: str) -> Any:
     """The class of the inference backend ``name``; a ValueError lists the known ones."""
-    if name not in INFER_STRATEGIES:
-        raise ValueError(f"unknown rollout strategy {name!r}; known: {sorted(INFER_STRATEGIES)}")
-    module, cls = INFER_STRATEGIES[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return INFER_STRATEGIES.get(name)

@@ -288,15 +288,15 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
             ConfigProblem("env.tools", "tools are handed to workflows; set env.workflow or remove env.tools")
         )
     try:
-        from roll_ma.envs.registry import resolve_env_class
+        from roll_ma.envs.registry import ENVS
         from roll_ma.workers.env_worker import env_kwargs
     except ImportError:
         return None
-    try:
-        cls = resolve_env_class(cfg.env.name)
-    except (ValueError, ImportError) as err:
-        problems.append(ConfigProblem("env.name", str(err)))
+    why = ENVS.unknown(cfg.env.name)
+    if why:
+        problems.append(ConfigProblem("env.name", why))
         return None
+    cls = ENVS.get(cfg.env.name)
     if cfg.study.action_entropy_coef > 0 and not getattr(cls, "has_action_choices", False):
         problems.append(
             ConfigProblem(

@@ -15,10 +15,10 @@ instances run at once, and turns every way a tool can go wrong into a ``ToolResu
 So a tool never crashes a run. One tool instance serves every episode of an env worker at once:
 keep tools stateless or thread-safe.
 
-Built-in: ``python`` (``roll_ma.workflows.python_tool.PythonTool``). Your own: subclass ``Tool``
-(or decorate a function) with ``@register_tool("name")``, or name it by import path in
-``env.tools`` (``search: {tool: my_pkg.tools:SearchTool}``), which also works inside Ray actors (a
-decorator runs only in processes that import its module).
+Built-in: ``python`` (``roll_ma.workflows.python_tool.PythonTool``). Your own (a ``Tool`` subclass or a
+function): name it in ``env.tools`` by import path or file (``search: {tool: my_pkg.tools:SearchTool}``,
+``{tool: path/to/tools.py:search}``), which every workflow worker imports itself, or register a name with
+``@register_tool("name")`` (known only in processes that import the module holding the decorator).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import difflib
 import functools
-import importlib
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from roll_ma.registry import Registry
 
 
 @dataclass
@@ -96,8 +96,17 @@ class FunctionTool(Tool):
         return value if isinstance(value, ToolResult) else ToolResult(ok=True, output=str(value))
 
 
-_BUILTIN_TOOLS: dict[str, str] = {"python": "roll_ma.workflows.python_tool:PythonTool"}
-_USER_TOOLS: dict[str, Callable[..., Tool]] = {}
+def _tool_or_function(obj: Any) -> str | None:
+    return None if callable(obj) else f"is a {type(obj).__name__}, not a Tool subclass or a function"
+
+
+TOOLS: Registry[Any] = Registry(
+    "tool",
+    "env.tools.<name>.tool",
+    "roll_ma.workflows.tools.register_tool",
+    builtins={"python": "roll_ma.workflows.python_tool:PythonTool"},
+    check=_tool_or_function,
+)
 
 
 def register_tool(name: str) -> Callable[[Any], Any]:
@@ -107,54 +116,28 @@ def register_tool(name: str) -> Callable[[Any], Any]:
         @register_tool("lookup")
         def lookup(key: str) -> str: ...
     """
-
-    def decorator(obj: Any) -> Any:
-        known = _USER_TOOLS.get(name)
-        # why the identity check: re-importing the module that registers a tool must not fail
-        if name in _BUILTIN_TOOLS or (known is not None and getattr(known, "_source", known) is not obj):
-            raise ValueError(f"tool name {name!r} is already registered; pick another name")
-        _USER_TOOLS[name] = _factory(obj, name)
-        return obj
-
-    return decorator
+    return TOOLS.register(name)
 
 
 def _factory(obj: Any, name: str) -> Callable[..., Tool]:
     if isinstance(obj, type) and issubclass(obj, Tool):
         return obj
-    if callable(obj):
 
-        def make(timeout_s: float = 30.0, description: str = "") -> Tool:
-            return FunctionTool(obj, name, timeout_s, description)
+    def make(timeout_s: float = 30.0, description: str = "") -> Tool:
+        return FunctionTool(obj, name, timeout_s, description)
 
-        make._source = obj  # type: ignore[attr-defined]
-        return make
-    raise TypeError(f"@register_tool({name!r}) needs a Tool subclass or a function, got {obj!r}")
+    return make
 
 
 def list_tools() -> list[str]:
     """Sorted names of every known tool (built-in and registered)."""
-    return sorted(set(_BUILTIN_TOOLS) | set(_USER_TOOLS))
+    return list(TOOLS.names())
 
 
-def resolve_tool(name_or_path: str) -> Callable[..., Tool]:
-    """The tool factory (a Tool subclass or a function wrapper) for a name or 'pkg.module:Name'."""
-    if name_or_path in _USER_TOOLS:
-        return _USER_TOOLS[name_or_path]
-    path = _BUILTIN_TOOLS.get(name_or_path, name_or_path)
-    if ":" not in path and "." not in path:
-        close = difflib.get_close_matches(name_or_path, list_tools(), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(
-            f"unknown tool {name_or_path!r}{hint}; known tools: {', '.join(list_tools())}. "
-            "For your own tool give an import path like 'my_pkg.tools:MyTool'"
-        )
-    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"cannot import tool {name_or_path!r}: {err}") from err
-    return _factory(obj, name_or_path.rsplit(":", 1)[-1].rsplit(".", 1)[-1])
+def resolve_tool(spec: str) -> Callable[..., Tool]:
+    """The tool factory (a Tool subclass or a function wrapper) for a name, 'pkg.module:Name' or
+    'path/to/file.py:Name' (``roll_ma.registry``)."""
+    return _factory(TOOLS.get(spec), spec.rsplit(":", 1)[-1].rsplit(".", 1)[-1])
 
 
 def make_tool(name_or_path: str, **settings: Any) -> Tool:

@@ -82,7 +82,7 @@ def test_unknown_name_did_you_mean():
     with pytest.raises(ValueError) as e:
         make_env("tiny_hanabbi")
     msg = str(e.value)
-    assert "Did you mean 'tiny_hanabi'" in msg and "Known envs:" in msg and "kuhn_poker" in msg
+    assert "did you mean 'tiny_hanabi'" in msg and "registered:" in msg and "kuhn_poker" in msg
 
 
 def test_bad_import_paths():
