@@ -175,6 +175,20 @@ def parse_steps(output: str) -> list[dict[str, float]]:
     return [steps[k] for k in sorted(steps)]
 
 
+def gpu_arch_list() -> str | None:
+    """The visible GPUs' compute capabilities as TORCH_CUDA_ARCH_LIST wants them ("9.0"), from nvidia-smi
+    (no CUDA context in this process); None where there is no nvidia-smi."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    caps = sorted({c.strip() for c in out.splitlines() if c.strip()})
+    return ";".join(caps) or None
+
+
 def run(
     job: Job, row: Row, n_agents: int, agent: int | None, model: str, shim: bool, work: Path
 ) -> dict[str, Any]:
@@ -185,6 +199,9 @@ def run(
         env["PYTHONPATH"] = os.pathsep.join(
             [str(write_flash_attn_shim(work / "shim")), env.get("PYTHONPATH", "")]
         )
+    arch = env.get("TORCH_CUDA_ARCH_LIST") or gpu_arch_list()
+    if arch:  # DeepSpeed's FusedAdam JIT build fails on torch's own list for Hopper ("9.0a"); name the GPU's
+        env["TORCH_CUDA_ARCH_LIST"] = arch
     cmd = [
         sys.executable,
         "-m",

@@ -153,7 +153,7 @@ def test_a_runner_takes_its_rows_settings_and_refuses_another_frameworks_row(job
     assert "row 'verl_best' is a verl row, not trl's" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, [*base, "--row", "trl_fastest"], "trl")
-    assert "no row 'trl_fastest' (rows: roll_ma, roll_ma_unfused, trl," in capsys.readouterr().err
+    assert "no row 'trl_fastest' (rows: roll_ma, roll_ma_unfused, roll_ma_prefix, trl," in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, ["--agents", "4", "--agent", "0", "--model", "M"], "trl")
     assert "episodes.turns gives no turns for N = 4" in capsys.readouterr().err
@@ -278,6 +278,8 @@ def test_roll_ma_config_takes_every_setting_from_its_row(job, tiny_model_dir, tm
     )
     assert cfg.rollout.engine_kwargs == row.native["rollout.engine_kwargs"]
     assert job.rows["roll_ma_unfused"].native["train.lora_compute_dtype"] == "float32"  # the unfused row
+    prefix = run_roll_ma.run_config(job, job.rows["roll_ma_prefix"], 3, tiny_model_dir, "cuda", str(tmp_path))
+    assert (prefix.train.share_prompt_prefix, cfg.train.share_prompt_prefix) == (True, False)
     # other settings in the row: other settings in the config (nothing is a runner's own constant)
     other = _with_settings(row, gradient_checkpointing=True, update_tokens=4096, scoring_tokens=2048,
                            sleep_rollout=False, liger_kernel=False, attention="padded")  # fmt: skip
@@ -838,7 +840,7 @@ def test_the_plan_runs_n_first_then_each_repeat_of_every_row_in_the_order_given(
         ("verl", 3)
     ] * 3
     assert run_all.parse_rows(job, None) == [(name, None) for name in job.rows]
-    with pytest.raises(ValueError, match="the job's rows are roll_ma, roll_ma_unfused, trl"):
+    with pytest.raises(ValueError, match="the job's rows are roll_ma, roll_ma_unfused, roll_ma_prefix, trl"):
         run_all.parse_rows(job, "roll_ma,deepspeed-chat")
 
 
