@@ -197,8 +197,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     setup_device(args)
     import torch
 
+    from roll_ma.metrics import forward_flops_of
     from roll_ma.models.flops import ModelShape, peak_flops
-    from roll_ma.pipelines.metrics import forward_flops_of
 
     model_dir = prepare_model(args)
     strategy = build_strategy(args, model_dir)

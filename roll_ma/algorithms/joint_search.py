@@ -7,7 +7,7 @@ never sent. A search over the game tree sees both halves at once: it forces othe
 or two information sets, lets every seat best-respond elsewhere, and keeps the joint policy that
 gains most. The pipeline scores the adapters' current policy at every information set, searches from
 its greedy version, and distills the result back into the adapters
-(`roll_ma/pipelines/joint_search_step.py`).
+(`roll_ma/pipelines/rl/joint_search_step.py`).
 
 Pure functions over an enumerated tree: a list of terminal paths, each the chance probability,
 the (information set, action index) of every decision on the way and the shared return.

@@ -1,7 +1,7 @@
 """Typed config of supervised runs: the sft and dpo blocks and the chain of phases.
 
-A run either trains by RL (``train.objective: ppo``, the default: ``pipelines/multi_agent_pipeline``)
-or runs phases (``pipelines/phases.py``): one phase from ``train.objective: sft | dpo``, or the
+A run either trains by RL (``train.objective: ppo``, the default: ``pipelines/rl/loop.py``)
+or runs phases (``pipelines/phases/chain.py``): one phase from ``train.objective: sft | dpo``, or the
 chain listed in ``phases`` (e.g. eval, sft, dpo, eval). Each agent always trains its own adapter
 on its own rows, with its own optimizer.
 """

@@ -21,7 +21,7 @@ follows it is right (credited when the actor answers).
 
 Branches: ``reset(seed, problem)`` may start from a given state, ``problem["history"]`` (the texts
 of the turns already played, in turn order) and play ``problem["horizon"]`` turns from there. The
-pipeline builds DPO pairs from such branches (``pipelines/reflection_data.py``): every branch of
+pipeline builds DPO pairs from such branches (``pipelines/phases/reflection_data.py``): every branch of
 one state shares the first mover's context exactly. ``branch_success`` in the episode metrics is
 whether the first answer given after the start is right.
 """

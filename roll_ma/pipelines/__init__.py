@@ -1,9 +1,10 @@
-"""The pipelines: the multi-agent RL loop, supervised phases (sft, dpo, eval); ``run_training`` picks one."""
+"""The run: ``run_training`` picks the multi-agent RL loop (``rl/``) or the supervised phases (``phases/``);
+both open one run session (``session.py``) on the Ray clusters of a run (``clusters.py``)."""
 
 
 def run_training(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
-    """The RL loop (``multi_agent_pipeline.run_rl_loop``) for ``train.objective=ppo``; the chain of
-    supervised phases (``phases.run_phases``) for ``train.objective=sft|dpo`` or a config that lists
+    """The RL loop (``rl.loop.run_rl_loop``) for ``train.objective=ppo``; the chain of
+    supervised phases (``phases.chain.run_phases``) for ``train.objective=sft|dpo`` or a config that lists
     ``phases``.
 
     Both start after the pre-flight checks (``roll_ma.preflight``): data files, the checkpoint to resume,
@@ -11,7 +12,7 @@ def run_training(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
     ``PreflightError`` lists every problem found. A run whose checkpoint already holds every step (or
     phase) says so in one line and returns that step's metrics (or the phases' results), without Ray."""
     # imported here, not at the top: importing any pipelines module runs this file, and these pull in
-    # Ray, torch and every worker; ``roll_ma.pipelines.metrics`` alone should not
+    # Ray, torch and every worker; ``roll_ma.pipelines.step_timer`` alone should not
     from roll_ma.preflight import run_preflight
     from roll_ma.workflows.lookup import with_absolute_files
 
@@ -28,9 +29,9 @@ def run_training(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
     if not run_plan(cfg).rl:
         if step_hook is not None:
             raise ValueError("step_hook is a hook of the RL loop; phase runs take none")
-        from roll_ma.pipelines.phases import run_phases
+        from roll_ma.pipelines.phases.chain import run_phases
 
         return run_phases(cfg)
-    from roll_ma.pipelines.multi_agent_pipeline import run_rl_loop
+    from roll_ma.pipelines.rl.loop import run_rl_loop
 
     return run_rl_loop(cfg, step_hook=step_hook)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from roll_ma.envs.base import BUILTIN_POLICIES
 from roll_ma.pipelines.clusters import RunWorkers
-from roll_ma.pipelines.episodes import EpisodePlanner
+from roll_ma.workers.episodes import EpisodePlanner
 
 
 def _play(workers: RunWorkers, planner: EpisodePlanner, step: int, seats: list[str] | None,
@@ -28,7 +28,7 @@ def evaluate(
     workers: RunWorkers, planner: EpisodePlanner, seats: list[str], opponent: str, step: int
 ) -> dict[str, float]:
     if planner.is_workflow:  # the workflow's own metrics, averaged over the evaluation tasks
-        from roll_ma.pipelines.metrics import episode_env_metrics
+        from roll_ma.metrics import episode_env_metrics
 
         return episode_env_metrics(_play(workers, planner, step, None, "eval"), "eval")
     if planner.uses_problems:

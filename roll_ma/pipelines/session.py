@@ -1,4 +1,4 @@
-"""One run's session, shared by the RL loop (``multi_agent_pipeline``) and the supervised phases
+"""One run's session, shared by the RL loop (``rl/loop.py``) and the supervised phases
 (``phases``): the output folder, Ray, the workers and their models, the resume, the tracker, the teardown.
 
 A run opens it, loads what it needs, and leaves it however it ends::
@@ -34,11 +34,11 @@ from roll_ma.error_report import run_log
 from roll_ma.errors import RunStartError
 from roll_ma.interrupts import deferred_stops
 from roll_ma.pipelines.clusters import RunWorkers, build_workers, process_env
-from roll_ma.pipelines.episodes import EpisodePlanner
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.preflight.checkpoint_compat import run_signature
 from roll_ma.tracking import Tracker
 from roll_ma.workers.env_worker import env_kwargs
+from roll_ma.workers.episodes import EpisodePlanner
 
 
 @dataclass

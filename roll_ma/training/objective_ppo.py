@@ -5,7 +5,7 @@ The policy loss is the one ``algorithm.policy_loss`` names (``algorithms/algorit
 entropy bonus over legal actions. Rows from older adapters (``rollout.max_staleness`` > 0) are trained
 with the decoupled objective: the clip against pi_old (proximal), each token weighted by
 pi_old / pi_behaviour. Without ``old_log_probs`` pi_old is this update's own forward, detached
-(``pipelines/on_policy.py``): exact only for one optimizer step on fresh rows.
+(``pipelines/rl/on_policy.py``): exact only for one optimizer step on fresh rows.
 
 Reported per agent: ``policy_loss``, ``entropy``, ``clip_frac``, ``kl`` (with a reference),
 ``action_entropy`` (bonus on), ``is_weight_{mean,max,truncated}`` (decoupled),

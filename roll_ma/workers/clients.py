@@ -48,7 +48,7 @@ class Transport(Protocol):
 
 
 class RolloutStandIn(Protocol):
-    """What env workers may play against in place of the rollout workers (``pipelines/replay.py``)."""
+    """What env workers may play against in place of the rollout workers (``workers/replay.py``)."""
 
     def generate(self, data: DataProto) -> DataProto: ...
 

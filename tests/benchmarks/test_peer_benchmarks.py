@@ -212,7 +212,7 @@ def test_run_all_writes_the_peers_rows_of_a_relay_job_as_not_runnable(tmp_path):
 # ---------------------------------------------------------------------------- the prompts and rewards
 def test_game_seeds_are_those_roll_mas_planner_plays(job):
     from roll_ma.config.schema import EnvConfig
-    from roll_ma.pipelines.episodes import EpisodePlanner
+    from roll_ma.workers.episodes import EpisodePlanner
 
     env = EnvConfig(name="seat_game:SeatGame", groups_per_step=3, group_size=2)
     planner = EpisodePlanner(env, seed=7)

@@ -14,7 +14,7 @@ from roll_ma.config import ConfigError
 from roll_ma.config.phase_plan import plan_phases
 from roll_ma.data.chat_files import prompt_ids, read_dpo_file, read_sft_file, reply_ids
 from roll_ma.data.rows import pair_rows, sft_rows
-from roll_ma.pipelines.phase_context import agent_schedule
+from roll_ma.pipelines.phases.context import agent_schedule
 from roll_ma.preflight import validate as validate_module
 from roll_ma.preflight.config_loader import load_config
 

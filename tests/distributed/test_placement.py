@@ -15,7 +15,7 @@ from roll_ma.distributed.placement import (
     worker_gpus,
 )
 from roll_ma.distributed.resources import ResourceManager
-from roll_ma.pipelines.adapter_sync import check_versions
+from roll_ma.pipelines.rl.adapter_sync import check_versions
 from roll_ma.preflight import validate as validate_module
 from roll_ma.preflight.config_loader import load_config
 

@@ -67,7 +67,7 @@ def test_env_from_a_file(tmp_path, monkeypatch):
     cfg = load_config("tiny_hanabi_selfplay", overrides=["env.name=my_envs.py:MyHanabi"])
     assert cfg.env.name == "my_envs.py:MyHanabi"
     # the run hands the env workers an absolute path: they may run in another directory
-    import roll_ma.pipelines.multi_agent_pipeline as loop
+    import roll_ma.pipelines.rl.loop as loop
     from roll_ma.pipelines import run_training
 
     monkeypatch.setattr(loop, "run_rl_loop", lambda cfg, step_hook=None: cfg)

@@ -1,4 +1,4 @@
-"""Model FLOPs and MFU (roll_ma/models/flops.py, pipelines/metrics.py), with the arithmetic written out."""
+"""Model FLOPs and MFU (roll_ma/models/flops.py, roll_ma/metrics.py), with the arithmetic written out."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from roll_ma.config.schema import AgentConfig, RunConfig
+from roll_ma.metrics import forward_flops_of, mfu_metrics, update_mfu_metrics
 from roll_ma.models.flops import ModelShape, forward_flops, peak_flops
-from roll_ma.pipelines.metrics import forward_flops_of, mfu_metrics, update_mfu_metrics
 from roll_ma.protocol import DataProto
 
 QWEN25_7B = SimpleNamespace(num_hidden_layers=28, hidden_size=3584, num_attention_heads=28,

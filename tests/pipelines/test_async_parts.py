@@ -10,10 +10,10 @@ import pytest
 import torch
 from local_cluster import LocalCluster
 
+from roll_ma.algorithms.staleness import drop_stale_rows
 from roll_ma.config.schema import RunConfig
-from roll_ma.pipelines.adapter_sync import AdapterSync
-from roll_ma.pipelines.rollout_queue import RolloutQueue
-from roll_ma.pipelines.staleness import drop_stale_rows
+from roll_ma.pipelines.rl.adapter_sync import AdapterSync
+from roll_ma.pipelines.rl.rollout_queue import RolloutQueue
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import UpdateRequest
 from roll_ma.workers.clients import EnvClient, RolloutClient, TrainClient

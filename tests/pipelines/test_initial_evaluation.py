@@ -5,7 +5,7 @@ from __future__ import annotations
 import types
 
 from roll_ma.config.schema import TrackingConfig
-from roll_ma.pipelines import multi_agent_pipeline
+from roll_ma.pipelines.rl import loop
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.tracking import Tracker, read_metrics
 
@@ -23,9 +23,9 @@ def _run(tmp_path, eval_every: int, start_step: int = 0) -> types.SimpleNamespac
 
 def test_the_step_0_evaluation_is_printed_and_logged(tmp_path, monkeypatch, capsys):
     # the workers' part (evaluate plays the episodes) is what the end-to-end tests run; here: what is shown
-    monkeypatch.setattr(multi_agent_pipeline, "evaluate", lambda workers, planner, seats, opp, step: EVAL)
+    monkeypatch.setattr(loop, "evaluate", lambda workers, planner, seats, opp, step: EVAL)
     run = _run(tmp_path, eval_every=2)
-    multi_agent_pipeline.evaluate_before_training(run)
+    loop.evaluate_before_training(run)
     run.session.tracker.close()
     assert capsys.readouterr().out.splitlines() == [
         "step 0/4  evaluation of the initial adapters",
@@ -36,8 +36,8 @@ def test_the_step_0_evaluation_is_printed_and_logged(tmp_path, monkeypatch, caps
 
 
 def test_no_step_0_evaluation_without_eval_every_or_on_resume(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(multi_agent_pipeline, "evaluate", lambda *a: EVAL)
+    monkeypatch.setattr(loop, "evaluate", lambda *a: EVAL)
     for run in (_run(tmp_path / "off", eval_every=0), _run(tmp_path / "resumed", eval_every=2, start_step=2)):
-        multi_agent_pipeline.evaluate_before_training(run)
+        loop.evaluate_before_training(run)
         run.session.tracker.close()
     assert capsys.readouterr().out == ""

@@ -16,8 +16,8 @@ import torch
 from train_helpers import learning_metrics, make_batch, on_policy, snapshot
 
 from roll_ma.config.schema import AgentConfig, AlgorithmConfig, LoraConfig, RunConfig
-from roll_ma.pipelines.metrics import logprob_gap_metrics
-from roll_ma.pipelines.on_policy import old_log_probs_pass_reason
+from roll_ma.metrics import logprob_gap_metrics
+from roll_ma.pipelines.rl.on_policy import old_log_probs_pass_reason
 from roll_ma.protocol.requests import UpdateRequest
 
 AGENTS = ["a0", "a1"]
@@ -110,7 +110,7 @@ def test_gap_metric_needs_rollout_log_probs_only(make_strategy):
 def test_agents_the_update_leaves_alone_are_scored_for_their_gap():
     """Their trainer-vs-rollout gap cannot come from the update: frozen agents, agents not due this step
     (their own update_every, or train.train_cycle), and every agent while the critic warms up."""
-    from roll_ma.pipelines.on_policy import agents_taking_no_step
+    from roll_ma.pipelines.rl.on_policy import agents_taking_no_step
 
     cfg = _cfg()
     cfg.agents = [AgentConfig(name="a"), AgentConfig(name="b", frozen=True),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
-from roll_ma.pipelines.reflection_data import (
+from roll_ma.pipelines.phases.reflection_data import (
     Branch,
     accepted_rows,
     branch_specs,
@@ -15,8 +15,8 @@ from roll_ma.pipelines.reflection_data import (
     build_pairs,
     episode_texts,
 )
-from roll_ma.pipelines.replay import ScriptedRollout
 from roll_ma.workers.env_worker import EnvWorker, EpisodeSpec, sample_seed
+from roll_ma.workers.replay import ScriptedRollout
 
 AGENTS = [AgentConfig(name="actor"), AgentConfig(name="critic")]
 PROBLEM = {"problem": "37+48", "answer": "85"}

@@ -56,7 +56,7 @@ def test_two_hf_ranks_split_rows_without_changing_samples(
     import ray
 
     from roll_ma.distributed.cluster import Cluster
-    from roll_ma.pipelines.adapter_sync import check_versions
+    from roll_ma.pipelines.rl.adapter_sync import check_versions
 
     cluster = Cluster("rollout", RolloutWorker, 2, init_kwargs=_init_kwargs(rollout_model_cfg, "hf"))
     try:

@@ -8,7 +8,7 @@ import torch
 from scripted import ScriptedRollout, make_worker, specs
 
 from roll_ma.config.schema import AlgorithmConfig
-from roll_ma.pipelines.metrics import episode_env_metrics, rollout_metrics
+from roll_ma.metrics import episode_env_metrics, rollout_metrics
 from roll_ma.workers.env_worker import sample_seed
 from roll_ma.workers.workflow_worker import WorkflowError
 

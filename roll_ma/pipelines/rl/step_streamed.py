@@ -5,15 +5,16 @@ ends.
 Its stages, in order: rollout (mostly played already; the next step's is launched at once), drop the
 rows more than k versions old (the rest train with the decoupled objective), score, advantages,
 update-and-stream (agent after agent: update, push, go on), evaluation, record. The synchronous step is
-``rl_step.py``; ``multi_agent_pipeline`` picks one of the two when the run starts.
+``step.py``; ``loop.py`` picks one of the two when the run starts.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from roll_ma.pipelines.rl_run import RLRun
-from roll_ma.pipelines.rl_stages import (
+from roll_ma.algorithms.staleness import drop_stale_rows
+from roll_ma.pipelines.rl.run import RLRun
+from roll_ma.pipelines.rl.stages import (
     compute_advantages,
     evaluate_if_due,
     free_engine_memory,
@@ -22,7 +23,6 @@ from roll_ma.pipelines.rl_stages import (
     score,
     update_request,
 )
-from roll_ma.pipelines.staleness import drop_stale_rows
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.protocol import DataProto
 

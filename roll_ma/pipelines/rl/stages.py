@@ -1,5 +1,5 @@
-"""The named stages of an RL step that the synchronous (``rl_step``) and the streamed
-(``rl_step_streamed``) steps share: roll out, score, advantages, evaluate, record, checkpoint.
+"""The named stages of an RL step that the synchronous (``step.py``) and the streamed
+(``step_streamed.py``) steps share: roll out, score, advantages, evaluate, record, checkpoint.
 
 Each stage takes the run (``RLRun``), the step's batch where it needs it and the step's timer, and returns
 what it made (a new batch, metrics); the step functions merge the metrics in the order the stages ran.
@@ -15,9 +15,7 @@ import numpy as np
 from roll_ma import checkpoint as ckpt
 from roll_ma.algorithms.advantages import add_advantages
 from roll_ma.algorithms.gae import critic_metrics, last_turns_only, team_reward_metrics
-from roll_ma.packing import concat_padded
-from roll_ma.pipelines.evaluation import evaluate
-from roll_ma.pipelines.metrics import (
+from roll_ma.metrics import (
     episode_env_metrics,
     forward_flops_of,
     logprob_gap_metrics,
@@ -25,8 +23,10 @@ from roll_ma.pipelines.metrics import (
     rollout_metrics,
     system_metrics,
 )
-from roll_ma.pipelines.on_policy import agents_taking_no_step, old_log_probs_pass_reason
-from roll_ma.pipelines.rl_run import RLRun
+from roll_ma.packing import concat_padded
+from roll_ma.pipelines.evaluation import evaluate
+from roll_ma.pipelines.rl.on_policy import agents_taking_no_step, old_log_probs_pass_reason
+from roll_ma.pipelines.rl.run import RLRun
 from roll_ma.pipelines.step_timer import STAGES, StepTimer
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import ScoreRequest, UpdateRequest

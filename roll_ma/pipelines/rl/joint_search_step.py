@@ -20,9 +20,9 @@ import torch
 
 from roll_ma.algorithms.joint_search import InfoSet, joint_policy_search
 from roll_ma.config.schema import RunConfig
-from roll_ma.pipelines.rl_run import RLRun
-from roll_ma.pipelines.rl_stages import record
-from roll_ma.pipelines.rl_step import push_and_evaluate, roll_out_and_update, updated_adapters
+from roll_ma.pipelines.rl.run import RLRun
+from roll_ma.pipelines.rl.stages import record
+from roll_ma.pipelines.rl.step import push_and_evaluate, roll_out_and_update, updated_adapters
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.protocol import DataProto
 from roll_ma.workers.clients import TrainClient

@@ -7,7 +7,7 @@ What one step does (every agent is a LoRA adapter on one shared base model):
    row: (prompt, response, agent_id, turn reward, the adapter version the engine used).
 2. Reference and old log-probs: pi_ref (the base model, adapters off) and pi_old (each row's
    own adapter, before the update). A strictly on-policy step takes pi_old from the update's own
-   forward instead of a pass of its own (``pipelines/on_policy.py``). The gap between pi_old and
+   forward instead of a pass of its own (``on_policy.py``). The gap between pi_old and
    the rollout engine's log-probs is logged per agent: it is ~0 only when the rollout really used
    the newest adapters.
 3. Advantages per agent: each agent's turn rewards are discounted back through its own
@@ -15,16 +15,16 @@ What one step does (every agent is a LoRA adapter on one shared base model):
 4. Update: the train workers partition the batch by agent and update the adapters one after
    another, each only from its own rows, each with its own optimizer state. Small cooperative
    games may add a joint policy search every ``study.joint_search_every`` steps, whose
-   better joint policy is distilled into the adapters (``pipelines/joint_search_step.py``).
+   better joint policy is distilled into the adapters (``joint_search_step.py``).
 5. Sync: every adapter updated this step is pushed into the rollout engines under version = step
    (in memory, straight into vLLM's LoRA slots); the next step's rows must report each agent's
    newest version (a stale row stops the run).
 6. Metrics, checkpoint every ``save_every`` steps, evaluation every ``eval_every`` steps.
 
 The code follows those numbers: ``run_rl_loop`` below opens the run's session (``session.py``: workers,
-models, resume, teardown), sets up the steps' parts once (``rl_run.py``) and calls one step function per
-step. The step is a short list of named stages (``rl_stages.py``); which step, synchronous (``rl_step.py``),
-streamed one step ahead (``rollout.max_staleness`` > 0, ``rl_step_streamed.py``) or synchronous with a joint
+models, resume, teardown), sets up the steps' parts once (``run.py``) and calls one step function per
+step. The step is a short list of named stages (``stages.py``); which step, synchronous (``step.py``),
+streamed one step ahead (``rollout.max_staleness`` > 0, ``step_streamed.py``) or synchronous with a joint
 search (``study.joint_search_every`` > 0, ``joint_search_step.py``), is chosen once here (``choose_step``).
 
 Resume (``trainer.resume=auto``) starts after the newest checkpoint whose files all match its
@@ -42,11 +42,11 @@ from typing import Any
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.evaluation import evaluate
-from roll_ma.pipelines.joint_search_step import JointSearch, JointSearchStep
-from roll_ma.pipelines.rl_run import RLRun, StepHook, prepare_rl_run
-from roll_ma.pipelines.rl_stages import save_checkpoint_if_due
-from roll_ma.pipelines.rl_step import synchronous_step
-from roll_ma.pipelines.rl_step_streamed import streamed_step
+from roll_ma.pipelines.rl.joint_search_step import JointSearch, JointSearchStep
+from roll_ma.pipelines.rl.run import RLRun, StepHook, prepare_rl_run
+from roll_ma.pipelines.rl.stages import save_checkpoint_if_due
+from roll_ma.pipelines.rl.step import synchronous_step
+from roll_ma.pipelines.rl.step_streamed import streamed_step
 from roll_ma.pipelines.session import RunSession, done_line, open_session, start_session
 from roll_ma.pipelines.step_timer import startup_line
 from roll_ma.tracking import initial_eval_summary, plot_rewards

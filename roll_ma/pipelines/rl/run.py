@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
 from roll_ma.models.flops import ModelShape
-from roll_ma.pipelines.adapter_sync import AdapterSync
 from roll_ma.pipelines.clusters import RunWorkers
-from roll_ma.pipelines.rollout_queue import RolloutQueue
+from roll_ma.pipelines.rl.adapter_sync import AdapterSync
+from roll_ma.pipelines.rl.rollout_queue import RolloutQueue
 from roll_ma.pipelines.session import RunSession
 
 # step_hook(workers, step): runs after each step's work; what it returns joins that step's metrics

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from roll_ma.config.schema import RunConfig
-from roll_ma.pipelines.metrics import update_mfu_metrics
-from roll_ma.pipelines.rl_run import RLRun
-from roll_ma.pipelines.rl_stages import (
+from roll_ma.metrics import update_mfu_metrics
+from roll_ma.pipelines.rl.run import RLRun
+from roll_ma.pipelines.rl.stages import (
     compute_advantages,
     evaluate_if_due,
     free_engine_memory,

@@ -3,18 +3,18 @@
 Where the rows come from (``sft.source``):
 
 - ``rejection``: the run's own episodes with the current adapters (``sft.samples_per_problem`` per
-  problem, sampled), keeping the accepted turns (``pipelines/reflection_data.accepted_rows``: an
+  problem, sampled), keeping the accepted turns (``reflection_data.accepted_rows``: an
   answer that is right, a critique after which the refinement is right), or every turn (accept: all).
 - ``teacher``: the actor answers ``sft.problems`` problems; the teacher (``teacher.model``, its own
   rollout workers, no adapters) writes a critique of each first answer and a refinement after it
   (``sft.samples_per_problem`` times); the teacher's turns are replayed in this run's tokens
-  (``pipelines/replay.py``), and the accepted ones become the critic's and the actor's rows.
+  (``workers/replay.py``), and the accepted ones become the critic's and the actor's rows.
 - ``file``: a user's jsonl / parquet in chat-messages form with a column naming the agent
   (``data/chat_files.py``).
 
 The rows are saved under ``<output_dir>/phases/<phase>/`` before the first step, so a resumed phase
 trains on the very same rows. Each train step gives every agent one optimizer step on up to
-``sft.batch_size`` of its own rows (``phase_context.agent_schedule``), for ``sft.epochs`` passes.
+``sft.batch_size`` of its own rows (``context.agent_schedule``), for ``sft.epochs`` passes.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from roll_ma.config.phase_plan import Phase
-from roll_ma.pipelines.phase_context import PhaseContext, agent_schedule
+from roll_ma.pipelines.phases.context import PhaseContext, agent_schedule
 from roll_ma.protocol import DataProto
 from roll_ma.training.objective_sft import SFT_KEYS
 
@@ -96,13 +96,13 @@ def _problem_specs(ctx: PhaseContext, phase: Phase, n: int, copies: int, **extra
 
 
 def _accepted(batch: DataProto, accept: str) -> DataProto:
-    from roll_ma.pipelines.reflection_data import accepted_rows
+    from roll_ma.pipelines.phases.reflection_data import accepted_rows
 
     return batch.select_idxs(accepted_rows(batch) if accept == "correct" else np.arange(len(batch)))
 
 
 def rejection_rows(ctx: PhaseContext, phase: Phase) -> tuple[DataProto, dict[str, float]]:
-    from roll_ma.pipelines.metrics import episode_env_metrics
+    from roll_ma.metrics import episode_env_metrics
 
     specs = _problem_specs(ctx, phase, phase.sft.problems, phase.sft.samples_per_problem)
     batch, episodes = ctx.play(specs)
@@ -110,11 +110,11 @@ def rejection_rows(ctx: PhaseContext, phase: Phase) -> tuple[DataProto, dict[str
 
 
 def teacher_rows(ctx: PhaseContext, phase: Phase) -> tuple[DataProto, dict[str, float]]:
+    from roll_ma.metrics import episode_env_metrics
     from roll_ma.pipelines.clusters import build_teacher
-    from roll_ma.pipelines.metrics import episode_env_metrics
-    from roll_ma.pipelines.reflection_data import episode_texts
-    from roll_ma.pipelines.replay import ScriptedRollout, scripted_texts
+    from roll_ma.pipelines.phases.reflection_data import episode_texts
     from roll_ma.workers.env_worker import EpisodeSpec
+    from roll_ma.workers.replay import ScriptedRollout, scripted_texts
 
     firsts = _problem_specs(ctx, phase, phase.sft.problems, 1, horizon=1)
     batch, _ = ctx.play(firsts)  # the actor's first answers, with its current adapter

@@ -7,14 +7,14 @@ What a run does (``run_phases``):
    reference is "the adapter as the phase started"). A teacher's workers start only for the phase
    that reads from it, and stop when it is done.
 2. Run the phases in order (``PHASES``): ``eval`` plays the held-out problems greedily and reports the
-   env's metrics (reflection: p1@t1, m1@tK, p1@tK); ``sft`` (``phase_sft.py``) and ``dpo``
-   (``phase_dpo.py``) train every agent on its own rows, each with its own optimizer, fresh at the
+   env's metrics (reflection: p1@t1, m1@tK, p1@tK); ``sft`` (``sft.py``) and ``dpo``
+   (``dpo.py``) train every agent on its own rows, each with its own optimizer, fresh at the
    phase's start (as a new trainer would be). The rollout engines get the trained adapters before
    anything is generated again.
 3. Checkpoints (every ``trainer.save_every`` steps and at the end) hold the adapters (and their frozen
    copies), optimizer states, the data cursor, the phase and its progress: ``trainer.resume=auto``
    continues a run where it stopped, inside a phase, from the same manifest-checked checkpoint the RL
-   loop would take (``session.py``: one setup, resume and teardown for both kinds of run).
+   loop would take (``pipelines/session.py``: one setup, resume and teardown for both kinds of run).
 
 ``metrics.jsonl``'s step counts optimizer steps over the whole run (agent/<name>/sft_loss,
 agent/<name>/rewards/margins, ...), one line per step: what a phase measures after a step (an eval,
@@ -31,9 +31,9 @@ from typing import Any
 from roll_ma import checkpoint as ckpt
 from roll_ma.config.phase_plan import Phase, needs_reference_copies, needs_teacher, plan_phases
 from roll_ma.config.schema import RunConfig
-from roll_ma.pipelines.phase_context import PhaseContext, headline
-from roll_ma.pipelines.phase_dpo import run_dpo_phase
-from roll_ma.pipelines.phase_sft import run_sft_phase
+from roll_ma.pipelines.phases.context import PhaseContext, headline
+from roll_ma.pipelines.phases.dpo import run_dpo_phase
+from roll_ma.pipelines.phases.sft import run_sft_phase
 from roll_ma.pipelines.session import done_line, open_session, start_session
 
 

@@ -1,4 +1,4 @@
-"""What every supervised phase works with (``phases.py`` runs them; ``phase_sft.py`` and ``phase_dpo.py``
+"""What every supervised phase works with (``chain.py`` runs them; ``sft.py`` and ``dpo.py``
 are two of them): the ``PhaseContext`` of workers, data cursor, step and checkpoints, and how an agent's
 rows are cut into train steps (the phase plan itself is ``config.phase_plan``)."""
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from roll_ma.config.phase_plan import Phase
-from roll_ma.pipelines.phase_context import PhaseContext, agent_schedule
+from roll_ma.pipelines.phases.context import PhaseContext, agent_schedule
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import DPOSettings, PairReference
 
@@ -55,8 +55,8 @@ def run_dpo_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> 
 
 def iteration(ctx: PhaseContext, phase: Phase, it: int) -> None:
     """One round of the loop: generate -> pairs -> DPO steps -> sync (module docstring)."""
-    from roll_ma.pipelines.metrics import episode_env_metrics
-    from roll_ma.pipelines.reflection_data import (
+    from roll_ma.metrics import episode_env_metrics
+    from roll_ma.pipelines.phases.reflection_data import (
         branch_specs,
         branches_from_rollout,
         build_pairs,

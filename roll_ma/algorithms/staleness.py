@@ -3,7 +3,7 @@
 Every row carries the version of its agent's adapter that generated it (``adapter_version``, the
 step whose update produced it). When the trainer takes the row, its agent's adapter is at version
 ``current``; the row's staleness is ``current - version``. The synchronous loop trains on rows of
-staleness 0 only (anything else is a sync bug and stops the run, ``multi_agent_pipeline``); the
+staleness 0 only (anything else is a sync bug and stops the run, ``pipelines/rl/step.py``); the
 asynchronous loop (``rollout.max_staleness = k``) drops the rows of staleness > k and trains on
 the rest with the decoupled objective.
 """
