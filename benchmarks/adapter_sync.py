@@ -86,12 +86,12 @@ def repeat(fn, repeats: int) -> list[float]:
 def first_token_all_agents(strategy: Any) -> None:
     """One request per agent, 1 new token: what a rollout right after a sync pays first."""
     from roll_ma.protocol import DataProto
+    from roll_ma.protocol.requests import GenerateRequest
 
-    request = DataProto.from_dict(
+    rows = DataProto.from_dict(
         non_tensors={"prompt_ids": [[5, 6, 7, 8]] * NUM_AGENTS, "agent_id": list(range(NUM_AGENTS))},
-        meta_info={"max_new_tokens": 1, "temperature": 1.0},
     )
-    strategy.generate(request)
+    strategy.generate(rows, GenerateRequest(max_new_tokens=1, temperature=1.0))
 
 
 def full_reload(backend: str, strategy: Any) -> tuple[Any, str, int]:

@@ -133,12 +133,10 @@ def engine_run(backend: str, strategy: Any, names: list[str | None], prompts: li
 def strategy_run(strategy: Any, agent_ids: list[int], prompts: list[list[int]], k: int) -> int:
     """The strategy's own generate(); returns the response tokens it produced (EOS may end rows early)."""
     from roll_ma.protocol import DataProto
+    from roll_ma.protocol.requests import GenerateRequest
 
-    request = DataProto.from_dict(
-        non_tensors={"prompt_ids": prompts, "agent_id": agent_ids},
-        meta_info={"max_new_tokens": k, "temperature": 1.0},
-    )
-    out = strategy.generate(request)
+    rows = DataProto.from_dict(non_tensors={"prompt_ids": prompts, "agent_id": agent_ids})
+    out = strategy.generate(rows, GenerateRequest(max_new_tokens=k, temperature=1.0))
     return int(out.batch["response_mask"].sum().item())
 
 

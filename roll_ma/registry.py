@@ -144,6 +144,28 @@ def subclass_of(base: type) -> Callable[[Any], str | None]:
     return check
 
 
+def implements(protocol: type, where: str) -> Callable[[Any], str | None]:
+    """A ``Registry`` check: the object is a class with every method ``protocol`` (a ``typing.Protocol``,
+    defined in the file ``where``) declares."""
+
+    def check(obj: Any) -> str | None:
+        if not inspect.isclass(obj):
+            return f"is a {type(obj).__name__}, not a class"
+        missing = [n for n in protocol_methods(protocol) if not callable(getattr(obj, n, None))]
+        return f"lacks {', '.join(missing)} of {protocol.__name__} ({where})" if missing else None
+
+    return check
+
+
+def protocol_methods(protocol: type) -> list[str]:
+    """The public methods a ``typing.Protocol`` declares, its Protocol bases' included."""
+    names: set[str] = set()
+    for base in protocol.__mro__:
+        if base.__module__ not in ("typing", "builtins"):
+            names |= {n for n, v in vars(base).items() if not n.startswith("_") and callable(v)}
+    return sorted(names)
+
+
 def is_class(obj: Any) -> str | None:
     """A ``Registry`` check: the object is a class."""
     return None if inspect.isclass(obj) else f"is a {type(obj).__name__}, not a class"

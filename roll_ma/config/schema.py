@@ -228,7 +228,12 @@ class EnvConfig:
 class RolloutConfig:
     """Generation: backend, sampling, engine settings."""
 
-    backend: Literal["hf", "vllm"] = _f("hf", "hf (transformers + PEFT) or vllm (one engine, all adapters)")
+    backend: str = _f(
+        "hf", "hf (transformers + PEFT) or vllm (one engine, all adapters); or your own class implementing "
+        "roll_ma.inference.infer_backend.InferBackend as 'path/to/file.py:Name' or 'pkg.module:Name' "
+        "(imported by the driver and every rollout worker), or a name registered with "
+        "roll_ma.inference.INFER_STRATEGIES.register"
+    )
     num_workers: int = _f(
         1, "rollout worker actors (data parallel: each is one engine serving every adapter; a step's "
         "requests are split across them, and every sync installs each new adapter in all of them)", min=1
@@ -289,9 +294,12 @@ class RolloutConfig:
 class TrainConfig:
     """Policy update: strategy, optimizer, batch shapes."""
 
-    strategy: Literal["multi_agent_deepspeed", "deepspeed_train"] = _f(
+    strategy: str = _f(
         "multi_agent_deepspeed",
-        "multi_agent_deepspeed (one adapter per agent) or deepspeed_train (one policy)",
+        "multi_agent_deepspeed (one adapter per agent) or deepspeed_train (one policy); or your own class "
+        "implementing roll_ma.training.train_backend.TrainBackend as 'path/to/file.py:Name' or "
+        "'pkg.module:Name' (imported by the driver and every train worker), or a name registered with "
+        "roll_ma.training.TRAIN_STRATEGIES.register",
     )
     objective: Literal["ppo", "sft", "dpo"] = _f(
         "ppo",
@@ -371,7 +379,10 @@ class TrainConfig:
         "step does not train are still scored, for their trainer-vs-rollout gap); other steps score pi_old",
     )
     grad_clip: float = _f(1.0, "max gradient norm (0 disables)", min=0.0)
-    full_finetune: bool = _f(False, "deepspeed_train only: train all base weights instead of one adapter")
+    full_finetune: bool = _f(
+        False, "train all base weights instead of one adapter (a train.strategy that supports it: "
+        "deepspeed_train)"
+    )
     use_all_traj: bool = _f(
         True,
         "train on every turn of every round; false: only each agent's last turn of an episode (the last "

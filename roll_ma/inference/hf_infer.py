@@ -18,7 +18,7 @@ import torch
 
 from roll_ma.config.schema import ModelConfig, RolloutConfig
 from roll_ma.distributed.tensor_transfer import as_tensor_dict
-from roll_ma.inference.infer_backend import InferBackend
+from roll_ma.inference.infer_backend import InferBackend, RolloutTraits
 from roll_ma.inference.rollout_common import (
     RowResult,
     SamplingSettings,
@@ -38,6 +38,7 @@ from roll_ma.models.loading import load_base_model, load_tokenizer
 from roll_ma.models.logprobs import response_log_probs, token_log_probs
 from roll_ma.packing import left_pad
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import GenerateRequest
 
 
 class _RowSampler:
@@ -80,6 +81,8 @@ class HFInferStrategy:
         device: "cpu" or "cuda".
     """
 
+    traits = RolloutTraits()  # any device and dtype, one device per engine, full weights too
+
     def __init__(
         self,
         model_cfg: ModelConfig,
@@ -114,10 +117,10 @@ class HFInferStrategy:
 
     # ------------------------------------------------------------------ generate
     @torch.no_grad()
-    def generate(self, data: DataProto) -> DataProto:
+    def generate(self, data: DataProto, request: GenerateRequest) -> DataProto:
         """Sample a response for every row with its agent's adapter (layout: ``rollout_common``)."""
         self._check_ready()
-        settings = sampling_settings(self.rollout_cfg, data.meta_info)
+        settings = sampling_settings(self.rollout_cfg, request)
         prompts, names = request_rows(data, self.agents)
         seeds = row_seeds(data, settings, self._rng)
         rows: list[RowResult] = []

@@ -1,7 +1,7 @@
 """Request parsing and response packing shared by the hf and vllm rollout strategies.
 
 Both backends read the same request columns (``prompt_ids``, ``agent_id``, optional
-``sample_seed``), take the same sampling overrides from ``meta_info`` and return rows packed
+``sample_seed``), take the same sampling overrides (a ``GenerateRequest``) and return rows packed
 the same way (see the STANDARD KEYS of ``roll_ma.protocol``), so that a pipeline can switch
 backends without noticing. Only the part in the middle, turning prompts into tokens and
 log-probs, differs.
@@ -19,18 +19,19 @@ import numpy as np
 import torch
 
 from roll_ma.config.schema import ModelConfig, RolloutConfig
+from roll_ma.inference import rollout_traits
 from roll_ma.models.adapters import AgentSpec
 from roll_ma.packing import left_pad, position_ids_from_mask, right_pad
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.args import tensor_columns
+from roll_ma.protocol.requests import GenerateRequest
 
-SAMPLING_KEYS = ("temperature", "top_p", "max_new_tokens", "stop", "greedy", "seed")
 SEED_MOD = 2**31 - 1  # per-row seeds stay positive int32, which every backend accepts
 
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """Sampling of one generate call: the rollout config, overridden by the request's meta_info."""
+    """Sampling of one generate call: the rollout config, overridden by its ``GenerateRequest``."""
 
     temperature: float
     top_p: float
@@ -50,20 +51,20 @@ def adapter_sync_dtype(rollout: RolloutConfig, model: ModelConfig) -> str | None
     (bf16/fp16 on GPU), so casting on the trainer's GPU halves what crosses to the engine and installs
     the very same numbers; None (keep fp32) for the hf backend and fp32 models."""
     lora_dtype = str(rollout.engine_kwargs.get("lora_dtype", "auto"))
-    if rollout.backend != "vllm" or model.dtype == "float32" or lora_dtype not in ("auto", model.dtype):
+    if model.dtype == "float32" or lora_dtype not in ("auto", model.dtype):
+        return None
+    if not rollout_traits(rollout.backend).adapters_in_model_dtype:
         return None
     return model.dtype
 
 
-def sampling_settings(cfg: RolloutConfig, meta_info: dict[str, Any]) -> SamplingSettings:
-    """The config's sampling defaults overridden by the request's ``meta_info``, each value checked."""
-    temperature = float(meta_info.get("temperature", cfg.temperature))
-    top_p = float(meta_info.get("top_p", cfg.top_p))
-    max_new_tokens = int(meta_info.get("max_new_tokens", cfg.max_new_tokens))
-    stop = meta_info.get("stop", cfg.stop) or []
-    if isinstance(stop, str):
-        stop = [stop]
-    seed = meta_info.get("seed")
+def sampling_settings(cfg: RolloutConfig, request: GenerateRequest) -> SamplingSettings:
+    """The config's sampling defaults overridden by ``request``, each value checked."""
+    temperature = cfg.temperature if request.temperature is None else float(request.temperature)
+    top_p = cfg.top_p if request.top_p is None else float(request.top_p)
+    max_new_tokens = cfg.max_new_tokens if request.max_new_tokens is None else int(request.max_new_tokens)
+    stop = cfg.stop if request.stop is None else request.stop
+    stop = [stop] if isinstance(stop, str) else list(stop)
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
     if not 0.0 < top_p <= 1.0:
@@ -72,14 +73,14 @@ def sampling_settings(cfg: RolloutConfig, meta_info: dict[str, Any]) -> Sampling
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if any(not isinstance(s, str) or not s for s in stop):
         raise ValueError(f"stop must be a list of non-empty strings, got {stop!r}")
-    greedy = bool(meta_info.get("greedy", False)) or temperature == 0.0
+    greedy = request.greedy or temperature == 0.0
     return SamplingSettings(
         temperature=1.0 if greedy else temperature,
         top_p=top_p,
         max_new_tokens=max_new_tokens,
         stop=tuple(stop),
         greedy=greedy,
-        seed=None if seed is None else int(seed),
+        seed=None if request.seed is None else int(request.seed),
     )
 
 
@@ -119,7 +120,7 @@ def adapters_of_rows(data: DataProto, agents: Sequence[AgentSpec]) -> list[str |
 def row_seeds(data: DataProto, settings: SamplingSettings, rng: np.random.Generator) -> list[int]:
     """One sampling seed per row.
 
-    With ``meta_info['seed']`` the seed of a row is a hash of (seed, ``sample_seed`` of the row),
+    With a request's ``seed`` the seed of a row is a hash of (seed, ``sample_seed`` of the row),
     so it does not depend on which rollout worker gets the row or on the rows beside it; rows
     without ``sample_seed`` use their position in this call instead (which does depend on the
     split). Without a seed, seeds come from the strategy's own generator.

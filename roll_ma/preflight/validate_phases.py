@@ -99,21 +99,28 @@ def _check_sft(cfg: RunConfig, sft: SFTConfig, key: str, problems: list[ConfigPr
             )
         elif looks_local(path) and not Path(path).expanduser().exists():
             add("teacher.model.path", f"{path} does not exist; give a local model directory or a hub name")
-        if cfg.teacher.rollout.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-            add("teacher.rollout.backend",
-                "vllm is not installed: pip install 'roll_ma[vllm]', or set teacher.rollout.backend=hf")
-        if (
-            cfg.teacher.rollout.backend == "vllm"
-            and cfg.resources.num_gpus > 0
-            and cfg.teacher.model.dtype == "float32"
-        ):
-            add("teacher.model.dtype", "vLLM's GPU kernels need bfloat16 or float16; set teacher.model.dtype")
+        _check_teacher_backend(cfg, problems)
     if sft.source in ("teacher", "rejection") and not _branching_env(cfg):
         add(
             "sft.source",
             f"{sft.source} makes data by playing {cfg.env.name}, which does not start from given "
             "states; use env.name=math_reflection, or sft.source=file",
         )
+
+
+def _check_teacher_backend(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
+    """The teacher's rollout backend is installed and runs in the teacher's dtype (its traits, not its
+    name)."""
+    from roll_ma.preflight.validate_backends import gpu_dtype_problem, missing_package
+
+    backend = cfg.teacher.rollout.backend
+    missing = missing_package("teacher.rollout.backend", backend,
+                              lambda module: importlib.util.find_spec(module) is not None)
+    if missing:
+        problems.append(missing)
+    why = gpu_dtype_problem(backend, cfg.teacher.model.dtype, "teacher.model.dtype")
+    if why and cfg.resources.num_gpus > 0:
+        problems.append(ConfigProblem("teacher.model.dtype", why))
 
 
 def _check_dpo(cfg: RunConfig, dpo: DPOConfig, key: str, problems: list[ConfigProblem]) -> None:

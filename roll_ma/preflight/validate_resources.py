@@ -11,6 +11,7 @@ from pathlib import Path
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.typed import ConfigProblem, suggest
 from roll_ma.distributed.placement import default_device_mapping, shared_tp_gpus
+from roll_ma.preflight.validate_backends import rollout_traits_or_none
 
 PINNABLE_ROLES = ("rollout", "train", "reference", "teacher", "env")
 RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
@@ -44,7 +45,8 @@ def check_placement(cfg: RunConfig, workers: dict[str, int], problems: list[Conf
         if k == 1 or n == 0:
             continue
         backend = cfg.rollout.backend if role == "rollout" else cfg.teacher.rollout.backend
-        if backend != "vllm":
+        traits = rollout_traits_or_none(backend)
+        if traits is not None and not traits.tensor_parallel:
             problems.append(ConfigProblem(tp_key, f"the {backend} backend runs a model on one device; set "
                                                   f"{tp_key.replace('tensor_parallel', 'backend')}=vllm or "
                                                   f"{tp_key}=1"))

@@ -5,10 +5,9 @@ A DataProto is a table of B rows:
 - ``batch``: a ``TensorDict`` with batch size ``[B]`` (every tensor's first dim is B),
 - ``non_tensor``: a dict of numpy object arrays with B rows (strings, ints, lists per row; 1-D, except
   that fold_batch_dim makes them (B', k)),
-- ``meta_info``: a dict about the whole batch (``pad_id``, the episodes' summaries, metrics; the sampling
-  overrides an env worker asks of the engines: ``greedy``, ``seed``). What the driver asks of a worker
-  (objective, step, policies, temperature) is a typed request beside the batch
-  (``roll_ma.protocol.requests``), not a key here.
+- ``meta_info``: a dict about the whole batch (``pad_id``, the episodes' summaries). What a caller asks
+  of a worker (objective, step, policies; greedy, seed, temperature of sampling) is a typed request
+  beside the batch (``roll_ma.protocol.requests``, which lists what meta_info still holds), not a key here.
 
 Standard keys (the only place they are documented; P = prompt length, R = response length,
 T = P + R; prompts are left-padded, responses right-padded, so the response of every row

@@ -1,10 +1,18 @@
 """What a driver asks of a worker besides the batch: typed requests, passed next to the ``DataProto``.
 
 The batch holds the data (its columns, per-batch facts such as ``pad_id``); how to treat it (which
-objective, which step, which policies, which reference) travels as one of these frozen dataclasses, so
-mypy checks it where the call is written and a worker never reads a control flag out of ``meta_info``.
-The pipeline builds them (``pipelines/``), the clients carry them (``workers/clients.py``), the train
-backends read them (``training/``).
+objective, which step, which policies, which reference, how to sample) travels as one of these frozen
+dataclasses, so mypy checks it where the call is written and a worker never reads a control flag out of
+``meta_info``. The pipeline builds the update and scoring requests (``pipelines/``), the env and workflow
+workers the generate requests (``workers/``); the clients carry them (``workers/clients.py``), the train
+and inference backends read them (``training/``, ``inference/``).
+
+What stays in ``meta_info`` is about the rows, not about what to do with them:
+
+- ``pad_id``: the pad token of the rows' tokenizer (padding rows of several workers to one width);
+- ``episodes``, ``rounds``, ``step``, ``started_at``, ``finished_at``: what an env worker's rollout
+  played (one summary per episode, the timeline the benchmarks draw), read by the metrics;
+- whatever a caller put there: every backend hands the request's ``meta_info`` back with its answer.
 """
 
 from __future__ import annotations
@@ -14,6 +22,28 @@ from typing import Literal
 
 Objective = Literal["ppo", "sft", "dpo"]  # training/objectives.py: objective_named
 PairReference = Literal["copy", "base"]  # DPO's reference: each adapter's frozen copy, or the base
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One generate call's sampling: the rollout config's defaults (``rollout.temperature``, ``top_p``,
+    ``max_new_tokens``, ``stop``), each overridden where set here.
+
+    Args:
+        greedy: decode the argmax (evaluation; the greedy answers of ``env.show_greedy_moves``); a
+            temperature of 0 is greedy too. ``rollout_log_probs`` are then at temperature 1.
+        seed: the call's seed: a row's sampling seed is a hash of (seed, the row's ``sample_seed``), so it
+            does not depend on which engine gets the row (``inference/rollout_common.row_seeds``); None:
+            the engine's own generator.
+        temperature, top_p, max_new_tokens, stop: this call's values instead of the config's.
+    """
+
+    greedy: bool = False
+    seed: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_new_tokens: int | None = None
+    stop: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

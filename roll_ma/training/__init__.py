@@ -2,17 +2,28 @@
 
 multi_agent_deepspeed: one LoRA adapter per agent on one shared base, updated agent after agent.
 deepspeed_train: one policy (a shared adapter or full fine-tuning).
+A user's backend: a class implementing ``TrainBackend``, named as 'pkg.module:Name' or 'path/file.py:Name'.
 Imported lazily, so that `import roll_ma` needs no DeepSpeed.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from roll_ma.registry import Registry, is_class
+from roll_ma.registry import Registry, implements
 
-# train.strategy's schema admits the built-in names only: the run's stages read them (deepspeed_train trains
-# one policy); a backend of a user's would be a spec here, once the config lets it through
+if TYPE_CHECKING:
+    from roll_ma.training.train_backend import TrainTraits
+
+
+def _is_train_backend(obj: Any) -> str | None:
+    from roll_ma.training.train_backend import TrainBackend  # why here: it imports the DataProto (torch)
+
+    return implements(TrainBackend, "roll_ma/training/train_backend.py")(obj)
+
+
+# train.strategy: a built-in name, 'pkg.module:Name' or 'path/file.py:Name'; what a run asks of the backend
+# beyond its methods is its class's traits (deepspeed_train trains one policy), never its name
 TRAIN_STRATEGIES: Registry[Any] = Registry(
     "train strategy",
     "train.strategy",
@@ -21,10 +32,18 @@ TRAIN_STRATEGIES: Registry[Any] = Registry(
         "multi_agent_deepspeed": "roll_ma.training.multi_agent_deepspeed:MultiAgentDeepSpeedStrategy",
         "deepspeed_train": "roll_ma.training.deepspeed_train:DeepSpeedTrainStrategy",
     },
-    check=is_class,
+    check=_is_train_backend,
 )
 
 
 def train_strategy_class(name: str) -> Any:
-    """The class of the training backend ``name``; a ValueError lists the known ones."""
+    """The class of the training backend ``name`` (any spelling); a ValueError lists the known ones."""
     return TRAIN_STRATEGIES.get(name)
+
+
+def train_traits(name: str) -> TrainTraits:
+    """What the backend ``name`` tells the checks before Ray (``TrainTraits``); ValueError as
+    ``train_strategy_class``."""
+    from roll_ma.training.train_backend import train_traits_of
+
+    return train_traits_of(TRAIN_STRATEGIES.get(name))

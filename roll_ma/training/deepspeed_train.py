@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING
 
 from roll_ma.training.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
 from roll_ma.training.policy_weights import FullWeights, LoraWeights
-from roll_ma.training.train_backend import DPOCapable, JointSearchCapable, PhaseCapable, TrainBackend
+from roll_ma.training.train_backend import (
+    DPOCapable,
+    JointSearchCapable,
+    PhaseCapable,
+    TrainBackend,
+    TrainTraits,
+)
 
 
 class DeepSpeedTrainStrategy(MultiAgentDeepSpeedStrategy):
@@ -22,6 +28,8 @@ class DeepSpeedTrainStrategy(MultiAgentDeepSpeedStrategy):
     Same constructor as ``MultiAgentDeepSpeedStrategy``. Frozen agents may keep adapters of
     their own (a fixed opponent); at most one adapter trains.
     """
+
+    traits = TrainTraits(trains_one_policy=True, supports_full_finetune=True)
 
     def _make_weights(self) -> LoraWeights | FullWeights:
         if self.train_cfg.full_finetune:

@@ -45,7 +45,13 @@ from roll_ma.training.objectives import objective_named
 from roll_ma.training.policy_engine import PolicyEngine
 from roll_ma.training.policy_weights import FullWeights, LoraWeights
 from roll_ma.training.scoring import check_columns, score_rows
-from roll_ma.training.train_backend import DPOCapable, JointSearchCapable, PhaseCapable, TrainBackend
+from roll_ma.training.train_backend import (
+    DPOCapable,
+    JointSearchCapable,
+    PhaseCapable,
+    TrainBackend,
+    TrainTraits,
+)
 from roll_ma.training.update_loop import UpdateContext
 
 DEFAULT_UPDATE = UpdateRequest()  # a ppo update at step 0 of every due policy
@@ -77,6 +83,8 @@ class MultiAgentDeepSpeedStrategy:
         critic_cfg: the value critic(s) of ``algorithm.advantage=gae`` (``training/critic.py``): one
             more adapter each on the same base, plus a value head.
     """
+
+    traits = TrainTraits()  # one adapter per trainable agent; LoRA only
 
     def __init__(self, model_cfg: ModelConfig, agents: Sequence[AgentSpec], adapters: Sequence[AdapterSpec],
                  train_cfg: TrainConfig, algo_cfg: AlgorithmConfig, seed: int = 0, rank: int = 0,

@@ -10,15 +10,18 @@ optional capability, a small Protocol of its own that a backend may also impleme
   (``study.joint_search_every``).
 
 ``multi_agent_deepspeed`` (and ``deepspeed_train``, one policy) implement all of them; a new backend is a
-class with the core methods (plus any capability it offers), registered in ``TRAIN_STRATEGIES``
-(``training/__init__.py``). mypy checks each backend against every Protocol it claims (the
-``TYPE_CHECKING`` block under the class); the train worker checks a capability where it is used
-(``isinstance``), so a config that needs one the backend lacks fails naming it.
+class with the core methods (plus any capability it offers), named in the config as 'pkg.module:Name' or
+'path/to/file.py:Name' (or registered in ``TRAIN_STRATEGIES``, ``training/__init__.py``); what the checks
+before Ray need to know of it is its class's ``traits`` (``TrainTraits``), never its name. mypy checks
+each backend against every Protocol it claims (the ``TYPE_CHECKING`` block under the class); the train
+worker checks a capability where it is used (``isinstance``), so a config that needs one the backend lacks
+fails naming it.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from roll_ma.protocol import DataProto
@@ -88,6 +91,26 @@ class JointSearchCapable(Protocol):
     def distill_choices(self, data: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
         """Joint search: move each adapter towards the searched choices."""
         ...
+
+
+@dataclass(frozen=True)
+class TrainTraits:
+    """What a train backend class tells the checks before Ray (its ``traits`` attribute; a class without one
+    has these defaults, which describe multi_agent_deepspeed).
+
+    Args:
+        trains_one_policy: every trainable agent must share one adapter (or the base, fully fine-tuned).
+        supports_full_finetune: it can train every base weight (``train.full_finetune``).
+    """
+
+    trains_one_policy: bool = False
+    supports_full_finetune: bool = False
+
+
+def train_traits_of(cls: type) -> TrainTraits:
+    """The traits of a train backend class (the defaults when it declares none)."""
+    traits = getattr(cls, "traits", None)
+    return traits if isinstance(traits, TrainTraits) else TrainTraits()
 
 
 def missing_capability(strategy: str, capability: str, methods: str, needed_by: str) -> ValueError:

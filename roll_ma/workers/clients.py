@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from roll_ma.distributed.worker import Worker
+from roll_ma.inference.infer_backend import Generator
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import PairReference, ScoreRequest, UpdateRequest
 from roll_ma.workers.env_worker import EnvWorker, EpisodeSpec
@@ -45,12 +46,6 @@ class Transport(Protocol):
     world_size: int
 
     def dispatch(self, method: str, *args: Any, **kwargs: Any) -> Call[Any]: ...
-
-
-class RolloutStandIn(Protocol):
-    """What env workers may play against in place of the rollout workers (``workers/replay.py``)."""
-
-    def generate(self, data: DataProto) -> DataProto: ...
 
 
 def _submit(cluster: Transport, method: Callable[Concatenate[Any, P], Any], *args: P.args,
@@ -201,6 +196,8 @@ class RolloutClient(_Client):
         return _submit(self.cluster, RolloutWorker.replay_generate_calls).get()
 
 
+# what env workers may play against in place of the rollout workers (``workers/replay.py``)
+RolloutStandIn = Generator
 Rollout = RolloutClient | RolloutStandIn  # what env workers generate with
 
 

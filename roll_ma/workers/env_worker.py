@@ -10,6 +10,7 @@ Built-in opponents ("random", "scripted") move locally and produce no training r
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import random
 import time
@@ -26,7 +27,9 @@ from roll_ma.distributed.progress import progress_bar
 from roll_ma.distributed.worker import Dispatch, Worker, register, share_of
 from roll_ma.envs.base import BUILTIN_POLICIES
 from roll_ma.envs.prompts import chat_prompt_ids, encode_chat
+from roll_ma.inference.infer_backend import Generator
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import GenerateRequest
 
 if TYPE_CHECKING:
     from roll_ma.envs.base import Turn
@@ -172,12 +175,14 @@ class EnvWorker(Worker):
     ) -> DataProto:
         """Play this rank's episodes (``assignments[rank]``); returns every model turn as a row.
 
+        ``rollout``: the rollout workers' Cluster (this rank calls its share) or a stand-in ``Generator``.
+        ``greedy``: decode greedily (evaluation); else sampled with seeds from (run seed, step, row).
         ``seats`` overrides the seat map (evaluation against a built-in opponent).
         ``meta_info["episodes"]`` holds one summary per episode (returns, env metrics, errors).
         """
         started_at = time.time()  # wall clock: the benchmarks' timeline of rollouts and updates
         specs = assignments[self.rank] if self.rank < len(assignments) else []
-        rollout = share_of(rollout, self.rank, self.world_size)  # env worker i drives engine i
+        engines: Generator = share_of(rollout, self.rank, self.world_size)  # env worker i drives engine i
         episodes = self._start_episodes(specs, list(seats or self.seats))
         samples: list[TurnSample] = []
         sample_rounds: list[int] = []  # per sample: its round if every round decoded one turn (the row order)
@@ -193,7 +198,7 @@ class EnvWorker(Worker):
             finished = len(episodes) - len(waiting)
             if not waiting:
                 break
-            self._play_round(rollout, waiting, step, greedy, round_idx, samples, sample_rounds)
+            self._play_round(engines, waiting, step, greedy, round_idx, samples, sample_rounds)
             round_idx += 1
         # rows in the order of one round per turn, however many turns a round decoded
         samples = [s for _, s in sorted(zip(sample_rounds, samples), key=lambda pair: pair[0])]
@@ -226,8 +231,8 @@ class EnvWorker(Worker):
             episodes.append(_Episode(spec, env, turn, random.Random(spec.seed)))
         return episodes
 
-    def _play_round(self, rollout: Any, waiting: list[_Episode], step: int, greedy: bool, round_idx: int,
-                    samples: list[TurnSample], sample_rounds: list[int]) -> None:
+    def _play_round(self, rollout: Generator, waiting: list[_Episode], step: int, greedy: bool,
+                    round_idx: int, samples: list[TurnSample], sample_rounds: list[int]) -> None:
         """One round: the rollout workers decode every waiting episode's turn (and the turns it plans), then
         each env steps with its answer; the turns join ``samples``, their rounds ``sample_rounds``."""
         # (episode, its turns to decode now): the current turn, then any it plans (decode_ahead)
@@ -242,12 +247,12 @@ class EnvWorker(Worker):
                 "sample_seed": [sample_seed(ep.spec.episode_id, ep.turns_played + k)
                                 for ep, k, _ in turns],
             },
-            meta_info={"greedy": greedy, "seed": self.seed * 1_000_003 + step},
         )
+        sampling = GenerateRequest(greedy=greedy, seed=self.seed * 1_000_003 + step)
         activity.note(f"{'eval' if greedy else 'rollout'} step {step}: round {round_idx}, "
                       f"asking the rollout workers for {len(turns)} turns of {len(waiting)} episodes")
-        out = rollout.generate(request)
-        greedy_texts = self._greedy_texts(rollout, request)
+        out = rollout.generate(request, sampling)
+        greedy_texts = self._greedy_texts(rollout, request, sampling)
         activity.note(f"{'eval' if greedy else 'rollout'} step {step}: round {round_idx}, "
                       f"stepping {len(waiting)} envs with the answers")
         mask = out.batch["response_mask"].bool()
@@ -302,18 +307,17 @@ class EnvWorker(Worker):
             ahead.append(turn)
         return ahead
 
-    def _greedy_texts(self, rollout: Any, request: DataProto) -> list[str] | None:
+    def _greedy_texts(self, rollout: Generator, request: DataProto,
+                      sampling: GenerateRequest) -> list[str] | None:
         """SAD: each row's greedy answer, which the envs show the other players.
 
         None when off, and for a greedy rollout (evaluation), whose moves are their own greedy
         answers: the envs then show the chosen move, with no second generate call.
         """
-        if not self.env_cfg.show_greedy_moves or request.meta_info["greedy"]:
+        if not self.env_cfg.show_greedy_moves or sampling.greedy:
             return None
-        greedy_request = DataProto.from_dict(
-            non_tensors=dict(request.non_tensor), meta_info={**request.meta_info, "greedy": True}
-        )
-        return [str(t) for t in rollout.generate(greedy_request).non_tensor["response_text"]]
+        greedy = dataclasses.replace(sampling, greedy=True)
+        return [str(t) for t in rollout.generate(request, greedy).non_tensor["response_text"]]
 
     def _play_builtin_turns(self, ep: _Episode) -> None:
         while ep.turn is not None and ep.turn.agent in BUILTIN_POLICIES:

@@ -15,6 +15,7 @@ from typing import Any
 from roll_ma.config.schema import ModelConfig
 from roll_ma.inference.rollout_common import RowResult, pack_generation, request_rows
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import GenerateRequest
 from roll_ma.workers.env_worker import sample_seed
 
 
@@ -39,7 +40,8 @@ class ScriptedRollout:
         self.model_cfg, self.texts = model_cfg, dict(texts)
         self._tokenizer: Any = None
 
-    def generate(self, data: DataProto) -> DataProto:
+    def generate(self, data: DataProto, request: GenerateRequest) -> DataProto:
+        """Each row's scripted text; ``request`` changes nothing (the texts were played already)."""
         from roll_ma.models.loading import load_tokenizer
 
         if self._tokenizer is None:

@@ -16,6 +16,7 @@ from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.inference.infer_backend import InferBackend
 from roll_ma.models.adapters import plan_adapters
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import GenerateRequest
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +74,10 @@ class RolloutWorker(Worker):
         logger.info("rollout rank %d: %s ready on %s", self.rank, self.rollout_cfg.backend, device)
 
     @register(Dispatch.DP_COMPUTE)
-    def generate(self, data: DataProto) -> DataProto:
-        """Responses for this rank's rows (the Cluster re-pads rows of several ranks to common widths)."""
-        return self._ready().generate(data)
+    def generate(self, data: DataProto, request: GenerateRequest) -> DataProto:
+        """Responses for this rank's rows, sampled as ``request`` says (the Cluster re-pads rows of several
+        ranks to common widths)."""
+        return self._ready().generate(data, request)
 
     @register(Dispatch.DP_COMPUTE)
     def score(self, data: DataProto, temperature: float = 1.0) -> DataProto:

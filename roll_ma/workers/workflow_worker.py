@@ -25,7 +25,9 @@ from roll_ma.distributed.progress import progress_bar
 from roll_ma.distributed.worker import Dispatch, Worker, register, share_of
 from roll_ma.envs.prompts import encode_chat
 from roll_ma.errors import UserCodeError
+from roll_ma.inference.infer_backend import Generator
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import GenerateRequest
 from roll_ma.workers.env_worker import EpisodeSpec, sample_seed
 
 logger = logging.getLogger(__name__)
@@ -84,7 +86,7 @@ class WorkflowWorker(Worker):
         from roll_ma.workflows.scheduler import TickScheduler, run_coroutine
 
         specs = assignments[self.rank] if self.rank < len(assignments) else []
-        rollout = share_of(rollout, self.rank, self.world_size)  # env worker i drives engine i
+        engines: Generator = share_of(rollout, self.rank, self.world_size)  # env worker i drives engine i
         episodes = [
             EpisodeRecord(i, s.episode_id, s.group_id, s.seed, dict(s.problem or {}))
             for i, s in enumerate(specs)
@@ -102,7 +104,7 @@ class WorkflowWorker(Worker):
             shown[0] = done
 
         def generate(calls: list) -> list[dict]:
-            return self._generate(rollout, calls, greedy, step)
+            return self._generate(engines, calls, greedy, step)
 
         scheduler = TickScheduler(generate, on_tick)
         # why an executor of its own, dropped without waiting: a tool thread that never returns (its
@@ -181,7 +183,7 @@ class WorkflowWorker(Worker):
     def _env_name(self) -> str:
         return f"workflow:{self.workflow.spec.rsplit('/', 1)[-1]}"
 
-    def _generate(self, rollout: Any, calls: list, greedy: bool, step: int) -> list[dict]:
+    def _generate(self, rollout: Generator, calls: list, greedy: bool, step: int) -> list[dict]:
         """One rollout call for every queued call of this tick; one answer dict per call."""
         request = DataProto.from_dict(
             non_tensors={
@@ -189,9 +191,8 @@ class WorkflowWorker(Worker):
                 "agent_id": [c.agent_id for c in calls],
                 "sample_seed": [c.sample_seed for c in calls],
             },
-            meta_info={"greedy": greedy, "seed": self.seed * 1_000_003 + step},
         )
-        out = rollout.generate(request)
+        out = rollout.generate(request, GenerateRequest(greedy=greedy, seed=self.seed * 1_000_003 + step))
         lengths = out.batch["response_mask"].bool().sum(-1).tolist()
         return [
             {

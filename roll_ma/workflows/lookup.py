@@ -67,9 +67,9 @@ class LoadedWorkflow:
 def with_absolute_files(cfg: Any) -> Any:
     """``cfg`` with every user file it names made absolute (a relative one means the driver's directory,
     and Ray actors may run elsewhere): the plug points ``env.name``, ``env.workflow``, ``env.path``,
-    ``env.tools.<name>.tool``, ``algorithm.advantage`` and ``algorithm.policy_loss`` as 'file.py:Name',
-    and the agents' ``process`` hook files. A file that is not found stays as written: the config's checks
-    report it under its key."""
+    ``env.tools.<name>.tool``, ``algorithm.advantage``, ``algorithm.policy_loss``, ``train.strategy``,
+    ``rollout.backend`` and ``teacher.rollout.backend`` as 'file.py:Name', and the agents' ``process`` hook
+    files. A file that is not found stays as written: the config's checks report it under its key."""
     import dataclasses
 
     def spec(value: str | None) -> str | None:
@@ -92,7 +92,12 @@ def with_absolute_files(cfg: Any) -> Any:
     algorithm = dataclasses.replace(cfg.algorithm, advantage=spec(cfg.algorithm.advantage),
                                     policy_loss=spec(cfg.algorithm.policy_loss))
     agents = [dataclasses.replace(a, process=hook_file(a.process)) for a in cfg.agents]
-    return dataclasses.replace(cfg, env=env, algorithm=algorithm, agents=agents)
+    train = dataclasses.replace(cfg.train, strategy=spec(cfg.train.strategy))
+    rollout = dataclasses.replace(cfg.rollout, backend=spec(cfg.rollout.backend))
+    teacher = dataclasses.replace(cfg.teacher, rollout=dataclasses.replace(
+        cfg.teacher.rollout, backend=spec(cfg.teacher.rollout.backend)))
+    return dataclasses.replace(cfg, env=env, algorithm=algorithm, agents=agents, train=train, rollout=rollout,
+                               teacher=teacher)
 
 
 def load_workflow(spec: str | None) -> LoadedWorkflow:

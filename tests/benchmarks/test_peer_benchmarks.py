@@ -153,7 +153,8 @@ def test_a_runner_takes_its_rows_settings_and_refuses_another_frameworks_row(job
     assert "row 'verl_best' is a verl row, not trl's" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, [*base, "--row", "trl_fastest"], "trl")
-    assert "no row 'trl_fastest' (rows: roll_ma, roll_ma_unfused, roll_ma_prefix, trl," in capsys.readouterr().err
+    rows_named = "no row 'trl_fastest' (rows: roll_ma, roll_ma_unfused, roll_ma_prefix, trl,"
+    assert rows_named in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, ["--agents", "4", "--agent", "0", "--model", "M"], "trl")
     assert "episodes.turns gives no turns for N = 4" in capsys.readouterr().err

@@ -224,7 +224,7 @@ def test_configuration_reference_is_generated_from_the_schema_and_up_to_date(tmp
     assert DOC.read_text() == text, "docs/configuration.md is stale: run python -m roll_ma.config.reference"
     for key, _tp, _default, _help in describe(RunConfig):  # a key, or a list of blocks with its own section
         assert f"| `{key}` |" in text or f"## `{key}` (a list" in text, key
-    assert "| `agents[].lr` |" in text and "`hf`, `vllm`" in text and ">= 0" in text
+    assert "| `agents[].lr` |" in text and "`ppo`, `sft`, `dpo`" in text and ">= 0" in text
     stale = tmp_path / "configuration.md"
     stale.write_text(text.replace("experiment name", "an old help text"))
     assert main(["--check", "--out", str(stale)]) == 1 and main(["--check"]) == 0

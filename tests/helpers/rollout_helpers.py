@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from roll_ma.config.schema import AgentConfig, AgentLoraOverride, LoraConfig, RolloutConfig
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import GenerateRequest
 
 SEED = 0
+GREEDY = GenerateRequest(greedy=True)
 # not every linear layer, and a different subset per adapter: vLLM then wraps only the union
 # (lora_target_modules), and its tokens must still equal HF + PEFT's
 LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"])
@@ -25,13 +27,10 @@ def rollout_cfg(**overrides) -> RolloutConfig:
 
 
 def make_request(
-    tokenizer,
-    texts: list[str],
-    agent_ids: list[int],
-    meta: dict | None = None,
-    sample_seeds: list[int] | None = None,
+    tokenizer, texts: list[str], agent_ids: list[int], sample_seeds: list[int] | None = None
 ) -> DataProto:
-    """Chat-templated prompts, one per (text, agent_id), plus a pass-through column."""
+    """Chat-templated prompts, one per (text, agent_id), plus a pass-through column; how to sample them
+    is the ``GenerateRequest`` passed beside it to ``generate``."""
     prompts = [
         list(
             tokenizer.apply_chat_template(
@@ -43,7 +42,7 @@ def make_request(
     cols = {"prompt_ids": prompts, "agent_id": agent_ids, "tag": [f"row{i}" for i in range(len(texts))]}
     if sample_seeds is not None:
         cols["sample_seed"] = sample_seeds
-    return DataProto.from_dict(non_tensors=cols, meta_info=dict(meta or {}))
+    return DataProto.from_dict(non_tensors=cols)
 
 
 def responses_of(out: DataProto) -> list[list[int]]:

@@ -8,6 +8,7 @@ import torch
 
 from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import GenerateRequest
 from roll_ma.workers.env_worker import EpisodeSpec
 from roll_ma.workers.workflow_worker import WorkflowWorker
 
@@ -17,8 +18,8 @@ MODEL = ModelConfig(path="builtin:tiny", max_prompt_tokens=512)
 class ScriptedRollout:
     """Stands in for the rollout cluster: ``answer(agent_id, prompt_text) -> text`` decides each reply.
 
-    Records every generate call (its rows' agent ids), reports ``version`` as the adapter version and
-    log-prob -0.5 for every token.
+    Records every generate call (its rows' agent ids, its sampling request, its rows' meta_info), reports
+    ``version`` as the adapter version and log-prob -0.5 for every token.
     """
 
     def __init__(self, tokenizer, answer: Callable[[int, str], str], version: int = 0):
@@ -26,10 +27,14 @@ class ScriptedRollout:
         self.calls: list[list[int]] = []
         self.prompts: list[str] = []
         self.seeds: list[int] = []
+        self.sampling: list[GenerateRequest] = []
+        self.metas: list[dict] = []
 
-    def generate(self, request: DataProto) -> DataProto:
+    def generate(self, request: DataProto, sampling: GenerateRequest) -> DataProto:
         agent_ids = [int(a) for a in request.non_tensor["agent_id"]]
         self.calls.append(agent_ids)
+        self.sampling.append(sampling)
+        self.metas.append(dict(request.meta_info))
         self.seeds += [int(x) for x in request.non_tensor["sample_seed"]]
         texts, ids = [], []
         for aid, prompt in zip(agent_ids, request.non_tensor["prompt_ids"]):

@@ -4,7 +4,7 @@ any agent; both backends agree token for token (greedy), and an adapter update i
 from __future__ import annotations
 
 import pytest
-from rollout_helpers import TEXTS, make_request, responses_of, rollout_cfg
+from rollout_helpers import GREEDY, TEXTS, make_request, responses_of, rollout_cfg
 
 from roll_ma.inference.hf_infer import HFInferStrategy
 
@@ -17,11 +17,11 @@ def test_hf_teacher_is_the_base_model(rollout_model_cfg, tokenizer, agent_plan):
     # a student whose adapters are PEFT's identity at init (lora_B = 0) answers exactly like the base
     student = HFInferStrategy(rollout_model_cfg, cfg, agents, adapters, seed=0, device="cpu")
     student.initialize()
-    request = make_request(tokenizer, TEXTS[:4], [0, 1, 2, 7], {"greedy": True})  # agent 7: any id goes
-    out = teacher.generate(request)
+    request = make_request(tokenizer, TEXTS[:4], [0, 1, 2, 7])  # agent 7: any id goes
+    out = teacher.generate(request, GREEDY)
     assert out.non_tensor["adapter_version"].tolist() == [0, 0, 0, 0]
-    request = make_request(tokenizer, TEXTS[:4], [0, 1, 2, 0], {"greedy": True})
-    assert responses_of(out) == responses_of(student.generate(request))
+    request = make_request(tokenizer, TEXTS[:4], [0, 1, 2, 0])
+    assert responses_of(out) == responses_of(student.generate(request, GREEDY))
     with pytest.raises(ValueError, match="unknown adapters"):
         teacher.update_adapters({"a0": {}}, 1)
     with pytest.raises(ValueError, match="or neither"):
@@ -39,9 +39,9 @@ def test_vllm_teacher_serves_the_base_without_lora(rollout_model_cfg, tokenizer)
     try:
         hf = HFInferStrategy(rollout_model_cfg, cfg, [], [], seed=0, device="cpu")
         hf.initialize()
-        request = make_request(tokenizer, TEXTS[:4], [0, 1, 0, 1], {"greedy": True})
-        out = teacher.generate(request)
-        assert responses_of(out) == responses_of(hf.generate(request))
+        request = make_request(tokenizer, TEXTS[:4], [0, 1, 0, 1])
+        out = teacher.generate(request, GREEDY)
+        assert responses_of(out) == responses_of(hf.generate(request, GREEDY))
         assert out.non_tensor["adapter_version"].tolist() == [0, 0, 0, 0] and teacher.adapter_versions() == {}
         with pytest.raises(ValueError, match="serves no adapters"):
             teacher.update_adapters({}, 1)

@@ -16,7 +16,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rollout_helpers import TEXTS, make_request, responses_of, rollout_cfg  # noqa: E402
+from rollout_helpers import GREEDY, TEXTS, make_request, responses_of, rollout_cfg  # noqa: E402
+
+from roll_ma.protocol.requests import GenerateRequest
 
 try:
     import pytest
@@ -96,8 +98,8 @@ def run_checks(workdir: str, dtype: str) -> dict:
             out[name] = [round(float(d.mean()), 4), round(float(d.max()), 4)]
         return out
 
-    greedy = make_request(tok, TEXTS, AGENT_IDS, {"greedy": True})
-    vo, ho = v.generate(greedy), h.generate(greedy)
+    greedy = make_request(tok, TEXTS, AGENT_IDS)
+    vo, ho = v.generate(greedy, GREEDY), h.generate(greedy, GREEDY)
     r["greedy_rows_equal_hf"] = sum(x == y for x, y in zip(responses_of(vo), responses_of(ho), strict=True))
     r["greedy_first_token_equal_hf"] = sum(
         x[0] == y[0] for x, y in zip(responses_of(vo), responses_of(ho), strict=True)
@@ -105,7 +107,9 @@ def run_checks(workdir: str, dtype: str) -> dict:
     r["greedy_lp_vs_hf_score_of_vllm_rows"] = diff(
         vo.batch["rollout_log_probs"], h.score(vo).batch["rollout_log_probs"]
     )
-    sampled = v.generate(make_request(tok, TEXTS, AGENT_IDS, {"temperature": 0.7, "seed": 5}, list(range(6))))
+    sampled = v.generate(
+        make_request(tok, TEXTS, AGENT_IDS, list(range(6))), GenerateRequest(temperature=0.7, seed=5)
+    )
     with torch.no_grad():
         ref, _ = response_log_probs(
             h.model,
@@ -141,16 +145,16 @@ def run_checks(workdir: str, dtype: str) -> dict:
     )
     r["score_gap_to_fp32_mean_max"] = vs_ref(sampled, v.score(sampled).batch["rollout_log_probs"])
     seeds = list(range(100, 106))
-    meta = {"seed": 11}
-    whole = responses_of(v.generate(make_request(tok, TEXTS, AGENT_IDS, meta, seeds)))
+    meta = GenerateRequest(seed=11)
+    whole = responses_of(v.generate(make_request(tok, TEXTS, AGENT_IDS, seeds), meta))
     split = responses_of(
-        v.generate(make_request(tok, TEXTS[:2], AGENT_IDS[:2], meta, seeds[:2]))
-    ) + responses_of(v.generate(make_request(tok, TEXTS[2:], AGENT_IDS[2:], meta, seeds[2:])))
+        v.generate(make_request(tok, TEXTS[:2], AGENT_IDS[:2], seeds[:2]), meta)
+    ) + responses_of(v.generate(make_request(tok, TEXTS[2:], AGENT_IDS[2:], seeds[2:]), meta))
     r["seeded_split_rows_equal"] = sum(x == y for x, y in zip(whole, split, strict=True))
     # freshness: long shared prompts (prefix-cache hits), update, same prompts again
     texts = [" ".join(["The quick brown fox jumps over the lazy dog"] * 12)] * 2 + TEXTS[:2]
-    req = make_request(tok, texts, [0, 1, 0, 1], {"greedy": True})
-    batch = v.generate(req)
+    req = make_request(tok, texts, [0, 1, 0, 1])
+    batch = v.generate(req, GREEDY)
     before = v.score(batch).batch["rollout_log_probs"]
     r["update2_s"] = v.update_adapters(tensors(3), 7)
     h.update_adapters(tensors(3), 7)
@@ -162,7 +166,7 @@ def run_checks(workdir: str, dtype: str) -> dict:
     ref32.update_adapters(tensors(1), 8)  # the old weights: a stale engine would sit near these
     r["fresh_score_gap_to_OLD_fp32_mean_max"] = vs_ref(batch, after.batch["rollout_log_probs"])
     ref32.update_adapters(tensors(3), 9)
-    vo, ho = v.generate(req), h.generate(req)
+    vo, ho = v.generate(req, GREEDY), h.generate(req, GREEDY)
     r["fresh_versions"] = vo.non_tensor["adapter_version"].tolist()
     r["fresh_first_token_equal_hf"] = sum(
         x[0] == y[0] for x, y in zip(responses_of(vo), responses_of(ho), strict=True)
@@ -172,18 +176,12 @@ def run_checks(workdir: str, dtype: str) -> dict:
     )
     r["loras_loaded"] = sorted(v.llm.llm_engine.list_loras())
     # throughput: 256 rows x 128 new tokens, 3 agents mixed, with and without per-row seeds
-    big = make_request(
-        tok,
-        [f"{i} " + TEXTS[i % 6] for i in range(256)],
-        [i % 3 for i in range(256)],
-        {"max_new_tokens": 128, "temperature": 1.0},
-    )
-    for name, meta in (("unseeded", {}), ("seeded", {"seed": 1})):
-        big.meta_info.update(meta)
+    big = make_request(tok, [f"{i} " + TEXTS[i % 6] for i in range(256)], [i % 3 for i in range(256)])
+    for name, seed in (("unseeded", None), ("seeded", 1)):
         tput = []
         for _ in range(2):
             t0 = time.perf_counter()
-            out = v.generate(big)
+            out = v.generate(big, GenerateRequest(max_new_tokens=128, temperature=1.0, seed=seed))
             tput.append(round(float(out.batch["response_mask"].sum()) / (time.perf_counter() - t0)))
         r[f"tput_tok_s_{name}"] = tput
     # colocation: sleep level 1 frees memory, adapters survive; level 2 is refused
@@ -195,7 +193,7 @@ def run_checks(workdir: str, dtype: str) -> dict:
     t0 = time.perf_counter()
     v.wake_up()
     r["wake_s"] = round(time.perf_counter() - t0, 3)
-    wo = v.generate(req)
+    wo = v.generate(req, GREEDY)
     r["after_wake_versions"] = wo.non_tensor["adapter_version"].tolist()
     r["after_wake_lp_vs_before"] = diff(wo.batch["rollout_log_probs"], vo.batch["rollout_log_probs"])
     r["after_wake_rows_equal"] = sum(x == y for x, y in zip(responses_of(wo), responses_of(vo), strict=True))

@@ -6,9 +6,13 @@ weights it needs, so the tests do not depend on their order.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
-from rollout_helpers import TEXTS, make_request, responses_of, rollout_cfg
+from rollout_helpers import GREEDY, TEXTS, make_request, responses_of, rollout_cfg
+
+from roll_ma.protocol.requests import GenerateRequest
 
 pytest.importorskip("vllm")
 
@@ -67,8 +71,8 @@ def test_engine_wraps_only_the_adapters_target_modules(engines):
 def test_greedy_tokens_equal_hf_with_two_adapters(engines, tokenizer, make_adapter_tensors):
     vllm_s, hf_s, _ = engines
     push(engines, make_adapter_tensors(1), 1)
-    request = make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True})
-    v_out, h_out = vllm_s.generate(request), hf_s.generate(request)
+    request = make_request(tokenizer, TEXTS, AGENT_IDS)
+    v_out, h_out = vllm_s.generate(request, GREEDY), hf_s.generate(request, GREEDY)
     # the model's wide init keeps the top-2 logit gap far above float noise, so whole sequences must agree
     assert responses_of(v_out) == responses_of(h_out)
     assert v_out.non_tensor["response_text"].tolist() == h_out.non_tensor["response_text"].tolist()
@@ -80,8 +84,8 @@ def test_greedy_tokens_equal_hf_with_two_adapters(engines, tokenizer, make_adapt
         v_out.batch["rollout_log_probs"], h_out.batch["rollout_log_probs"], atol=LOGPROB_ATOL, rtol=0
     )
     # the adapters matter: a0 and a1 differ on the same prompts
-    a0 = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, [0] * 6, {"greedy": True})))
-    a1 = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, [1] * 6, {"greedy": True})))
+    a0 = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, [0] * 6), GREEDY))
+    a1 = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, [1] * 6), GREEDY))
     assert sum(x != y for x, y in zip(a0, a1, strict=True)) >= len(TEXTS) - 1
 
 
@@ -89,7 +93,8 @@ def test_sampled_log_probs_are_logits_over_temperature(engines, tokenizer, agent
     """vLLM's logprobs_mode=processed_logprobs gives log_softmax(logits / T), what the trainer computes."""
     vllm_s, hf_s, _ = engines
     out = vllm_s.generate(
-        make_request(tokenizer, TEXTS, AGENT_IDS, {"temperature": 0.7, "seed": 5}, list(range(len(TEXTS))))
+        make_request(tokenizer, TEXTS, AGENT_IDS, list(range(len(TEXTS)))),
+        GenerateRequest(temperature=0.7, seed=5),
     )
     agents, _ = agent_plan
     from roll_ma.models.logprobs import response_log_probs
@@ -112,7 +117,9 @@ def test_sampled_log_probs_are_logits_over_temperature(engines, tokenizer, agent
 
 def test_score_equals_hf_score(engines, tokenizer):
     vllm_s, hf_s, _ = engines
-    batch = hf_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, {"seed": 9}, list(range(len(TEXTS)))))
+    batch = hf_s.generate(
+        make_request(tokenizer, TEXTS, AGENT_IDS, list(range(len(TEXTS)))), GenerateRequest(seed=9)
+    )
     v, h = vllm_s.score(batch), hf_s.score(batch)
     torch.testing.assert_close(
         v.batch["rollout_log_probs"], h.batch["rollout_log_probs"], atol=LOGPROB_ATOL, rtol=0
@@ -124,22 +131,23 @@ def test_score_equals_hf_score(engines, tokenizer):
 
 def test_seeded_sampling_is_reproducible_and_split_independent(engines, tokenizer):
     vllm_s, _, _ = engines
-    meta = {"seed": 11, "temperature": 1.0}
+    meta = GenerateRequest(seed=11, temperature=1.0)
     seeds = list(range(100, 100 + len(TEXTS)))
-    whole = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, meta, seeds)))
-    assert responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, meta, seeds))) == whole
-    first = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS[:2], AGENT_IDS[:2], meta, seeds[:2])))
-    rest = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS[2:], AGENT_IDS[2:], meta, seeds[2:])))
+    whole = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, seeds), meta))
+    assert responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, seeds), meta)) == whole
+    first = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS[:2], AGENT_IDS[:2], seeds[:2]), meta))
+    rest = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS[2:], AGENT_IDS[2:], seeds[2:]), meta))
     assert first + rest == whole
+    reseeded = replace(meta, seed=12)
     assert (
-        responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, {**meta, "seed": 12}, seeds)))
+        responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, seeds), reseeded))
         != whole
     )
 
 
 def test_stop_string_and_max_new_tokens(engines, tokenizer):
     vllm_s, hf_s, _ = engines
-    plain = vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True}))
+    plain = vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS), GREEDY)
     # a 2-character ASCII stop string after the first characters of a response: a stop string holding
     # half of a multi-byte character (decoded as U+FFFD) would test the tokenizer, not the stop logic
     texts = plain.non_tensor["response_text"]
@@ -151,14 +159,16 @@ def test_stop_string_and_max_new_tokens(engines, tokenizer):
     )
     text = texts[row]
     stop = text[start : start + 2]
-    request = make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True, "stop": [stop]})
-    out = vllm_s.generate(request)
+    request = make_request(tokenizer, TEXTS, AGENT_IDS)
+    stopping = GenerateRequest(greedy=True, stop=(stop,))
+    out = vllm_s.generate(request, stopping)
     assert out.non_tensor["response_text"][row] == text[: text.find(stop)]
     assert out.non_tensor["finish_reason"][row] == "stop"
     toks = responses_of(out)[row]
     assert stop in tokenizer.decode(toks) and stop not in tokenizer.decode(toks[:-1])
-    assert responses_of(out) == responses_of(hf_s.generate(request))  # both backends cut at the same token
-    short = vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True, "max_new_tokens": 3}))
+    # both backends cut at the same token
+    assert responses_of(out) == responses_of(hf_s.generate(request, stopping))
+    short = vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS), replace(GREEDY, max_new_tokens=3))
     assert short.batch["responses"].shape[1] <= 3
     for row, toks in enumerate(responses_of(short)):
         if toks[-1] != tokenizer.eos_token_id:
@@ -172,7 +182,7 @@ def test_update_without_restart_serves_fresh_weights(engines, tokenizer, make_ad
     # long shared prompts (several KV blocks) so that the prefix cache would hold reusable KV
     texts = [" ".join(["The quick brown fox jumps over the lazy dog"] * 12)] * 2 + TEXTS[:2]
     agent_ids = [0, 1, 0, 1]
-    batch = vllm_s.generate(make_request(tokenizer, texts, agent_ids, {"greedy": True}))
+    batch = vllm_s.generate(make_request(tokenizer, texts, agent_ids), GREEDY)
     before = vllm_s.score(batch).batch["rollout_log_probs"]
     timings = push(engines, make_adapter_tensors(3), 7)
     assert set(timings) == {"a0", "a1"}
@@ -187,8 +197,8 @@ def test_update_without_restart_serves_fresh_weights(engines, tokenizer, make_ad
         rtol=0,
     )
     # generation with the same prompts: the new weights' tokens and log-probs, reported as version 7
-    request = make_request(tokenizer, texts, agent_ids, {"greedy": True})
-    v_out, h_out = vllm_s.generate(request), hf_s.generate(request)
+    request = make_request(tokenizer, texts, agent_ids)
+    v_out, h_out = vllm_s.generate(request, GREEDY), hf_s.generate(request, GREEDY)
     assert v_out.non_tensor["adapter_version"].tolist() == [7] * 4
     assert responses_of(v_out) == responses_of(h_out)
     torch.testing.assert_close(
@@ -197,7 +207,7 @@ def test_update_without_restart_serves_fresh_weights(engines, tokenizer, make_ad
     # only one adapter updated: the other keeps its version and weights
     push(engines, {"a1": make_adapter_tensors(1)["a1"]}, 8)
     assert vllm_s.adapter_versions() == {"a0": 7, "a1": 8}
-    mixed = vllm_s.generate(request)
+    mixed = vllm_s.generate(request, GREEDY)
     assert mixed.non_tensor["adapter_version"].tolist() == [7, 8, 7, 8]
     assert len(list(vllm_s.llm.llm_engine.list_loras())) == 2  # old versions are unloaded
     push(engines, make_adapter_tensors(1), 9)
@@ -207,19 +217,19 @@ def test_sleep_is_a_noop_on_cpu_and_level_two_is_refused(engines, tokenizer):
     vllm_s, _, _ = engines
     with pytest.raises(ValueError, match="level 2"):
         vllm_s.sleep(level=2)
-    request = make_request(tokenizer, TEXTS[:2], [0, 1], {"greedy": True})
-    before = responses_of(vllm_s.generate(request))
+    request = make_request(tokenizer, TEXTS[:2], [0, 1])
+    before = responses_of(vllm_s.generate(request, GREEDY))
     vllm_s.sleep()
     vllm_s.wake_up()
-    assert responses_of(vllm_s.generate(request)) == before
+    assert responses_of(vllm_s.generate(request, GREEDY)) == before
 
 
 def test_top_p_log_probs_are_the_nucleus_ones(engines, tokenizer):
     """With top_p < 1 vLLM reports log-probs under the renormalised nucleus (documented in vllm_infer)."""
     vllm_s, _, _ = engines
-    greedy = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True})))
-    meta = {"temperature": 1.0, "top_p": 1e-6, "seed": 1}
-    out = vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, meta))
+    greedy = responses_of(vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS), GREEDY))
+    meta = GenerateRequest(temperature=1.0, top_p=1e-6, seed=1)
+    out = vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS), meta)
     assert responses_of(out) == greedy
     assert out.batch["rollout_log_probs"].abs().max() < 1e-5  # a one-token nucleus has probability 1
 
@@ -232,7 +242,7 @@ def test_memory_sync_installs_what_a_peft_directory_installs(engines, tokenizer,
     vllm_s, _, _ = engines
     assert vllm_s.adapters_served.mode == "memory"
     tensors = make_adapter_tensors(5)
-    batch = vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True}))
+    batch = vllm_s.generate(make_request(tokenizer, TEXTS, AGENT_IDS), GREEDY)
     scores = {}
     for mode, version, payload in (("memory", 20, tensors), ("disk", 21, tensors),
                                    ("memory", 22, {n: pack_tensors(t) for n, t in tensors.items()})):

@@ -42,6 +42,7 @@ def _refused_join(cfg, monkeypatch) -> None:  # noqa: ANN001
         raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379")
 
     monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # an earlier test's local Ray may still be up
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     ray_env.init_ray("10.0.0.1:6379")
 

@@ -102,15 +102,16 @@ def test_rollout_follows_the_trainer_on_gpu(qwen05b_dir):
         # greedy hf vs vllm on the same prompts and adapters: compare the first generated tokens
         texts = [{"prompt_ids": list(range(10 + i, 40 + i)), "agent_id": i % 3} for i in range(6)]
         from roll_ma.protocol import DataProto
+        from roll_ma.protocol.requests import GenerateRequest
 
         req = DataProto.from_dict(
             non_tensors={
                 "prompt_ids": [t["prompt_ids"] for t in texts],
                 "agent_id": [t["agent_id"] for t in texts],
             },
-            meta_info={"greedy": True, "max_new_tokens": 8},
         )
-        a, b = vllm.generate(req), hf.generate(req)
+        sampling = GenerateRequest(greedy=True, max_new_tokens=8)
+        a, b = vllm.generate(req, sampling), hf.generate(req, sampling)
         first = (a.batch["responses"][:, :4] == b.batch["responses"][:, :4]).float().mean().item()
         report["greedy_first4_token_agreement"] = first
         print("FRESHNESS_GPU " + json.dumps(report))

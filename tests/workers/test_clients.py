@@ -36,6 +36,9 @@ class RecordingBackend:
         self.calls.append(("compute_pair_ref_log_probs", {"reference": reference}))
         return DataProto.from_dict({"ref_chosen_logps": torch.zeros(len(data))})
 
+    def snapshot_reference(self):  # with compute_pair_ref_log_probs: the DPOCapable capability
+        return []
+
     def adapter_tensors(self, adapters=None, packed=False, dtype=None, shared=None):
         return {name: f"packed {name}" for name in adapters or ()}
 

@@ -111,10 +111,10 @@ class _RecordingRollout:
     def __init__(self, rollout):
         self.rollout, self.calls = rollout, []
 
-    def generate(self, request):
-        out = self.rollout.generate(request)
-        self.calls.append((request.meta_info["greedy"], [list(p) for p in request.non_tensor["prompt_ids"]],
-                           list(request.non_tensor["agent_id"]), list(out.non_tensor["response_text"])))
+    def generate(self, rows, request):
+        out = self.rollout.generate(rows, request)
+        self.calls.append((request.greedy, [list(p) for p in rows.non_tensor["prompt_ids"]],
+                           list(rows.non_tensor["agent_id"]), list(out.non_tensor["response_text"])))
         return out
 
 

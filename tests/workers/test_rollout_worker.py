@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rollout_helpers import AGENTS, LORA, SEED, TEXTS, make_request, responses_of, rollout_cfg
+from rollout_helpers import AGENTS, GREEDY, LORA, SEED, TEXTS, make_request, responses_of, rollout_cfg
 
 from roll_ma.distributed.tensor_transfer import pack_tensors
+from roll_ma.protocol.requests import GenerateRequest
 from roll_ma.workers.rollout_worker import RolloutWorker
 
 AGENT_IDS = [0, 1, 2, 1, 0, 1]
@@ -29,7 +30,7 @@ def test_worker_without_ray(rollout_model_cfg, tokenizer, make_adapter_tensors):
     worker.init_model()
     assert worker.adapter_versions() == {"a0": 0, "a1": 0}
     assert set(worker.update_adapters(make_adapter_tensors(1), 1)) == {"a0", "a1"}
-    out = worker.generate(make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True}))
+    out = worker.generate(make_request(tokenizer, TEXTS, AGENT_IDS), GREEDY)
     assert out.non_tensor["adapter_version"].tolist() == [1] * len(TEXTS)
     scored = worker.score(out)
     torch.testing.assert_close(
@@ -72,12 +73,12 @@ def test_two_hf_ranks_split_rows_without_changing_samples(
             check_versions(cluster.adapter_versions(), ["a0", "a1"], 3)
         check_versions(cluster.adapter_versions(), ["a0"], 3)  # a sync of a0 alone leaves a1 as it was
         cluster.update_adapters(make_adapter_tensors(1), 3)
-        request = make_request(tokenizer, TEXTS, AGENT_IDS, {"seed": 4}, list(range(len(TEXTS))))
-        remote = cluster.generate(request)
+        request = make_request(tokenizer, TEXTS, AGENT_IDS, list(range(len(TEXTS))))
+        remote = cluster.generate(request, GenerateRequest(seed=4))
         local = RolloutWorker("rollout", 0, 1, {}, **_init_kwargs(rollout_model_cfg, "hf"))
         local.init_model()
         local.update_adapters(make_adapter_tensors(1), 3)
-        assert responses_of(remote) == responses_of(local.generate(request))
+        assert responses_of(remote) == responses_of(local.generate(request, GenerateRequest(seed=4)))
         assert remote.non_tensor["adapter_version"].tolist() == [3] * len(TEXTS)
     finally:
         cluster.shutdown()
@@ -96,8 +97,8 @@ def test_vllm_worker_inside_a_ray_actor(ray_session, rollout_model_cfg, tokenize
         cluster.init_model()
         assert cluster.adapter_versions() == [{"a0": 0, "a1": 0}]
         cluster.update_adapters(make_adapter_tensors(1), 2)
-        request = make_request(tokenizer, TEXTS, AGENT_IDS, {"greedy": True})
-        out = cluster.generate(request)
+        request = make_request(tokenizer, TEXTS, AGENT_IDS)
+        out = cluster.generate(request, GREEDY)
         assert out.non_tensor["adapter_version"].tolist() == [2] * len(TEXTS)
         assert out.batch["response_mask"].sum() > 0
         scored = cluster.score(out)

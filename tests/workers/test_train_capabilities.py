@@ -12,6 +12,7 @@ from train_helpers import LORA, make_batch
 
 from roll_ma.config.schema import AgentConfig, AlgorithmConfig, ModelConfig, StudyConfig, TrainConfig
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import ScoreRequest
 from roll_ma.training.deepspeed_train import DeepSpeedTrainStrategy
 from roll_ma.training.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
 from roll_ma.training.train_backend import DPOCapable, JointSearchCapable, PhaseCapable, TrainBackend
@@ -60,9 +61,9 @@ def test_a_core_only_backend_scores_and_refuses_each_capability_by_name(tiny_mod
                          train_cfg=TrainConfig(micro_batch_size=3), algo_cfg=AlgorithmConfig(), seed=0)
     worker.init_model()
     batch = make_batch([0, 1, 1, 0], seed=61)
-    full = worker.compute_log_probs(batch).batch["old_log_probs"]
+    full = worker.compute_log_probs(batch, ScoreRequest()).batch["old_log_probs"]
     worker.strategy = CoreOnly(worker._strategy())
-    assert torch.equal(worker.compute_log_probs(batch).batch["old_log_probs"], full)
+    assert torch.equal(worker.compute_log_probs(batch, ScoreRequest()).batch["old_log_probs"], full)
 
     joint = r"study.joint_search_every > 0 needs .* JointSearchCapable capability \(score_choices, distill"
     with pytest.raises(ValueError, match=joint + r".*train.strategy=multi_agent_deepspeed has none"):

@@ -9,6 +9,7 @@ from scripted import ScriptedRollout, make_worker, specs
 
 from roll_ma.config.schema import AlgorithmConfig
 from roll_ma.metrics import episode_env_metrics, rollout_metrics
+from roll_ma.protocol.requests import GenerateRequest
 from roll_ma.workers.env_worker import sample_seed
 from roll_ma.workers.workflow_worker import WorkflowError
 
@@ -19,6 +20,16 @@ ANSWERS = {SOLVER: "\\boxed{7}", CHECKER: "Correct"}
 
 def scripted(worker, version=3):
     return ScriptedRollout(worker.tokenizer, lambda agent_id, prompt: ANSWERS[agent_id], version)
+
+
+def test_each_rollout_call_asks_its_sampling_in_a_typed_request_and_nothing_in_meta_info():
+    worker = make_worker(f"{FLOWS}:ScriptedTrio", ["solver", "checker"])
+    rollout = scripted(worker)
+    worker.run_episodes(rollout, specs([{"n": 1}, {"n": 2}]), step=4)
+    worker.run_episodes(rollout, specs([{"n": 1}]), step=5, greedy=True)  # evaluation
+    # the run seed (0) and the step make the call's seed; the rows' own seeds come from (episode, turn)
+    assert rollout.sampling == [GenerateRequest(seed=4)] * 3 + [GenerateRequest(greedy=True, seed=5)] * 3
+    assert rollout.metas == [{}] * 6
 
 
 def test_scripted_workflow_gives_exactly_the_expected_rows_rewards_and_metrics():
