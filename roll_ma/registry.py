@@ -91,7 +91,8 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.config_key}={spec!r}: {err}") from err
         why = self.check(obj) if self.check else None
         if why:
-            raise ValueError(f"{self.config_key}={spec!r}: {getattr(obj, '__name__', obj)!s} in "
+            name = source.rpartition(":")[2] if ":" in source else source.rpartition(".")[2]
+            raise ValueError(f"{self.config_key}={spec!r}: {name} in "
                              f"{module_location(module)} is no {self.kind}: it {why}")
         return obj
 
@@ -121,7 +122,7 @@ def takes_positional(*args: str) -> Callable[[Any], str | None]:
 
     def check(obj: Any) -> str | None:
         if not callable(obj) or inspect.isclass(obj):
-            return f"is a {type(obj).__name__}, not a function"
+            return f"is {_a(type(obj).__name__)}, not a function"
         try:
             inspect.signature(obj).bind(*([None] * len(args)))
         except TypeError as err:
@@ -150,7 +151,7 @@ def implements(protocol: type, where: str) -> Callable[[Any], str | None]:
 
     def check(obj: Any) -> str | None:
         if not inspect.isclass(obj):
-            return f"is a {type(obj).__name__}, not a class"
+            return f"is {_a(type(obj).__name__)}, not a class"
         missing = [n for n in protocol_methods(protocol) if not callable(getattr(obj, n, None))]
         return f"lacks {', '.join(missing)} of {protocol.__name__} ({where})" if missing else None
 
@@ -207,7 +208,8 @@ def import_target(spec: str) -> tuple[Any, str]:
     try:
         return importlib.import_module(module_name), attr
     except ImportError as err:
-        raise ValueError(f"cannot import {module_name!r} ({err})") from err
+        raise ValueError(f"cannot import {module_name!r} ({err}); install it, put its folder on PYTHONPATH, "
+                         "or name the file as 'path/to/file.py:Name'") from err
 
 
 def load_target(spec: str) -> tuple[Any, Any]:
@@ -216,11 +218,21 @@ def load_target(spec: str) -> tuple[Any, Any]:
     module, attr = import_target(spec)
     target = getattr(module, attr, None)
     if target is None:
-        public = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v))
+        public = defined_names(module)
         close = difflib.get_close_matches(attr, public, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"{module_location(module)} has no {attr!r}{hint}; it defines {public}")
     return module, target
+
+
+def defined_names(module: Any) -> list[str]:
+    """The public functions and classes ``module`` itself defines (not those it imports)."""
+    return sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v)
+                  and getattr(v, "__module__", module.__name__) == module.__name__)
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
 
 def module_location(module: Any) -> str:

@@ -195,8 +195,8 @@ def resume_problems(cfg: RunConfig, log: Callable[[str], None] = print) -> list[
     out_dir = Path(cfg.trainer.output_dir)
     choice = choose_resume(out_dir)  # the checkpoint the run will load, chosen as the run chooses it
     if choice.chosen is None:
-        message = choice.no_intact_message(out_dir)
-        return [message] if message else []
+        message = choice.no_intact_message(out_dir)  # its lines indented under the problem's "  - "
+        return [message.replace("\n", "\n    ")] if message else []
     path = choice.chosen[1]
     file = path / SIGNATURE_FILE
     if not file.is_file():

@@ -81,12 +81,14 @@ def _check_data(cfg: RunConfig, add) -> None:  # noqa: ANN001
 
 
 def _check_tools(cfg: RunConfig, add) -> None:  # noqa: ANN001
-    from roll_ma.workflows.tools import build_tools
+    from roll_ma.workflows.tools import TOOLS, build_tools
 
     for name, settings in cfg.env.tools.items():
         try:
             build_tools({name: settings})
-        except ValueError as err:
-            add(f"env.tools.{name}", str(err))
+        except ValueError as err:  # the registry's "env.tools.<name>.tool='spec': why" under the real key
+            key = f"env.tools.{name}.tool" if "tool" in (settings or {}) else f"env.tools.{name}"
+            text = str(err)
+            add(key, text.split(": ", 1)[1] if text.startswith(f"{TOOLS.config_key}=") else text)
         except TypeError as err:  # an unknown setting
             add(f"env.tools.{name}", f"bad settings {dict(settings or {})}: {err}")

@@ -130,4 +130,6 @@ def test_the_check_compares_the_checkpoint_the_run_will_resume_from(tmp_path, no
     with pytest.raises(PreflightError) as err:  # none intact: said before Ray, not after
         run_preflight(old)
     assert "no intact checkpoint to resume from" in str(err.value)
-    assert "step_000005: rng.pt is 9 bytes" in str(err.value) and "step_000004: state.json" in str(err.value)
+    said = str(err.value)
+    assert "\n      - step_000005: rng.pt is 9 bytes" in said and "step_000004: state.json" in said
+    assert "\n    Start this run from scratch with trainer.resume=never" in said  # under its problem

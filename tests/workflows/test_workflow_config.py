@@ -166,3 +166,11 @@ def test_the_readme_config_table_lists_every_shipped_config():
     assert all(line.startswith("|") for line in table.splitlines())
     missing = [name for name in available_configs() if f"`{name}`" not in table]
     assert missing == []
+
+
+def test_a_misspelt_tool_in_a_users_file_is_named_under_its_tool_key_once(tmp_path):
+    tools_file = tmp_path / "my_tools.py"
+    tools_file.write_text("def calc(expression: str) -> str:\n    return str(eval(expression))\n")
+    problems = _problems([f"env.tools.calc={{tool: '{tools_file}:calcc'}}"])
+    message = problems["env.tools.calc.tool"]
+    assert "has no 'calcc' (did you mean 'calc'?)" in message and "env.tools" not in message
