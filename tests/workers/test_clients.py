@@ -83,7 +83,8 @@ def test_train_and_export_updates_only_its_policy_and_keeps_the_rest_of_the_requ
     ((name, got),) = backend.calls
     assert name == "train_step" and got["request"] == UpdateRequest(step=5, behavior_correction=True,
                                                                      policies=("alice",))
-    assert metrics == {"agent/alice/updated": 1.0} and payload == {"alice": "packed alice"} and seconds >= 0
+    assert metrics == {"agent/alice/updated": 1.0} and payload == {"alice": "packed alice"}
+    assert isinstance(seconds, float)  # rank 0's export time, read as a number (its size is a benchmark's)
 
 
 def test_a_dpo_pass_names_its_reference_and_a_dpo_update_cannot_lack_its_settings(train):
