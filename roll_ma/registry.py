@@ -145,15 +145,19 @@ def subclass_of(base: type) -> Callable[[Any], str | None]:
     return check
 
 
-def implements(protocol: type, where: str) -> Callable[[Any], str | None]:
-    """A ``Registry`` check: the object is a class with every method ``protocol`` (a ``typing.Protocol``,
-    defined in the file ``where``) declares."""
+def implements(protocol_spec: str) -> Callable[[Any], str | None]:
+    """A ``Registry`` check: the object is a class with every method the ``typing.Protocol`` named by
+    ``protocol_spec`` ('pkg.module:Name') declares. The protocol is imported at the first check, not when
+    the registry is built (backend protocols import the DataProto, and with it torch)."""
+    module_name, _, name = protocol_spec.partition(":")
 
     def check(obj: Any) -> str | None:
         if not inspect.isclass(obj):
             return f"is {_a(type(obj).__name__)}, not a class"
+        protocol = getattr(importlib.import_module(module_name), name)
         missing = [n for n in protocol_methods(protocol) if not callable(getattr(obj, n, None))]
-        return f"lacks {', '.join(missing)} of {protocol.__name__} ({where})" if missing else None
+        where = module_name.replace(".", "/") + ".py"
+        return f"lacks {', '.join(missing)} of {name} ({where})" if missing else None
 
     return check
 

@@ -16,12 +16,6 @@ if TYPE_CHECKING:
     from roll_ma.inference.infer_backend import RolloutTraits
 
 
-def _is_infer_backend(obj: Any) -> str | None:
-    from roll_ma.inference.infer_backend import InferBackend  # why here: it imports the DataProto (torch)
-
-    return implements(InferBackend, "roll_ma/inference/infer_backend.py")(obj)
-
-
 # rollout.backend (and teacher.rollout.backend): a built-in name, 'pkg.module:Name' or 'path/file.py:Name';
 # what a run asks of the backend beyond its methods is its class's traits, never its name
 INFER_STRATEGIES: Registry[Any] = Registry(
@@ -32,7 +26,7 @@ INFER_STRATEGIES: Registry[Any] = Registry(
         "hf": "roll_ma.inference.hf_infer:HFInferStrategy",
         "vllm": "roll_ma.inference.vllm_infer:VLLMInferStrategy",
     },
-    check=_is_infer_backend,
+    check=implements("roll_ma.inference.infer_backend:InferBackend"),
 )
 
 

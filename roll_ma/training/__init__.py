@@ -16,12 +16,6 @@ if TYPE_CHECKING:
     from roll_ma.training.train_backend import TrainTraits
 
 
-def _is_train_backend(obj: Any) -> str | None:
-    from roll_ma.training.train_backend import TrainBackend  # why here: it imports the DataProto (torch)
-
-    return implements(TrainBackend, "roll_ma/training/train_backend.py")(obj)
-
-
 # train.strategy: a built-in name, 'pkg.module:Name' or 'path/file.py:Name'; what a run asks of the backend
 # beyond its methods is its class's traits (deepspeed_train trains one policy), never its name
 TRAIN_STRATEGIES: Registry[Any] = Registry(
@@ -32,7 +26,7 @@ TRAIN_STRATEGIES: Registry[Any] = Registry(
         "multi_agent_deepspeed": "roll_ma.training.multi_agent_deepspeed:MultiAgentDeepSpeedStrategy",
         "deepspeed_train": "roll_ma.training.deepspeed_train:DeepSpeedTrainStrategy",
     },
-    check=_is_train_backend,
+    check=implements("roll_ma.training.train_backend:TrainBackend"),
 )
 
 
