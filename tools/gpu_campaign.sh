@@ -284,5 +284,53 @@ PY
     for j in job relay; do cat /tmp/p45/$j/peers.md 2>/dev/null | head -30; cp /tmp/p45/$j/peers.json "$OUT/${j}_peers.json" 2>/dev/null; cp /tmp/p45/$j/peers.md "$OUT/${j}_peers.md" 2>/dev/null; done
     nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
     tar -czf "$OUT/p45_logs.tgz" -C /tmp/p45 $(cd /tmp/p45 && ls -d */*.log run_all.log 2>/dev/null) 2>/dev/null ;;
-  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b|redesign7b|redesign7b_wait|peers_start|peers_wait|peers45|peers45_wait"; exit 2 ;;
+  chains)  # issues 45, 48: one queue of runs per GPU, each in the background, its items one after another on
+    # that GPU. CHAIN0="item item ..." CHAIN1=... (CHAIN<g> for GPU g); an item: gpu_tests (pytest -m gpu),
+    # before:AGENTS / after:AGENTS (the peers job's roll_ma row from the tree in .before/ or this tree, issue 48's
+    # 7B step before and after), or JOB|ROWS|AGENTS|REPEATS (a run_all item as in peers45; peer rows wait
+    # for install_peer_wheels.sh to finish in a later call). Chains start 45 s apart (two local Ray
+    # instances started at once can hang). Results: /tmp/ch/g<g>/<job>/ and /tmp/ch/<side>/; `chains_wait`.
+    for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
+    MODEL=$(cat /tmp/peers_model_path 2>/dev/null); log "model: ${MODEL:-not built, see /tmp/peers_model.log}"
+    rm -rf /tmp/w_after /tmp/w_before /tmp/ch && mkdir -p /tmp/w_after /tmp/ch
+    tar --exclude='./.wb*' --exclude='./.pw*' --exclude='./.whl' --exclude='./.before' -cf - . | tar -xf - -C /tmp/w_after
+    [ -d .before ] && cp -r .before /tmp/w_before
+    first=1
+    for g in $(nvidia-smi --query-gpu=index --format=csv,noheader); do
+      var=CHAIN$g; [ -n "${!var:-}" ] || continue
+      script=/tmp/ch/chain$g.sh; echo "set -u" > $script
+      [ $first = 1 ] || echo "sleep 45" >> $script; first=0
+      for item in ${!var}; do
+        case "$item" in
+          gpu_tests) echo "cd /tmp/w_after && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_after:$PYTHONPATH timeout 480 \
+            python -m pytest -m gpu -q -p no:cacheprovider -p no:randomly tests > /tmp/ch/gpu_tests.log 2>&1" >> $script ;;
+          before:*|after:*) side=${item%%:*}
+            echo "cd /tmp/w_$side && PYTHONPATH=/tmp/w_$side:$PYTHONPATH python benchmarks/peers/run_all.py \
+              --out-dir /tmp/ch/$side --gpus $g --model $MODEL --rows roll_ma --agents ${item#*:} --repeats 1 \
+              --timeout ${RUN_TIMEOUT:-720} > /tmp/ch/$side.log 2>&1" >> $script ;;
+          *) IFS='|' read -r job rows agents repeats <<< "$item"
+            echo "while [ ! -e /tmp/peer_stage/.done.trl ]; do sleep 5; done" >> $script
+            echo "cd /tmp/w_after && PYTHONPATH=/tmp/w_after:$PYTHONPATH python benchmarks/peers/run_all.py --sites /tmp/peers \
+              --gpus $g --model $MODEL --job benchmarks/peers/$job --rows $rows --agents $agents --repeats $repeats \
+              --out-dir /tmp/ch/g$g/${job%.yaml} --timeout ${RUN_TIMEOUT:-720} >> /tmp/ch/g$g.log 2>&1" >> $script ;;
+        esac
+        echo "echo \"[\$(date +%T)] chain $g: $item done\" >> /tmp/ch/progress.log" >> $script
+      done
+      echo "echo DONE >> /tmp/ch/chain$g.done" >> $script
+      setsid nohup bash -c "timeout ${TOTAL:-1700} bash $script" > /tmp/ch/chain$g.log 2>&1 < /dev/null &
+      log "chain $g: ${!var}"
+    done ;;
+  chains_wait)  # wait up to WAIT s for every chain (copying what is there to $OUT every 10 s), then the tables
+    end=$(( $(date +%s) + ${WAIT:-540} )); n=$(ls /tmp/ch/chain*.sh | wc -l)
+    copy() {
+      cp /tmp/ch/progress.log /tmp/ch/gpu_tests.log "$OUT"/ 2>/dev/null
+      for d in /tmp/ch/before /tmp/ch/after /tmp/ch/g*/*/; do [ -f $d/peers.json ] || continue
+        tag=$(echo ${d#/tmp/ch/} | tr -d / ); cp $d/peers.json "$OUT/${tag}_peers.json"; cp $d/peers.md "$OUT/${tag}_peers.md"; done
+    }
+    while [ "$(date +%s)" -lt "$end" ] && [ "$(cat /tmp/ch/chain*.done 2>/dev/null | wc -l)" -lt "$n" ]; do copy; sleep 10; done
+    copy; cat /tmp/ch/progress.log; tail -3 /tmp/ch/gpu_tests.log 2>/dev/null
+    for f in "$OUT"/*_peers.md; do echo "== $f"; head -20 "$f"; done
+    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
+    tar -czf "$OUT/ch_logs.tgz" -C /tmp/ch $(cd /tmp/ch && ls -d *.log */*.log */*/*.log 2>/dev/null) 2>/dev/null ;;
+  *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b|redesign7b|redesign7b_wait|peers_start|peers_wait|peers45|peers45_wait|chains|chains_wait"; exit 2 ;;
 esac
