@@ -53,6 +53,18 @@ PHASES = {  # the table's phases -> roll_ma's own timers (metrics.jsonl; pipelin
     "unaccounted": "timing/unaccounted",
 }
 
+SYNC_PARTS = {  # the sync phase's own parts (roll_ma's timers; pipelines/rl/adapter_sync.py): its profile
+    "wake": "timing/sync_wake",  # the engine's wake-up after sleeping (sleep_level 1)
+    "export": "timing/sync_export",  # packing the changed adapters + the hand-over (driver's wall)
+    "export_pack": "timing/sync_export_pack",  # the train worker's own part of the export
+    "install": "timing/sync_install",  # every engine installed them (driver's wall)
+    "install_rpc": "timing/sync_install_rpc",  # rank 0's call into vLLM's worker
+    "per_adapter": "timing/sync_per_adapter",  # export + install over the adapters pushed
+}
+MFU_PASSES = {  # the trainer's passes at model FLOPs utilisation (docs/benchmarks.md's formula; GPU only)
+    "reference": "system/mfu/reference",
+    "update": "system/mfu/update",
+}
 
 # native keys that need a CUDA GPU: the CPU smoke leaves them out (and says so in its settings)
 GPU_ONLY = ("rollout.engine_kwargs", "rollout.per_row_seeds")
@@ -217,6 +229,8 @@ def measure(job: Job, row: Row, n_agents: int, model: str, device: str, shared: 
         **steps,
         "own_step_s": parts.get("step_s"),  # roll_ma's own timer of the step, beside the common clock
         "phases_s": phase_medians(metrics, PHASES, job.warmup_steps),
+        "sync_parts_s": phase_medians(metrics, SYNC_PARTS, job.warmup_steps),
+        "mfu": phase_medians(metrics, MFU_PASSES, job.warmup_steps),
         # roll_ma's own start-up stages (model loads, engine start, first sync), in step 1's line
         "startup_s": {
             key.split("/", 1)[1]: round(seconds, 2)

@@ -153,7 +153,7 @@ def test_a_runner_takes_its_rows_settings_and_refuses_another_frameworks_row(job
     assert "row 'verl_best' is a verl row, not trl's" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, [*base, "--row", "trl_fastest"], "trl")
-    rows_named = "no row 'trl_fastest' (rows: roll_ma, roll_ma_unfused, roll_ma_prefix, trl,"
+    rows_named = "no row 'trl_fastest' (rows: roll_ma, roll_ma_unfused, roll_ma_prefix, roll_ma_awake, trl,"
     assert rows_named in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, ["--agents", "4", "--agent", "0", "--model", "M"], "trl")
@@ -281,6 +281,9 @@ def test_roll_ma_config_takes_every_setting_from_its_row(job, tiny_model_dir, tm
     assert job.rows["roll_ma_unfused"].native["train.lora_compute_dtype"] == "float32"  # the unfused row
     prefix = run_roll_ma.run_config(job, job.rows["roll_ma_prefix"], 3, tiny_model_dir, "cuda", str(tmp_path))
     assert (prefix.train.share_prompt_prefix, cfg.train.share_prompt_prefix) == (True, False)
+    awake = run_roll_ma.run_config(job, job.rows["roll_ma_awake"], 3, tiny_model_dir, "cuda", str(tmp_path))
+    # the awake row: only the sleep differs
+    assert (awake.rollout.sleep_level, awake.model, awake.train) == (0, cfg.model, cfg.train)
     # other settings in the row: other settings in the config (nothing is a runner's own constant)
     other = _with_settings(row, gradient_checkpointing=True, update_tokens=4096, scoring_tokens=2048,
                            sleep_rollout=False, liger_kernel=False, attention="padded")  # fmt: skip
@@ -841,7 +844,8 @@ def test_the_plan_runs_n_first_then_each_repeat_of_every_row_in_the_order_given(
         ("verl", 3)
     ] * 3
     assert run_all.parse_rows(job, None) == [(name, None) for name in job.rows]
-    with pytest.raises(ValueError, match="the job's rows are roll_ma, roll_ma_unfused, roll_ma_prefix, trl"):
+    rows_are = "the job's rows are roll_ma, roll_ma_unfused, roll_ma_prefix, roll_ma_awake, trl"
+    with pytest.raises(ValueError, match=rows_are):
         run_all.parse_rows(job, "roll_ma,deepspeed-chat")
 
 
@@ -927,6 +931,11 @@ def test_driver_runs_roll_ma_and_trl_on_cpu(tmp_path):
     # roll_ma's run carries its own start-up stages beside the common clock's first_step_end_s
     (roll_ma_run,) = [r for r in summary["runs"] if r["framework"] == "roll_ma"]
     assert {"train_model", "rollout_engine", "first_sync", "total"} <= set(roll_ma_run["startup_s"])
+    # and the sync's own parts (the HF engine on CPU never sleeps: no wake-up, no vLLM call)
+    parts = roll_ma_run["sync_parts_s"]
+    assert parts["export"] > 0 and parts["install"] > 0
+    assert parts["wake"] is None and parts["install_rpc"] is None
+    assert roll_ma_run["mfu"] == {"reference": None, "update": None}  # no peak FLOPs known for a CPU
     assert (roll_ma_run["row"], roll_ma_run["rows_per_step_planned"], roll_ma_run["relay"]) == (
         "roll_ma",
         6,
