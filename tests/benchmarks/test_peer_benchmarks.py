@@ -153,7 +153,8 @@ def test_a_runner_takes_its_rows_settings_and_refuses_another_frameworks_row(job
     assert "row 'verl_best' is a verl row, not trl's" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, [*base, "--row", "trl_fastest"], "trl")
-    rows_named = "no row 'trl_fastest' (rows: roll_ma, roll_ma_unfused, roll_ma_prefix, roll_ma_awake, trl,"
+    rows_named = ("no row 'trl_fastest' (rows: roll_ma, roll_ma_unfused, roll_ma_prefix, roll_ma_awake, "
+                  "roll_ma_prefix_awake, trl,")
     assert rows_named in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, ["--agents", "4", "--agent", "0", "--model", "M"], "trl")
@@ -284,6 +285,9 @@ def test_roll_ma_config_takes_every_setting_from_its_row(job, tiny_model_dir, tm
     awake = run_roll_ma.run_config(job, job.rows["roll_ma_awake"], 3, tiny_model_dir, "cuda", str(tmp_path))
     # the awake row: only the sleep differs
     assert (awake.rollout.sleep_level, awake.model, awake.train) == (0, cfg.model, cfg.train)
+    both_row = job.rows["roll_ma_prefix_awake"]
+    both = run_roll_ma.run_config(job, both_row, 3, tiny_model_dir, "cuda", str(tmp_path))
+    assert (both.rollout.sleep_level, both.train, both.model) == (0, prefix.train, cfg.model)
     # other settings in the row: other settings in the config (nothing is a runner's own constant)
     other = _with_settings(row, gradient_checkpointing=True, update_tokens=4096, scoring_tokens=2048,
                            sleep_rollout=False, liger_kernel=False, attention="padded")  # fmt: skip
@@ -844,7 +848,8 @@ def test_the_plan_runs_n_first_then_each_repeat_of_every_row_in_the_order_given(
         ("verl", 3)
     ] * 3
     assert run_all.parse_rows(job, None) == [(name, None) for name in job.rows]
-    rows_are = "the job's rows are roll_ma, roll_ma_unfused, roll_ma_prefix, roll_ma_awake, trl"
+    rows_are = ("the job's rows are roll_ma, roll_ma_unfused, roll_ma_prefix, roll_ma_awake, "
+                "roll_ma_prefix_awake, trl")
     with pytest.raises(ValueError, match=rows_are):
         run_all.parse_rows(job, "roll_ma,deepspeed-chat")
 
