@@ -290,6 +290,13 @@ PY
     # 7B step before and after), or JOB|ROWS|AGENTS|REPEATS (a run_all item as in peers45; peer rows wait
     # for install_peer_wheels.sh to finish in a later call). Chains start 45 s apart (two local Ray
     # instances started at once can hang). Results: /tmp/ch/g<g>/<job>/ and /tmp/ch/<side>/; `chains_wait`.
+    # With no CHAIN<g> given: issue 46's levers against the defaults at N = 3 on GPU 0 (the awake and prefix
+    # rows, then both at N = 1 and 8), TRL at its best at N = 3, 1 and 8 and OpenRLHF on GPU 1 (a one-GPU
+    # machine runs GPU 0's chain only).
+    if [ -z "$(compgen -v CHAIN)" ]; then
+      CHAIN0="job.yaml|roll_ma,roll_ma_prefix_awake|3|1 job.yaml|roll_ma_prefix,roll_ma_awake|3|1 job.yaml|roll_ma_prefix_awake|1,8|1"
+      CHAIN1="job.yaml|trl_best|3|1 job.yaml|trl_best|1|1 job.yaml|openrlhf|1|1 job.yaml|trl_best|8|1"
+    fi
     for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
     MODEL=$(cat /tmp/peers_model_path 2>/dev/null); log "model: ${MODEL:-not built, see /tmp/peers_model.log}"
     rm -rf /tmp/w_after /tmp/w_before /tmp/ch && mkdir -p /tmp/w_after /tmp/ch
@@ -309,7 +316,9 @@ PY
               --out-dir /tmp/ch/$side --gpus $g --model $MODEL --rows roll_ma --agents ${item#*:} --repeats 1 \
               --timeout ${RUN_TIMEOUT:-720} > /tmp/ch/$side.log 2>&1" >> $script ;;
           *) IFS='|' read -r job rows agents repeats <<< "$item"
-            echo "while [ ! -e /tmp/peer_stage/.done.trl ]; do sleep 5; done" >> $script
+            for fw in $(echo "$rows" | tr ',' '\n' | cut -d_ -f1 | grep -v '^roll' | sort -u); do  # its peers' wheels
+              echo "while [ ! -e /tmp/peer_stage/.done.$fw ]; do sleep 5; done" >> $script
+            done
             echo "cd /tmp/w_after && PYTHONPATH=/tmp/w_after:$PYTHONPATH python benchmarks/peers/run_all.py --sites /tmp/peers \
               --gpus $g --model $MODEL --job benchmarks/peers/$job --rows $rows --agents $agents --repeats $repeats \
               --out-dir /tmp/ch/g$g/${job%.yaml} --timeout ${RUN_TIMEOUT:-720} >> /tmp/ch/g$g.log 2>&1" >> $script ;;
