@@ -289,7 +289,13 @@ PY
     # before:AGENTS / after:AGENTS (the peers job's roll_ma row from the tree in .before/ or this tree, issue 48's
     # 7B step before and after), or JOB|ROWS|AGENTS|REPEATS (a run_all item as in peers45; peer rows wait
     # for install_peer_wheels.sh to finish in a later call). Chains start 45 s apart (two local Ray
-    # instances started at once can hang). Results: /tmp/ch/g<g>/<job>/ and /tmp/ch/<side>/; `chains_wait`.
+    # instances started at once can hang). Results: /tmp/ch/g<g>/<job>/ and /tmp/ch/<side>/, each item's exit
+    # code in /tmp/ch/progress.log; read back with `WAIT=540 bash tools/gpu_campaign.sh chains_wait` (a call each,
+    # until every chain is done). Needs: the random 7B (`peers_model` in an earlier call; this waits up to
+    # 300 s for it), for before: items the old tree in .before/ (`mkdir .before && git archive <commit> roll_ma
+    # benchmarks tools examples pyproject.toml setup.py start_pipeline.py | tar -x -C .before`, carried), for
+    # peer rows their wheels (install_peer_wheels.sh; an item waits for them). TOTAL: seconds a chain may run
+    # (1700); RUN_TIMEOUT: seconds per runner process (720).
     # With no CHAIN<g> given: issue 46's levers against the defaults at N = 3 on GPU 0 (the awake and prefix
     # rows, then both at N = 1 and 8), TRL at its best at N = 3, 1 and 8 and OpenRLHF on GPU 1 (a one-GPU
     # machine runs GPU 0's chain only).
@@ -298,7 +304,12 @@ PY
       CHAIN1="job.yaml|trl_best|3|1 job.yaml|trl_best|1|1 job.yaml|openrlhf|1|1 job.yaml|trl_best|8|1"
     fi
     for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
-    MODEL=$(cat /tmp/peers_model_path 2>/dev/null); log "model: ${MODEL:-not built, see /tmp/peers_model.log}"
+    MODEL=$(cat /tmp/peers_model_path 2>/dev/null)
+    [ -n "$MODEL" ] || { log "no model: run 'bash tools/gpu_campaign.sh peers_model' first (/tmp/peers_model.log)"; exit 1; }
+    log "model: $MODEL"
+    if [ ! -d .before ]; then
+      for var in ${!CHAIN*}; do case " ${!var} " in *" before:"*) log "$var has a before: item and there is no .before/"; exit 1;; esac; done
+    fi
     rm -rf /tmp/w_after /tmp/w_before /tmp/ch && mkdir -p /tmp/w_after /tmp/ch
     tar --exclude='./.wb*' --exclude='./.pw*' --exclude='./.whl' --exclude='./.before' -cf - . | tar -xf - -C /tmp/w_after
     [ -d .before ] && cp -r .before /tmp/w_before
@@ -316,14 +327,14 @@ PY
               --out-dir /tmp/ch/$side --gpus $g --model $MODEL --rows roll_ma --agents ${item#*:} --repeats 1 \
               --timeout ${RUN_TIMEOUT:-720} > /tmp/ch/$side.log 2>&1" >> $script ;;
           *) IFS='|' read -r job rows agents repeats <<< "$item"
-            for fw in $(echo "$rows" | tr ',' '\n' | cut -d_ -f1 | grep -v '^roll' | sort -u); do  # its peers' wheels
+            for fw in $(echo "$rows" | tr ',' '\n' | cut -d@ -f1 | cut -d_ -f1 | grep -v '^roll' | sort -u); do
               echo "while [ ! -e /tmp/peer_stage/.done.$fw ]; do sleep 5; done" >> $script
             done
             echo "cd /tmp/w_after && PYTHONPATH=/tmp/w_after:$PYTHONPATH python benchmarks/peers/run_all.py --sites /tmp/peers \
               --gpus $g --model $MODEL --job benchmarks/peers/$job --rows $rows --agents $agents --repeats $repeats \
               --out-dir /tmp/ch/g$g/${job%.yaml} --timeout ${RUN_TIMEOUT:-720} >> /tmp/ch/g$g.log 2>&1" >> $script ;;
         esac
-        echo "echo \"[\$(date +%T)] chain $g: $item done\" >> /tmp/ch/progress.log" >> $script
+        echo "echo \"[\$(date +%T)] chain $g: $item done, exit \$?\" >> /tmp/ch/progress.log" >> $script
       done
       echo "echo DONE >> /tmp/ch/chain$g.done" >> $script
       setsid nohup bash -c "timeout ${TOTAL:-1700} bash $script" > /tmp/ch/chain$g.log 2>&1 < /dev/null &

@@ -313,7 +313,16 @@ def _read(path: Path) -> dict[str, Any]:
     """A job file's mapping; ``inherit: other.yaml`` (beside it) is read first and overridden key by key."""
     import yaml
 
-    raw = yaml.safe_load(path.read_text())
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        beside = ", ".join(sorted(p.name for p in Path(__file__).parent.glob("*.yaml")))
+        problem = (exc.strerror or str(exc)).lower()
+        raise ValueError(f"job file {path}: {problem} (the jobs beside run_all.py: {beside})") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise ValueError(f"job file {path}: not YAML{at} ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: a job file is a mapping (job.yaml documents every key)")
     parent = raw.pop("inherit", None)

@@ -26,12 +26,13 @@ DIR/verl, DIR/openrlhf: its staged pins, stage_peer_wheels.sh) whose site-packag
 peer's PYTHONPATH, then DIR/common's (the wheels all staged peers share).
 
     # GPU (2 GPUs), the random Qwen2.5-7B built once; the rows in priority order:
-    python benchmarks/peers/run_all.py --sites /tmp/peers --gpus 0,1 --rows roll_ma_fast,trl_best,roll_ma \
+    python benchmarks/peers/run_all.py --sites /tmp/peers --gpus 0,1 --rows roll_ma,trl_best,roll_ma_unfused \
         --out-dir /tmp/peers_out
     python benchmarks/peers/run_all.py --job benchmarks/peers/relay.yaml --gpus 0,1 --rows roll_ma \
         --out-dir /tmp/relay_out
     # CPU check of the driver itself: roll_ma and TRL (no vLLM) on a tiny model, the job shrunk
-    python benchmarks/peers/run_all.py --device cpu --smoke --rows roll_ma,trl --agents 3 --out-dir /tmp
+    python benchmarks/peers/run_all.py --device cpu --smoke --rows roll_ma,trl --agents 3 --repeats 1 \
+        --out-dir /tmp/smoke_out
 
 A row name may carry ``@N[+N]`` (``openrlhf@1``): only those N.
 """
@@ -257,7 +258,9 @@ def run_one(
     }
     # the run's identity as this driver planned it (a runner's own fields cannot mislabel a row)
     result.update(row=row.name, framework=row.framework, agents=n_agents, agent=agent, shared=shared)
-    result.update(repeat=repeat, host=socket.gethostname(), settings=f"{row.name}: {row.describe()}")
+    # the settings beside the run: the row's; a CPU smoke run says what it left out (its runner's own words)
+    ran = f"{result.get('settings') or 'CPU smoke'} (of: {row.describe()})" if args.smoke else row.describe()
+    result.update(repeat=repeat, host=socket.gethostname(), settings=f"{row.name}: {ran}")
     result.update(gpu_peak_gb=peak.peak_gb, wall_s=round(time.perf_counter() - start, 1), log=str(log_path))
     if gpu is not None:
         result.setdefault("gpu_index", gpu)
@@ -583,9 +586,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         job = load_job(args.job) if args.job else load_job()
         rows = parse_rows(job, args.rows)
-    except ValueError as exc:
+    except ValueError as exc:  # a bad row; a job file missing, unreadable, not YAML or not a job
         p.error(str(exc))
     agents = [int(n) for n in args.agents.split(",")] if args.agents else list(job.agents)
+    for name, only in rows:  # a row limited to N that this call does not run would silently run nothing
+        if only and not only & set(agents):
+            p.error(f"--rows {name}@{'+'.join(map(str, sorted(only)))}: N is not among the agents this call "
+                    f"runs ({', '.join(map(str, agents))}; --agents)")
     repeats = args.repeats or job.repeats
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -598,6 +605,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         previous = json.loads(saved.read_text()).get("runs", []) if saved.exists() else []
         runs = merge_runs(previous, results)
         table = table_rows(job, runs, repeats)
+        if args.smoke:  # a smoke row's settings: what its runs say they ran on this CPU
+            said = {r["row"]: r["settings"].split(": ", 1)[1] for r in runs if r.get("settings")}
+            for r in table:
+                r["settings"] = said.get(r["row"], r["settings"])
         stamp = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
         summary.update(date=stamp, job=job.source, model=model, device=args.device, repeats=repeats,
                        headline=headline(table), rows=table, runs=runs)  # fmt: skip

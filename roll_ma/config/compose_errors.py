@@ -5,6 +5,7 @@ not resolve. ``compose.compose_raw`` turns each into a ``ConfigProblem`` (never 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -129,4 +130,21 @@ def composition_problem(err: BaseException, source: str) -> ConfigProblem:
         text = f"{text.rstrip('.')}: {first_line(cause)}"
     if "must be a DictConfig" in text:
         text = "must be a mapping of config keys (name: ..., model: ...), not a list or a single value"
-    return ConfigProblem(source, text)
+    hint = list_index_hint(source, text)
+    return ConfigProblem(source, f"{text}; {hint}" if hint else text)
+
+
+def list_index_hint(override: str, text: str) -> str | None:
+    """How to address a list's entry, where an override's key used a position the list lacks or a name
+    (``agents.3.lr`` with three agents, ``agents.solver.lr``): lists are addressed by position from 0."""
+    named = re.search(r"Index '([^']*)' \(str\) is not an int", text)
+    if not named and "list index out of range" not in text:
+        return None
+    parts = override.split("=", 1)[0].lstrip("+~").split(".")
+    at = next((i for i, p in enumerate(parts) if p.isdigit() or (named and p == named.group(1))), None)
+    if not at:
+        return None
+    lst, rest = ".".join(parts[:at]), ".".join(parts[at + 1 :])
+    example = f"{lst}.0.{rest}" if rest else f"{lst}.0"
+    return (f"{lst} is a list: its entries are addressed by position from 0, in the order the config lists "
+            f"them (e.g. {example}=...)")

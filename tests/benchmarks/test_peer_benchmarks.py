@@ -119,6 +119,22 @@ def test_job_errors_name_the_file_and_the_key(tmp_path):
         peer_job.load_job(_write(tmp_path, repeats=0))
 
 
+def test_a_job_file_missing_or_not_yaml_is_one_line_naming_the_file(tmp_path):
+    with pytest.raises(ValueError, match=r"job file .*jobs.yaml: no such file .*beside run_all.py: job.yaml"):
+        peer_job.load_job(tmp_path / "jobs.yaml")
+    (tmp_path / "notes.md").write_text("# notes\n\n`code` here: and: there\n")
+    with pytest.raises(ValueError, match=r"job file .*notes.md: not YAML at line 3, column 1"):
+        peer_job.load_job(tmp_path / "notes.md")
+
+
+def test_a_row_limited_to_an_n_this_call_does_not_run_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_all.main(["--device", "cpu", "--rows", "roll_ma@2", "--agents", "1", "--out-dir", str(tmp_path)])
+    refused = "--rows roll_ma@2: N is not among the agents this call runs (1; --agents)"
+    assert refused in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing built, nothing written
+
+
 def test_row_errors_name_the_row_and_its_key(tmp_path):
     with pytest.raises(ValueError, match=r"unknown key\(s\) rows.openrlhf.settings.ligr"):
         peer_job.load_job(_write(tmp_path, rows__openrlhf__settings__ligr=True))
@@ -925,6 +941,8 @@ def test_driver_runs_roll_ma_and_trl_on_cpu(tmp_path):
         assert row["repeats"] == "1/1" and row["spread_s"] == [row["step_s"], row["step_s"]]
     md = (tmp_path / "peers.md").read_text()
     assert md.startswith("job: ") and "| row | agents | adapters | repeats | step_s |" in md
+    # beside each row what the CPU smoke ran, not the GPU settings it left out
+    assert all(row["settings"].startswith("CPU smoke") for row in rows.values()) and "(of: " in md
     runs = [r for r in summary["runs"] if r["framework"] == "trl"]
     assert len(runs) == (3 if "trl" in names else 0)
     # the smoke job: one game of 3 turns a step, 2 samples each: each agent's turn, twice

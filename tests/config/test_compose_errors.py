@@ -78,6 +78,13 @@ def test_an_override_that_cannot_be_read_or_applied_is_named_and_no_plus_is_advi
     assert "+key" not in problem.message and "hydra.cc" not in problem.message
 
 
+@pytest.mark.parametrize("override", ["agents.5.lr=1e-4", "agents.solver.lr=1e-4", "+agents.7=x"])
+def test_a_list_entry_out_of_range_or_by_name_says_lists_are_addressed_by_position(override):
+    problem = _refusal(TINY, overrides=[override]).problems[0]
+    assert problem.key == override
+    assert "agents is a list: its entries are addressed by position from 0" in problem.message
+
+
 def test_an_interpolation_that_does_not_resolve_names_its_key_and_the_override_that_set_it():
     problem = _refusal(TINY, overrides=["model.path=${nope}"]).problems[0]
     assert problem.key == "model.path" and "set by the override model.path=${nope}" in problem.message
