@@ -228,6 +228,23 @@ def initial_eval_summary(max_steps: int, metrics: dict[str, Any]) -> str:
     return f"step 0/{max_steps}  evaluation of the initial adapters\n{eval_line(metrics)}"
 
 
+def eval_change_line(rows: list[dict[str, Any]]) -> str | None:
+    """The run's first and last evaluations side by side (counts left out), or None with fewer than two:
+    ``[roll_ma] evaluation, step 0 -> 100: pass1@turn1 0.46 -> 0.645, ...``."""
+    evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
+    if len(evals) < 2:
+        return None
+    first, last = evals[0], evals[-1]
+    names = sorted(k[len("eval/"):] for k in last if k.startswith("eval/") and k in first)
+    rates = [n for n in names if not COUNT.search(n)
+             and all(isinstance(r["eval/" + n], (int, float)) for r in (first, last))]  # fmt: skip
+    changes = [f"{n} {first['eval/' + n]:.3g} -> {last['eval/' + n]:.3g}" for n in rates]
+    if not changes:
+        return None
+    steps = f"step {first.get('step', '?')} -> {last.get('step', '?')}"
+    return f"[roll_ma] evaluation, {steps}: " + ", ".join(changes)
+
+
 COUNT = re.compile(r"(^|[/_])(num|n)_|_(verdicts|inputs|count|tokens)$|(^|[/_])(episodes|turns|count)$")
 NOT_A_RATE = re.compile(r"return|reward|score|loss")  # may lie in [0, 1] by chance; never on a rate's axis
 SEAT = re.compile(r"_seat(\d+)$")

@@ -23,7 +23,7 @@ from roll_ma.distributed import worker_output
 from roll_ma.distributed.worker_output import PlainProgress, WorkerOutput, route_worker_output
 from roll_ma.pipelines.session import done_line
 from roll_ma.pipelines.step_timer import startup_line
-from roll_ma.tracking import console_summary
+from roll_ma.tracking import console_summary, eval_change_line
 
 METRICS = {
     "timing/step": 13.94,
@@ -306,3 +306,17 @@ def test_a_real_terminal_gets_bars_drawn_in_place_and_a_pipe_plain_lines(tmp_pat
                            stderr=subprocess.STDOUT)
     assert piped.stdout.decode().splitlines() == [
         "step 1/1  2.0 s", "rollout step 1, env worker 0: 4/4 episodes", "[roll_ma] done"]
+
+
+def test_the_last_lines_put_the_first_and_last_evaluation_side_by_side_counts_left_out():
+    rows = [
+        {"step": 0, "eval/pass1@turn1": 0.46, "eval/critic_verdicts": 200, "eval/num_episodes": 200},
+        {"step": 1, "train/loss": 0.3},  # a step without an evaluation
+        {"step": 50, "eval/pass1@turn1": 0.655, "eval/critic_verdicts": 200},
+        {"step": 100, "eval/pass1@turn1": 0.645, "eval/critic_balanced_accuracy": 0.616,
+         "eval/critic_verdicts": 200, "eval/num_episodes": 200},
+    ]  # fmt: skip
+    assert eval_change_line(rows) == "[roll_ma] evaluation, step 0 -> 100: pass1@turn1 0.46 -> 0.645"
+    assert eval_change_line(rows[:2]) is None  # one evaluation: nothing to compare
+    counts_only = [{"step": 0, "eval/num_episodes": 9}, {"step": 5, "eval/num_episodes": 9}]
+    assert eval_change_line(counts_only) is None

@@ -49,7 +49,7 @@ from roll_ma.pipelines.rl.step import synchronous_step
 from roll_ma.pipelines.rl.step_streamed import streamed_step
 from roll_ma.pipelines.session import RunSession, done_line, open_session, start_session
 from roll_ma.pipelines.step_timer import startup_line
-from roll_ma.tracking import initial_eval_summary, plot_rewards
+from roll_ma.tracking import eval_change_line, initial_eval_summary, plot_rewards, read_metrics
 
 
 def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, Any]:
@@ -81,6 +81,9 @@ def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, 
         agent_names = [a.name for a in cfg.agents]
         plot = plot_rewards(session.out_dir / "metrics.jsonl", session.out_dir / "rewards.png", agent_names,
                             session.seats)
+        change = eval_change_line(read_metrics(session.out_dir / "metrics.jsonl"))
+        if change:
+            print(change, flush=True)
         print(done_line(session.saved, session.out_dir / "metrics.jsonl", plot), flush=True)
         return metrics
 
