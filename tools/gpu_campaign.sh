@@ -188,37 +188,16 @@ PY
     wait
     for r in before after; do cp /tmp/runs/$r/metrics.jsonl "$OUT/${r}_metrics.jsonl" 2>/dev/null; \
       grep -E "^step|Error|error" "$OUT/$r.log" | tail -6; done ;;
-  redesign7b)  # roll_ma's 7B step before a change (the tree in .before/, from `git archive <base> roll_ma benchmarks tools
-    # examples pyproject.toml setup.py start_pipeline.py | tar -x -C .before`, less roll_ma/assets: 1.4 MB, carried) and after (this tree), each on a GPU of its own (SWAP=1: before on GPU 1): the peers
-    # job's roll_ma row (AGENTS, default N = 1 and 3, 7 steps each) on one random 7B, in the background; then
-    # `WAIT=540 bash tools/gpu_campaign.sh redesign7b_wait` (a call each) until both print DONE. Issues 39, 48.
+  redesign7b)  # roll_ma's 7B step before a change (the tree in .before/: `chains` says how to make it) and after
+    # (this tree), each on a GPU of its own (SWAP=1: before on GPU 1): the peers job's roll_ma row (AGENTS,
+    # default N = 1 and 3, 7 steps each) on one random 7B, in the background, as two `chains`; then
+    # `WAIT=540 bash tools/gpu_campaign.sh redesign7b_wait` (a call each) until both are done. Issues 39, 48.
     [ -s /tmp/peers_model_path ] || python -m roll_ma.models.random_weights Qwen/Qwen2.5-7B-Instruct \
       --dtype bfloat16 --seed 0 2>&1 | tail -1 > /tmp/peers_model_path
-    MODEL=$(cat /tmp/peers_model_path); log "model: $MODEL"
-    rm -rf /tmp/w_before /tmp/w_after /tmp/red_out && mkdir -p /tmp/w_after /tmp/red_out
-    tar --exclude='./.wb*' --exclude='./.pw*' --exclude='./.whl' --exclude='./.before' -cf - . | tar -xf - -C /tmp/w_after
-    cp -r .before /tmp/w_before
-    sides="before:0 after:1"; [ "${SWAP:-0}" = 1 ] && sides="before:1 after:0"
-    for side in $sides; do
-      name=${side%%:*}; gpu=${side##*:}
-      setsid nohup bash -c "cd /tmp/w_$name && PYTHONPATH=/tmp/w_$name:$PYTHONPATH timeout ${TOTAL:-1500} python \
-        benchmarks/peers/run_all.py --out-dir /tmp/red_out/$name --gpus $gpu --model $MODEL --rows roll_ma \
-        --agents ${AGENTS:-1,3} --repeats 1 --timeout ${RUN_TIMEOUT:-900}; echo DONE" > /tmp/red_out/$name.log 2>&1 < /dev/null &
-      [ "$name" = before ] && sleep 45  # two local Ray instances started at once can hang (run_all's note)
-    done
-    sleep 5; tail -2 /tmp/red_out/*.log ;;
-  redesign7b_wait)  # wait up to WAIT s for both sides, then their tables and logs to $OUT
-    end=$(( $(date +%s) + ${WAIT:-540} ))
-    while [ "$(date +%s)" -lt "$end" ] && [ "$(grep -l '^DONE' /tmp/red_out/*.log 2>/dev/null | wc -l)" -lt 2 ]; do
-      sleep 10
-    done
-    for name in before after; do
-      echo "== $name"; grep '\[run_all\]' /tmp/red_out/$name.log | tail -8; cat /tmp/red_out/$name/peers.md 2>/dev/null
-      cp /tmp/red_out/$name/peers.json "$OUT/${name}_peers.json" 2>/dev/null
-      cp /tmp/red_out/$name/peers.md "$OUT/${name}_peers.md" 2>/dev/null
-      tar -czf "$OUT/${name}_logs.tgz" -C /tmp/red_out $name.log $name 2>/dev/null
-    done
-    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader ;;
+    b=0; a=1; [ "${SWAP:-0}" = 1 ] && { b=1; a=0; }
+    env "CHAIN$b=before:${AGENTS:-1,3}" "CHAIN$a=after:${AGENTS:-1,3}" bash "$0" chains ;;
+  redesign7b_wait)  # the two sides' tables and logs to $OUT (before_peers.*, after_peers.*)
+    bash "$0" chains_wait ;;
   peers_model)  # the job's random 7B, built in the background (a call that carries a .pwN part can start it);
     # peers_start waits for its path in /tmp/peers_model_path
     rm -f /tmp/peers_model_path

@@ -606,7 +606,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs = merge_runs(previous, results)
         table = table_rows(job, runs, repeats)
         if args.smoke:  # a smoke row's settings: what its runs say they ran on this CPU
-            said = {r["row"]: r["settings"].split(": ", 1)[1] for r in runs if r.get("settings")}
+            said = {r["row"]: r["settings"].removeprefix(f"{r['row']}: ") for r in runs if r.get("settings")}
             for r in table:
                 r["settings"] = said.get(r["row"], r["settings"])
         stamp = datetime.datetime.now().astimezone().isoformat(timespec="seconds")

@@ -84,11 +84,12 @@ def _check_tools(cfg: RunConfig, add) -> None:  # noqa: ANN001
     from roll_ma.workflows.tools import TOOLS, build_tools
 
     for name, settings in cfg.env.tools.items():
+        settings = dict(settings or {})
+        why = TOOLS.unknown(str(settings.get("tool", name)))  # under the key that names the tool
+        if why:
+            add(f"env.tools.{name}.tool" if "tool" in settings else f"env.tools.{name}", why)
+            continue
         try:
             build_tools({name: settings})
-        except ValueError as err:  # the registry's "env.tools.<name>.tool='spec': why" under the real key
-            key = f"env.tools.{name}.tool" if "tool" in (settings or {}) else f"env.tools.{name}"
-            text = str(err)
-            add(key, text.split(": ", 1)[1] if text.startswith(f"{TOOLS.config_key}=") else text)
-        except TypeError as err:  # an unknown setting
-            add(f"env.tools.{name}", f"bad settings {dict(settings or {})}: {err}")
+        except (TypeError, ValueError) as err:  # a setting its constructor does not take, or refuses
+            add(f"env.tools.{name}", f"bad settings {settings}: {err}")

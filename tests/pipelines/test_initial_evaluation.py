@@ -41,3 +41,17 @@ def test_no_step_0_evaluation_without_eval_every_or_on_resume(tmp_path, monkeypa
         loop.evaluate_before_training(run)
         run.session.tracker.close()
     assert capsys.readouterr().out == ""
+
+
+def test_the_last_lines_set_the_first_and_last_evaluation_the_run_logged_side_by_side(tmp_path):
+    tracker = Tracker(tmp_path, TrackingConfig(tensorboard=False, wandb=False), "run", {})
+    tracker.log(EVAL, step=0)
+    tracker.log({"train/loss": 0.3}, step=1)
+    tracker.log({**EVAL, "eval/pass1@turn1": 0.645, "eval/critic_accuracy": 0.59}, step=2)
+    tracker.close()
+    session = types.SimpleNamespace(out_dir=tmp_path, saved=None)
+    done = f"[roll_ma] done: no checkpoint, metrics {tmp_path / 'metrics.jsonl'}"
+    assert loop.last_lines(session, None) == [
+        "[roll_ma] evaluation, step 0 -> 2: critic_accuracy 0.555 -> 0.59, pass1@turn1 0.46 -> 0.645", done]
+    (tmp_path / "metrics.jsonl").write_text("")  # no evaluation: only where the files are
+    assert loop.last_lines(session, None) == [done]

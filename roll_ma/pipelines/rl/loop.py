@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from roll_ma.config.schema import RunConfig
@@ -81,11 +82,16 @@ def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, 
         agent_names = [a.name for a in cfg.agents]
         plot = plot_rewards(session.out_dir / "metrics.jsonl", session.out_dir / "rewards.png", agent_names,
                             session.seats)
-        change = eval_change_line(read_metrics(session.out_dir / "metrics.jsonl"))
-        if change:
-            print(change, flush=True)
-        print(done_line(session.saved, session.out_dir / "metrics.jsonl", plot), flush=True)
+        print("\n".join(last_lines(session, plot)), flush=True)
         return metrics
+
+
+def last_lines(session: RunSession, plot: Path | None) -> list[str]:
+    """The run's last lines: its first and last evaluations side by side (where it has two), then where its
+    checkpoint, metrics and plot are."""
+    metrics_path = session.out_dir / "metrics.jsonl"
+    change = eval_change_line(read_metrics(metrics_path))
+    return ([change] if change else []) + [done_line(session.saved, metrics_path, plot)]
 
 
 def choose_step(run: RLRun) -> Callable[[RLRun, int], dict[str, Any]]:
