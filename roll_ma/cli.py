@@ -93,6 +93,7 @@ def _main(argv: list[str] | None) -> int:
     from roll_ma.config import ConfigError, RunConfig, available_configs
     from roll_ma.config.compose import mars_flags_to_overrides
     from roll_ma.error_report import error_prefix
+    from roll_ma.interrupts import stop_behind
     from roll_ma.preflight.config_loader import load_config
 
     if args.list:
@@ -117,10 +118,12 @@ def _main(argv: list[str] | None) -> int:
         # --cfg checks a GPU config anywhere: everything but this machine's own GPU count
         cfg = load_config(args.config_name, args.config_path, overrides, num_agents=args.num_agents,
                           check_local_gpus=not cfg_only)
-    except ConfigError as err:
-        print(f"{error_prefix()} {err}", file=sys.stderr)
-        return 2
     except Exception as err:  # noqa: BLE001 - a check that failed itself: its short form and a log file
+        if (stop := stop_behind(err)) is not None:
+            raise stop from None
+        if isinstance(err, ConfigError):
+            print(f"{error_prefix()} {err}", file=sys.stderr)
+            return 2
         from roll_ma.error_report import unexpected
 
         print(f"{error_prefix()} {unexpected(err, None)}", file=sys.stderr)
@@ -138,7 +141,7 @@ def run(cfg: Any) -> int:
     from roll_ma.config import ConfigError
     from roll_ma.error_report import error_prefix, unexpected
     from roll_ma.errors import PreflightError, RollMaError
-    from roll_ma.interrupts import exit_code, stopped_message
+    from roll_ma.interrupts import exit_code, stop_behind, stopped_message
     from roll_ma.run import run_config
 
     ours = not ray.is_initialized()  # a Ray this run starts is stopped before its error is printed
@@ -150,7 +153,12 @@ def run(cfg: Any) -> int:
         return code
 
     try:
-        run_config(cfg)
+        try:
+            run_config(cfg)
+        except Exception as err:  # an error that grew out of a stop is the stop
+            if (stop := stop_behind(err)) is not None:
+                raise stop from None
+            raise
     except (ConfigError, PreflightError) as err:  # found before anything ran
         return fail(err, 2)
     except RollMaError as err:  # the message says what, where and the fix, and names the log file

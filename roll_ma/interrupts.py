@@ -128,6 +128,20 @@ def deferred_stops() -> Iterator[None]:
         _on_stop(_Stops.received, None)
 
 
+def stop_behind(err: BaseException) -> KeyboardInterrupt | None:
+    """The stop an error grew out of, if any: a stop raised inside a library can come out as that library's
+    own error (a ``finally`` touching a name the interrupted code never set), caught by a broad handler
+    and said as a config problem or a crash. Such an error is the stop, and ends as one."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def received_sigterm(err: KeyboardInterrupt) -> bool:
     """Whether the stop was a SIGTERM (``err`` may be Ray's plain ``KeyboardInterrupt`` standing for it)."""
     return isinstance(err, Terminated) or _Stops.received == signal.SIGTERM

@@ -52,3 +52,47 @@ def test_an_ignored_sigint_stays_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _library_error_out_of_a_stop(stop: KeyboardInterrupt) -> Exception:
+    """What a stop raised inside a library can come out as: its ``finally`` touching a name never set."""
+    try:
+        try:
+            raise stop
+        finally:
+            raise UnboundLocalError("cannot access local variable 'f' where it is not set")
+    except UnboundLocalError as err:
+        return err
+
+
+def test_an_error_that_grew_out_of_a_stop_is_the_stop():
+    from roll_ma.interrupts import stop_behind
+
+    stop = Terminated()
+    assert stop_behind(_library_error_out_of_a_stop(stop)) is stop
+    assert stop_behind(ValueError("a plain failure")) is None
+
+
+@pytest.mark.parametrize("wrapped_as", ["config problem", "crash"])
+def test_a_sigterm_that_a_library_turned_into_its_own_error_while_the_config_is_read_exits_143(
+    monkeypatch, capsys, wrapped_as
+):
+    # once: SIGTERM landed in Hydra's compose and the CLI said "invalid config: cannot access local variable"
+    import roll_ma.preflight.config_loader as config_loader
+    from roll_ma.cli import main
+    from roll_ma.config import ConfigError, ConfigProblem
+
+    def load_config(*args, **kwargs):
+        err = _library_error_out_of_a_stop(Terminated())
+        if wrapped_as == "crash":
+            raise err
+        try:
+            raise err
+        except UnboundLocalError:
+            raise ConfigError([ConfigProblem("toy.yaml", str(err))]) from None
+
+    monkeypatch.setattr(config_loader, "load_config", load_config)
+    assert main(["--config_name", "toy"]) == 143
+    err = capsys.readouterr().err
+    assert err.strip() == ("[roll_ma] stopped by SIGTERM before the run started; "
+                           "run the same command to start it")
