@@ -119,7 +119,7 @@ def _main(argv: list[str] | None) -> int:
         cfg = load_config(args.config_name, args.config_path, overrides, num_agents=args.num_agents,
                           check_local_gpus=not cfg_only)
     except Exception as err:  # noqa: BLE001 - a check that failed itself: its short form and a log file
-        if (stop := stop_behind(err)) is not None:
+        if (stop := stop_behind(err)) is not None:  # a stop while the config was read, said as a problem
             raise stop from None
         if isinstance(err, ConfigError):
             print(f"{error_prefix()} {err}", file=sys.stderr)
@@ -128,6 +128,8 @@ def _main(argv: list[str] | None) -> int:
 
         print(f"{error_prefix()} {unexpected(err, None)}", file=sys.stderr)
         return 1
+    if (stop := stop_behind(None)) is not None:  # a stop that a check caught and dropped
+        raise stop
     if cfg_only:
         return print_config(cfg, args.cfg, args.config_name, args.config_path, overrides)
     with plain_output():

@@ -49,11 +49,15 @@ def _on_stop(signum: int, frame: Any) -> None:
     if _importing(frame):  # raised inside an import, it leaves a half-imported module (torch: a crash later)
         _deliver_again(signum)
         return
+    _ignore_further_stops()
+    raise stop_error(signum)
+
+
+def _ignore_further_stops() -> None:
     # why: a second signal must not cut the cleanup of the first short
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if signal.getsignal(signal.SIGINT) is _on_stop:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise stop_error(signum)
 
 
 def _importing(frame: Any) -> bool:
@@ -128,18 +132,22 @@ def deferred_stops() -> Iterator[None]:
         _on_stop(_Stops.received, None)
 
 
-def stop_behind(err: BaseException) -> KeyboardInterrupt | None:
-    """The stop an error grew out of, if any: a stop raised inside a library can come out as that library's
-    own error (a ``finally`` touching a name the interrupted code never set), caught by a broad handler
-    and said as a config problem or a crash. Such an error is the stop, and ends as one."""
+def stop_behind(err: BaseException | None) -> KeyboardInterrupt | None:
+    """The stop an error grew out of, if any. A stop raised inside a library can come out as that library's
+    own error (a ``finally`` touching a name the interrupted code never set), or be caught by a broad
+    handler and said as a config problem; such an error is the stop, and ends as one. ``err`` None: a stop
+    that arrived and was swallowed on the way."""
     seen: set[int] = set()
-    current: BaseException | None = err
+    current = err
     while current is not None and id(current) not in seen:
         if isinstance(current, KeyboardInterrupt):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return None
+    if _Stops.depth == 0 or _Stops.received is None:
+        return None
+    _ignore_further_stops()  # the stop is taken now: a redelivered one must not cut its cleanup short
+    return stop_error(_Stops.received)
 
 
 def received_sigterm(err: KeyboardInterrupt) -> bool:

@@ -73,7 +73,7 @@ def test_an_error_that_grew_out_of_a_stop_is_the_stop():
     assert stop_behind(ValueError("a plain failure")) is None
 
 
-@pytest.mark.parametrize("wrapped_as", ["config problem", "crash"])
+@pytest.mark.parametrize("wrapped_as", ["config problem", "crash", "swallowed"])
 def test_a_sigterm_that_a_library_turned_into_its_own_error_while_the_config_is_read_exits_143(
     monkeypatch, capsys, wrapped_as
 ):
@@ -83,6 +83,12 @@ def test_a_sigterm_that_a_library_turned_into_its_own_error_while_the_config_is_
     from roll_ma.config import ConfigError, ConfigProblem
 
     def load_config(*args, **kwargs):
+        if wrapped_as == "swallowed":  # a check that catches everything and reports a problem after it
+            try:
+                _signal_self(signal.SIGTERM)
+            except KeyboardInterrupt:
+                pass
+            raise ConfigError([ConfigProblem("model.path", "cannot be loaded")])
         err = _library_error_out_of_a_stop(Terminated())
         if wrapped_as == "crash":
             raise err
