@@ -275,11 +275,11 @@ PY
     # benchmarks tools examples pyproject.toml setup.py start_pipeline.py | tar -x -C .before`, carried), for
     # peer rows their wheels (install_peer_wheels.sh; an item waits for them). TOTAL: seconds a chain may run
     # (1700); RUN_TIMEOUT: seconds per runner process (720).
-    # With no CHAIN<g> given: issue 46's levers against the defaults at N = 3 on GPU 0 (the awake and prefix
-    # rows, then both at N = 1 and 8), TRL at its best at N = 3, 1 and 8 and OpenRLHF on GPU 1 (a one-GPU
-    # machine runs GPU 0's chain only).
+    # With no CHAIN<g> given: issue 46's levers against the defaults at N = 3 on GPU 0 (the KV-cache-only
+    # sleep and prefix rows, then both at N = 1 and 8), TRL at its best at N = 3, 1 and 8 and OpenRLHF on
+    # GPU 1 (a one-GPU machine runs GPU 0's chain only).
     if [ -z "$(compgen -v CHAIN)" ]; then
-      CHAIN0="job.yaml|roll_ma,roll_ma_prefix_awake|3|1 job.yaml|roll_ma_prefix,roll_ma_awake|3|1 job.yaml|roll_ma_prefix_awake|1,8|1"
+      CHAIN0="job.yaml|roll_ma,roll_ma_prefix_kvsleep|3|1 job.yaml|roll_ma_prefix,roll_ma_kvsleep|3|1 job.yaml|roll_ma_prefix_kvsleep|1,8|1"
       CHAIN1="job.yaml|trl_best|3|1 job.yaml|trl_best|1|1 job.yaml|openrlhf|1|1 job.yaml|trl_best|8|1"
     fi
     for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done

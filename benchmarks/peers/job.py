@@ -81,6 +81,7 @@ class Gpu:
 
 
 ATTENTION = ("packed", "padded")
+KV_CACHE_ONLY = "kv_cache"  # sleep_rollout: the engine frees its KV cache only, its weights stay (roll_ma)
 
 
 @dataclass(frozen=True)
@@ -91,16 +92,18 @@ class Settings:
     gradient_checkpointing: bool
     update_tokens: int
     scoring_tokens: int
-    sleep_rollout: bool
+    sleep_rollout: bool | str  # true, false or kv_cache
     liger_kernel: bool
     attention: str
 
     def describe(self) -> str:
         """The settings as the table writes them beside a row."""
+        sleep = "on" if self.sleep_rollout else "off"
+        sleep = "KV cache only" if self.sleep_rollout == KV_CACHE_ONLY else sleep
         return (
             f"checkpointing {'on' if self.gradient_checkpointing else 'off'}, update {self.update_tokens} "
             f"tokens/micro-batch, scoring {self.scoring_tokens}, "
-            f"sleep {'on' if self.sleep_rollout else 'off'}, "
+            f"sleep {sleep}, "
             f"liger {'on' if self.liger_kernel else 'off'}, {self.attention} rows"
         )
 
@@ -213,6 +216,10 @@ def _value(name: str, kind: str, value: Any, where: str, source: str) -> Any:
         if not isinstance(value, dict):
             raise ValueError(f"{source}: {where}{name} must be a mapping, got {value!r}")
         return dict(value)
+    if kind == "bool | str":  # sleep_rollout
+        if value not in (True, False, KV_CACHE_ONLY):
+            raise ValueError(f"{source}: {where}{name} must be true, false or {KV_CACHE_ONLY}, got {value!r}")
+        return value
     if kind == "float" and isinstance(value, str):  # PyYAML reads 2e-5 (no dot) as a string
         try:
             value = float(value)
@@ -629,3 +636,13 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def plain_sleep(row: Row) -> bool:
+    """A peer's sleep setting: on or off. Freeing the KV cache alone is roll_ma's (rollout.sleep_level=
+    kv_cache); a peer's row asking for it is refused rather than run as something else."""
+    if row.settings.sleep_rollout == KV_CACHE_ONLY:
+        raise ValueError(f"rows.{row.name}: settings.sleep_rollout={KV_CACHE_ONLY} is roll_ma's (its engine "
+                         f"frees the KV cache alone); {row.framework} sleeps or not: use true or false")
+    return bool(row.settings.sleep_rollout)
+

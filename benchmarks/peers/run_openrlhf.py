@@ -41,6 +41,7 @@ from job import (  # noqa: E402
     measure_and_emit,
     parse_runner_args,
     phase_medians,
+    plain_sleep,
     rows_of_run,
     run_logged,
     runner_parser,
@@ -125,7 +126,7 @@ def openrlhf_args(
         args += ["--algo.kl.init_coef", "0"]  # no reference model at all
     if s.gradient_checkpointing:
         args.append("--actor.gradient_checkpointing_enable")
-    if s.sleep_rollout:
+    if plain_sleep(row):
         args += ["--vllm.enable_sleep", "--ds.enable_sleep"]
     taken = sorted(set(row.native) & {a for a in args if a.startswith("--")})
     if taken:  # one source for each setting: the job's work or the row's settings, not both

@@ -28,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # job.py; seat_game.py and pipeline_scaling.py
 
 from job import (  # noqa: E402
+    KV_CACHE_ONLY,
     Job,
     Row,
     gpu_identity,
@@ -152,7 +153,8 @@ def run_config(
             **(
                 {
                     "gpu_memory_utilization": job.gpu.rollout_memory_fraction,
-                    "sleep_level": 1 if s.sleep_rollout else 0,
+                    "sleep_level": (KV_CACHE_ONLY if s.sleep_rollout == KV_CACHE_ONLY
+                                    else 1 if s.sleep_rollout else 0),
                 }
                 if cuda
                 else {}

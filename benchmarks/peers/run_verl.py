@@ -43,6 +43,7 @@ from job import (  # noqa: E402
     measure_and_emit,
     parse_runner_args,
     phase_medians,
+    plain_sleep,
     rows_of_run,
     run_logged,
     runner_parser,
@@ -144,7 +145,7 @@ def verl_overrides(
         f"{arr}.rollout.dtype": job.dtype,
         f"{arr}.rollout.tensor_model_parallel_size": 1,
         f"{arr}.rollout.gpu_memory_utilization": gpu.rollout_memory_fraction,
-        f"{arr}.rollout.free_cache_engine": s.sleep_rollout,
+        f"{arr}.rollout.free_cache_engine": plain_sleep(row),
         f"{arr}.rollout.n": job.episodes.group_size,
         f"{arr}.rollout.temperature": job.generation.temperature,
         f"{arr}.rollout.load_format": "safetensors",  # required with LoRA (ppo_lora.rst)

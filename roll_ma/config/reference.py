@@ -53,7 +53,8 @@ def _type(tp: Any) -> str:
     lit = _literal(tp)
     if lit is None:
         return _type_name(tp)
-    name = type(typing.get_args(lit)[0]).__name__
+    # a Literal may mix types (liger_kernel: "auto", True, False): every one, in the order of its values
+    name = " or ".join(dict.fromkeys(type(value).__name__ for value in typing.get_args(lit)))
     return f"{name} or null" if type(None) in typing.get_args(tp) else name
 
 

@@ -255,8 +255,12 @@ class RolloutConfig:
         0.4, "vllm: fraction of GPU memory for weights + KV cache", min=0.01, max=1.0
     )
     enforce_eager: bool = _f(False, "vllm: skip CUDA graphs (faster start, slower decode)")
-    sleep_level: int = _f(
-        1, "vllm: sleep level while training when colocated (0 = never sleep)", min=0, max=1
+    sleep_level: Literal[0, 1, "kv_cache"] = _f(
+        1,
+        "vllm, colocated: what the engine frees while the trainer works. 1: vLLM's sleep level 1 (the "
+        "weights copied to host memory and back each step, the KV cache dropped); kv_cache: the KV cache "
+        "only (the weights stay on the GPU: a LoRA run never changes them, and their round trip through "
+        "host memory is most of what a sleep costs); 0: nothing (the engine stays awake)",
     )
     max_num_seqs: int = _f(256, "vllm: max concurrent sequences", min=1)
     max_staleness: int = _f(

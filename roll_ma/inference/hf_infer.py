@@ -18,7 +18,7 @@ import torch
 
 from roll_ma.config.schema import ModelConfig, RolloutConfig
 from roll_ma.distributed.tensor_transfer import as_tensor_dict
-from roll_ma.inference.infer_backend import InferBackend, RolloutTraits
+from roll_ma.inference.infer_backend import InferBackend, RolloutTraits, SleepLevel
 from roll_ma.inference.rollout_common import (
     RowResult,
     SamplingSettings,
@@ -244,10 +244,11 @@ class HFInferStrategy:
         return dict(self._versions)
 
     # ------------------------------------------------------------------ colocation
-    def sleep(self, level: int = 1) -> None:
-        """Free the GPU for training: the model moves to CPU (a no-op on CPU)."""
+    def sleep(self, level: SleepLevel = 1) -> None:
+        """Free the GPU for training: the model moves to CPU (a no-op on CPU). kv_cache: a no-op, as HF
+        generate keeps no KV cache between calls."""
         check_sleep_level(level)
-        if self.device == "cpu" or self._asleep:
+        if self.device == "cpu" or self._asleep or level == "kv_cache":
             return
         self.model.to("cpu")
         torch.cuda.empty_cache()

@@ -10,10 +10,13 @@ backend (a package it needs, the dtypes it runs in, ...) is its class's ``traits
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import GenerateRequest
+
+# what a colocated engine frees while the trainer works (rollout.sleep_level, 0 aside: no sleep at all)
+SleepLevel = Literal[1, "kv_cache"]
 
 
 class Generator(Protocol):
@@ -44,7 +47,8 @@ class InferBackend(Generator, Protocol):
         """The version of each adapter the engine serves now."""
         ...
 
-    def sleep(self, level: int = 1) -> None: ...
+    def sleep(self, level: SleepLevel = 1) -> None:
+        """Free GPU memory while the trainer works (``rollout.sleep_level``: 1 or kv_cache)."""
 
     def wake_up(self) -> None: ...
 

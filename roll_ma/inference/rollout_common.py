@@ -242,11 +242,11 @@ def fallback_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng([int(seed) % 2**63, int(os.environ.get("RANK", "0"))])
 
 
-def check_sleep_level(level: int) -> None:
+def check_sleep_level(level: Any) -> None:
     if level == 2:
         raise ValueError(
             "sleep level 2 drops the weights and breaks LoRA reloading in vLLM (verl #3516); "
-            "use rollout.sleep_level=1"
+            "use rollout.sleep_level=1 or kv_cache"
         )
-    if level != 1:
-        raise ValueError(f"sleep level must be 1, got {level}")
+    if level not in (1, "kv_cache") or isinstance(level, bool):
+        raise ValueError(f"sleep level must be 1 or 'kv_cache', got {level!r}")

@@ -36,7 +36,7 @@ import torch
 
 from roll_ma.config.schema import ALL_LINEAR, ModelConfig, RolloutConfig
 from roll_ma.inference.engine_replay import GenerateRecorder, RecordedCall
-from roll_ma.inference.infer_backend import InferBackend, RolloutTraits
+from roll_ma.inference.infer_backend import InferBackend, RolloutTraits, SleepLevel
 from roll_ma.inference.rollout_common import (
     RowResult,
     adapters_of_rows,
@@ -153,6 +153,7 @@ class VLLMInferStrategy:
         self._rng = fallback_rng(seed)
         self.sync_mode = rollout_cfg.adapter_sync  # "memory" | "disk" (initialize may fall back to disk)
         self.recorder: GenerateRecorder | None = None  # benchmarks: record_generate_calls()
+        self._kv_released = False  # sleep("kv_cache") unmapped the KV cache; wake_up maps it again
 
     # ------------------------------------------------------------------ setup
     def initialize(self, initial_adapters: bool = True) -> None:
@@ -210,10 +211,16 @@ class VLLMInferStrategy:
             kwargs.update(
                 tensor_parallel_size=self.rollout_cfg.tensor_parallel, distributed_executor_backend="mp"
             )
-        if self.sync_mode == "memory" and self.adapters:
+        kv_sleep = not self.on_cpu and self.rollout_cfg.sleep_level == "kv_cache"
+        if (self.sync_mode == "memory" and self.adapters) or kv_sleep:
             from roll_ma.inference.vllm_worker_ext import EXTENSION_CLS
 
             theirs = self.rollout_cfg.engine_kwargs.get("worker_extension_cls")
+            if theirs and theirs != EXTENSION_CLS and kv_sleep:
+                raise ValueError(
+                    "rollout.sleep_level=kv_cache frees the KV cache through roll_ma's vLLM worker "
+                    "extension, and rollout.engine_kwargs.worker_extension_cls names another "
+                    f"({theirs!r}): set rollout.sleep_level=1, or leave worker_extension_cls out")
             if theirs and theirs != EXTENSION_CLS:
                 self._warn_once("sync", f"engine_kwargs.worker_extension_cls={theirs!r}: adapters are synced "
                                         "through PEFT directories (rollout.adapter_sync=disk)")
@@ -387,18 +394,33 @@ class VLLMInferStrategy:
         return dict(self.adapters_served.versions) if self.adapters_served else {}
 
     # ------------------------------------------------------------------ colocation
-    def sleep(self, level: int = 1) -> None:
-        """Free GPU memory while training (level 1: weights to CPU, KV cache dropped; adapters survive)."""
+    def sleep(self, level: SleepLevel = 1) -> None:
+        """Free GPU memory while training; the adapters survive. 1: vLLM's level 1 (weights to host memory,
+        KV cache dropped); kv_cache: the KV cache's memory only, through roll_ma's worker extension (the
+        weights stay on the GPU, so neither sleep nor wake-up copies them)."""
         check_sleep_level(level)
         if self.on_cpu:
             self._warn_once("sleep", "vLLM sleep mode does not exist on CPU: sleep()/wake_up() are no-ops")
+            return
+        if level == "kv_cache":
+            from roll_ma.inference.vllm_worker_ext import RELEASE_KV_METHOD
+
+            self.llm.reset_prefix_cache()  # its blocks' contents are about to be gone
+            self.llm.collective_rpc(RELEASE_KV_METHOD)
+            self._kv_released = True
             return
         self.llm.sleep(level=level)
 
     def wake_up(self) -> None:
         if self.on_cpu:
             return
-        self.llm.wake_up()
+        if self._kv_released:
+            from roll_ma.inference.vllm_worker_ext import RESTORE_KV_METHOD
+
+            self.llm.collective_rpc(RESTORE_KV_METHOD)
+            self._kv_released = False
+        else:
+            self.llm.wake_up()
         self.llm.reset_prefix_cache()
 
     def shutdown(self) -> None:

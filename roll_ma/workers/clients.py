@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from roll_ma.distributed.worker import Worker
-from roll_ma.inference.infer_backend import Generator
+from roll_ma.inference.infer_backend import Generator, SleepLevel
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import PairReference, ScoreRequest, UpdateRequest
 from roll_ma.workers.env_worker import EnvWorker, EpisodeSpec
@@ -182,7 +182,7 @@ class RolloutClient(_Client):
         """Each rank's adapter -> version served (rank order)."""
         return _submit(self.cluster, RolloutWorker.adapter_versions).get()
 
-    def sleep(self, level: int = 1) -> None:
+    def sleep(self, level: SleepLevel = 1) -> None:
         _submit(self.cluster, RolloutWorker.sleep, level).get()
 
     def wake_up(self) -> None:

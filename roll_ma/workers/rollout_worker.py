@@ -13,7 +13,7 @@ from typing import Any
 
 from roll_ma.config.schema import AgentConfig, LoraConfig, ModelConfig, RolloutConfig
 from roll_ma.distributed.worker import Dispatch, Worker, register
-from roll_ma.inference.infer_backend import InferBackend
+from roll_ma.inference.infer_backend import InferBackend, SleepLevel
 from roll_ma.models.adapters import plan_adapters
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import GenerateRequest
@@ -117,7 +117,7 @@ class RolloutWorker(Worker):
         return self._ready().adapter_versions()
 
     @register(Dispatch.ONE_TO_ALL)
-    def sleep(self, level: int = 1) -> None:
+    def sleep(self, level: SleepLevel = 1) -> None:
         self._ready().sleep(level)
 
     @register(Dispatch.ONE_TO_ALL)

@@ -152,6 +152,8 @@ def test_row_errors_name_the_row_and_its_key(tmp_path):
         peer_job.load_job(_write(tmp_path, rows__openrlhf__settings__attention="flash"))
     with pytest.raises(ValueError, match=r"rows.openrlhf.settings.update_tokens must be int"):
         peer_job.load_job(_write(tmp_path, rows__openrlhf__settings__update_tokens="16k"))
+    with pytest.raises(ValueError, match=r"settings.sleep_rollout must be true, false or kv_cache"):
+        peer_job.load_job(_write(tmp_path, rows__openrlhf__settings__sleep_rollout="kv"))
 
 
 def test_a_runner_takes_its_rows_settings_and_refuses_another_frameworks_row(job, capsys, monkeypatch):
@@ -170,7 +172,7 @@ def test_a_runner_takes_its_rows_settings_and_refuses_another_frameworks_row(job
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, [*base, "--row", "trl_fastest"], "trl")
     rows_named = ("no row 'trl_fastest' (rows: roll_ma, roll_ma_unfused, roll_ma_prefix, roll_ma_awake, "
-                  "roll_ma_prefix_awake, trl,")
+                  "roll_ma_prefix_awake, roll_ma_kvsleep, roll_ma_prefix_kvsleep, trl,")
     assert rows_named in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, ["--agents", "4", "--agent", "0", "--model", "M"], "trl")
@@ -304,6 +306,13 @@ def test_roll_ma_config_takes_every_setting_from_its_row(job, tiny_model_dir, tm
     both_row = job.rows["roll_ma_prefix_awake"]
     both = run_roll_ma.run_config(job, both_row, 3, tiny_model_dir, "cuda", str(tmp_path))
     assert (both.rollout.sleep_level, both.train, both.model) == (0, prefix.train, cfg.model)
+    # the KV-cache-only rows: only the sleep differs (and the prefix, in the second)
+    kv = run_roll_ma.run_config(job, job.rows["roll_ma_kvsleep"], 3, tiny_model_dir, "cuda", str(tmp_path))
+    assert (kv.rollout.sleep_level, kv.model, kv.train) == ("kv_cache", cfg.model, cfg.train)
+    kv_row = job.rows["roll_ma_prefix_kvsleep"]
+    kv_prefix = run_roll_ma.run_config(job, kv_row, 3, tiny_model_dir, "cuda", str(tmp_path))
+    assert (kv_prefix.rollout.sleep_level, kv_prefix.train) == ("kv_cache", prefix.train)
+    assert "sleep KV cache only" in kv_row.describe()
     # other settings in the row: other settings in the config (nothing is a runner's own constant)
     other = _with_settings(row, gradient_checkpointing=True, update_tokens=4096, scoring_tokens=2048,
                            sleep_rollout=False, liger_kernel=False, attention="padded")  # fmt: skip
@@ -382,6 +391,8 @@ def test_trl_refuses_what_its_grpo_cannot_do_and_a_second_source(job, tmp_path, 
         ValueError, match=r"rows.trl.native sets beta, per_device_train_batch_size, which the job"
     ):
         build(dataclasses.replace(row, native={"beta": 0.1, "per_device_train_batch_size": 8}))
+    with pytest.raises(ValueError, match=r"rows.trl: settings.sleep_rollout=kv_cache is roll_ma's"):
+        build(_with_settings(row, sleep_rollout="kv_cache"))
 
 
 def test_trl_micro_batches_are_the_largest_divisor_of_the_step_in_the_rows_token_budget(job):
@@ -865,7 +876,7 @@ def test_the_plan_runs_n_first_then_each_repeat_of_every_row_in_the_order_given(
     ] * 3
     assert run_all.parse_rows(job, None) == [(name, None) for name in job.rows]
     rows_are = ("the job's rows are roll_ma, roll_ma_unfused, roll_ma_prefix, roll_ma_awake, "
-                "roll_ma_prefix_awake, trl")
+                "roll_ma_prefix_awake, roll_ma_kvsleep, roll_ma_prefix_kvsleep, trl")
     with pytest.raises(ValueError, match=rows_are):
         run_all.parse_rows(job, "roll_ma,deepspeed-chat")
 

@@ -197,6 +197,22 @@ def run_checks(workdir: str, dtype: str) -> dict:
     r["after_wake_versions"] = wo.non_tensor["adapter_version"].tolist()
     r["after_wake_lp_vs_before"] = diff(wo.batch["rollout_log_probs"], vo.batch["rollout_log_probs"])
     r["after_wake_rows_equal"] = sum(x == y for x, y in zip(responses_of(wo), responses_of(vo), strict=True))
+    # the KV cache alone (rollout.sleep_level=kv_cache), twice: freed, mapped again, the same answers
+    for cycle in (1, 2):
+        free0 = torch.cuda.mem_get_info()[0]
+        t0 = time.perf_counter()
+        v.sleep("kv_cache")
+        r[f"kv_sleep{cycle}_s"] = round(time.perf_counter() - t0, 3)
+        r[f"kv_sleep{cycle}_freed_mib"] = round((torch.cuda.mem_get_info()[0] - free0) / 2**20)
+        t0 = time.perf_counter()
+        v.wake_up()
+        r[f"kv_wake{cycle}_s"] = round(time.perf_counter() - t0, 3)
+        ko = v.generate(req, GREEDY)
+        r[f"after_kv_wake{cycle}_versions"] = ko.non_tensor["adapter_version"].tolist()
+        r[f"after_kv_wake{cycle}_rows_equal"] = sum(
+            x == y for x, y in zip(responses_of(ko), responses_of(vo), strict=True))
+        r[f"after_kv_wake{cycle}_lp_vs_before"] = diff(ko.batch["rollout_log_probs"],
+                                                        vo.batch["rollout_log_probs"])
     try:
         v.sleep(2)
         r["sleep2"] = "accepted (bug)"
@@ -218,6 +234,11 @@ if pytest is not None:
         assert r["fresh_versions"] == [7] * 4 and r["after_wake_versions"] == [7] * 4
         assert r["fresh_score_changed"] > 1e-2
         assert r["sleep2"] == "refused"
+        # the KV cache alone: most of what level 1 frees (not the weights), the same answers after each wake
+        for cycle in (1, 2):
+            assert 0 < r[f"kv_sleep{cycle}_freed_mib"] <= r["sleep_freed_mib"]
+            assert r[f"after_kv_wake{cycle}_versions"] == [7] * 4
+            assert r[f"after_kv_wake{cycle}_rows_equal"] == r["after_wake_rows_equal"]
         # bf16 and vLLM's LoRA kernels: compare within a tolerance, not bit for bit
         # bf16 gaps to an fp32 reference: vLLM's no larger than a few times HF's own bf16 gap (means)
         for key in ("score_gap_to_fp32_mean_max", "fresh_score_gap_to_fp32_mean_max"):

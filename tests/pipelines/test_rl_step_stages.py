@@ -45,12 +45,14 @@ class Engine:
     def __init__(self) -> None:
         self.versions: dict[str, int] = {}
         self.installs: list[tuple[list[str], int]] = []
+        self.events: list[str] = []  # sleeps, wake-ups and installs, in order
 
     def node_id(self) -> str:
         return "node-0"
 
     def update_adapters(self, tensors: dict, version: int) -> dict[str, float]:
         self.installs.append((sorted(tensors), version))
+        self.events.append(f"install {version}")
         self.versions.update({name: version for name in tensors})
         return {name: 0.0 for name in tensors}
 
@@ -59,6 +61,12 @@ class Engine:
 
     def adapter_versions(self) -> dict[str, int]:
         return dict(self.versions)
+
+    def sleep(self, level) -> None:
+        self.events.append(f"sleep {level}")
+
+    def wake_up(self) -> None:
+        self.events.append("wake_up")
 
 
 class Table:
@@ -137,8 +145,15 @@ class Alone:
         return False
 
 
+class Together(Alone):
+    """The rollout and the trainer on one device: the engine sleeps while the trainer works."""
+
+    def colocated(self, *roles: str) -> bool:
+        return True
+
+
 def make_run(tmp_path: Path, stepped: frozenset[str] = frozenset({"alice", "bob"}),
-             **sections) -> tuple[RLRun, dict]:
+             placement: Alone | None = None, **sections) -> tuple[RLRun, dict]:
     """A prepared run of agents alice and bob (first sync done) over the fakes, and the fakes by role."""
     sections.setdefault("algorithm", {"kl_coef": 0.0})
     cfg = load(tmp_path, toy_config(tmp_path, "builtin:tiny", [{"name": "alice"}, {"name": "bob"}],
@@ -152,7 +167,7 @@ def make_run(tmp_path: Path, stepped: frozenset[str] = frozenset({"alice", "bob"
         train=TrainClient(LocalCluster(fakes["trainer"], TrainWorker, "train")),
         reference=reference,
         env=EnvClient(LocalCluster(Table(cfg), EnvWorker, "env")),
-        resources=Alone(),  # type: ignore[arg-type]
+        resources=placement or Alone(),  # type: ignore[arg-type]
     )
     out = Path(cfg.trainer.output_dir)
     session = RunSession(cfg, run_plan(cfg), out, {}, ["alice", "bob"], EpisodePlanner(cfg.env, cfg.seed),
@@ -232,3 +247,17 @@ def test_record_writes_the_steps_metrics_as_one_line_of_metrics_jsonl(tmp_path, 
     assert "startup/first_sync" not in lines[1]  # the start-up joins the first step's line only
     out = capsys.readouterr().out  # trainer.log_every=1: each step's block on the console
     assert "step 1/3" in out and "step 2/3" in out
+
+
+@pytest.mark.parametrize("level", [1, "kv_cache", 0])
+def test_a_colocated_engine_sleeps_at_its_level_after_the_rollout_and_wakes_before_the_install(
+    tmp_path, level
+):
+    run, fakes = make_run(tmp_path, placement=Together(), rollout={"sleep_level": level})
+    engine = fakes["engine"]
+    engine.events.clear()  # the first sync's install
+    metrics = synchronous_step(run, 1)
+    sleeps = [f"sleep {level}", "wake_up"] if level != 0 else []
+    assert engine.events == [*sleeps, "install 1"]
+    assert ("timing/sleep" in metrics) == (level != 0)
+

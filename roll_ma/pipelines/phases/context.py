@@ -68,13 +68,16 @@ class PhaseContext:
     # ------------------------------------------------------------------ training
     @contextmanager
     def training(self):
-        """Colocated on a GPU: the rollout engines sleep while the train workers update."""
-        if self.workers.colocated():
-            self.workers.rollout.sleep()
+        """Colocated on a GPU: the rollout engines sleep (``rollout.sleep_level``: 1 or kv_cache; 0 never)
+        while the train workers update."""
+        level, slept = self.cfg.rollout.sleep_level, False
+        if level != 0 and self.workers.colocated():
+            self.workers.rollout.sleep(level)
+            slept = True
         try:
             yield
         finally:
-            if self.workers.colocated():
+            if slept:
                 self.workers.rollout.wake_up()
 
     def train(self, rows: DataProto, objective: Objective, dpo: DPOSettings | None = None

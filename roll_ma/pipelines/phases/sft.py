@@ -130,8 +130,8 @@ def teacher_rows(ctx: PhaseContext, phase: Phase) -> tuple[DataProto, dict[str, 
         for k in range(phase.sft.samples_per_problem)
     ]
     shared_gpu = ctx.workers.resources.colocated("teacher", "rollout")
-    if shared_gpu:
-        ctx.workers.rollout.sleep()
+    if shared_gpu:  # the teacher needs room for a whole model: the weights go too, whatever sleep_level says
+        ctx.workers.rollout.sleep(1)
     teacher = build_teacher(ctx.cfg, ctx.seats, ctx.workers.resources)
     try:
         taught, episodes = ctx.play(specs, rollout=teacher.rollout, env=teacher.env)

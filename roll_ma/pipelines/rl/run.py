@@ -30,7 +30,7 @@ class RLRun:
     shape: ModelShape  # the model's shape: FLOPs of every pass
     peak_flops: float  # the GPU's peak (0: unknown), for MFU
     gpus: dict[str, int]  # GPUs that run each pass, for MFU per GPU
-    sleeps: bool  # colocated with rollout.sleep_level > 0: the engine frees the GPU while the trainer works
+    sleeps: bool  # colocated, rollout.sleep_level not 0: the engine frees GPU memory while the trainer works
     served: dict[str, int]  # adapter -> the version (step of its update) the engines serve
     step_hook: StepHook | None = None
 
@@ -91,7 +91,7 @@ def prepare_rl_run(session: RunSession, step_hook: StepHook | None = None) -> RL
         shape=ModelShape(**profile["shape"]),
         peak_flops=profile["peak_flops"],
         gpus=gpus,
-        sleeps=workers.colocated() and cfg.rollout.sleep_level > 0,
+        sleeps=workers.colocated() and cfg.rollout.sleep_level != 0,
         served={a: (start if a in trainable else 0) for a in adapters},
         step_hook=step_hook,
     )

@@ -56,14 +56,15 @@ def roll_out(run: RLRun, step: int, timer: StepTimer) -> tuple[DataProto, dict[s
 
 
 def free_engine_memory(run: RLRun, timer: StepTimer) -> dict[str, float]:
-    """Colocated on a GPU: the GPU's use with the engine awake; then (``rollout.sleep_level`` > 0) the
-    engine sleeps, freeing its memory for the trainer."""
+    """Colocated on a GPU: the GPU's use with the engine awake; then (``rollout.sleep_level`` 1 or
+    kv_cache) the engine sleeps, freeing its memory (or its KV cache's) for the trainer."""
     metrics = {}
     if run.workers.colocated() and run.cfg.resources.num_gpus > 0:
         metrics["system/gpu_used_gb_rollout"] = run.workers.train.gpu_memory_used_gb()
-    if run.sleeps:
+    level = run.cfg.rollout.sleep_level
+    if run.sleeps and level != 0:
         with timer("sleep"):
-            run.workers.rollout.sleep()
+            run.workers.rollout.sleep(level)
     return metrics
 
 
