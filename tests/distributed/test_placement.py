@@ -143,6 +143,13 @@ def test_tensor_parallel_mistakes_name_the_key_and_the_fix(eight_gpus):
     found = problems_of("math_selfplay_7b", ["+rollout.engine_kwargs.tensor_parallel_size=2"])
     assert any(p.startswith("rollout.engine_kwargs.tensor_parallel_size: set rollout.tensor_parallel instead")
                for p in found), found
+    # freeing the KV cache alone goes through roll_ma's worker extension: another one is refused
+    found = problems_of("math_selfplay_7b", ["rollout.sleep_level=kv_cache",
+                                             "+rollout.engine_kwargs.worker_extension_cls=their.Extension"])
+    assert any(p.startswith("rollout.sleep_level: kv_cache frees the KV cache through roll_ma's vLLM worker "
+                            "extension") and "'their.Extension'" in p for p in found), found
+    assert load_config("math_selfplay_7b", overrides=["rollout.sleep_level=kv_cache"],
+                       check_local_gpus=False).rollout.sleep_level == "kv_cache"
     # Qwen2.5-7B has 28 attention heads: 8 shards cannot split them
     found = problems_of("math_selfplay_7b", ["rollout.tensor_parallel=8", "resources.num_gpus=8",
                                              "model.random_weights=true", "~resources.device_mapping",
