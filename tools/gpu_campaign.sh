@@ -264,7 +264,8 @@ PY
     nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
     tar -czf "$OUT/p45_logs.tgz" -C /tmp/p45 $(cd /tmp/p45 && ls -d */*.log run_all.log 2>/dev/null) 2>/dev/null ;;
   chains)  # issues 45, 48: one queue of runs per GPU, each in the background, its items one after another on
-    # that GPU. CHAIN0="item item ..." CHAIN1=... (CHAIN<g> for GPU g); an item: gpu_tests (pytest -m gpu),
+    # that GPU. CHAIN0="item item ..." CHAIN1=... (CHAIN<g> for GPU g); an item: gpu_tests (pytest -m gpu;
+    # gpu_test:<path> the GPU tests of one file or folder),
     # before:AGENTS / after:AGENTS (the peers job's roll_ma row from the tree in .before/ or this tree, issue 48's
     # 7B step before and after), or JOB|ROWS|AGENTS|REPEATS (a run_all item as in peers45; peer rows wait
     # for install_peer_wheels.sh to finish in a later call). Chains start 45 s apart (two local Ray
@@ -275,11 +276,11 @@ PY
     # benchmarks tools examples pyproject.toml setup.py start_pipeline.py | tar -x -C .before`, carried), for
     # peer rows their wheels (install_peer_wheels.sh; an item waits for them). TOTAL: seconds a chain may run
     # (1700); RUN_TIMEOUT: seconds per runner process (720).
-    # With no CHAIN<g> given: issue 46's levers against the defaults at N = 3 on GPU 0 (the KV-cache-only
-    # sleep and prefix rows, then both at N = 1 and 8), TRL at its best at N = 3, 1 and 8 and OpenRLHF on
+    # With no CHAIN<g> given: issue 46's levers against the defaults at N = 3 on GPU 0 (first the vLLM GPU
+    # test, which checks the KV-cache-only sleep; then its rows and the prefix rows, then both at N = 1 and 8), TRL at its best at N = 3, 1 and 8 and OpenRLHF on
     # GPU 1 (a one-GPU machine runs GPU 0's chain only).
     if [ -z "$(compgen -v CHAIN)" ]; then
-      CHAIN0="job.yaml|roll_ma,roll_ma_prefix_kvsleep|3|1 job.yaml|roll_ma_prefix,roll_ma_kvsleep|3|1 job.yaml|roll_ma_prefix_kvsleep|1,8|1"
+      CHAIN0="gpu_test:tests/inference/test_vllm_gpu.py job.yaml|roll_ma,roll_ma_prefix_kvsleep|3|1 job.yaml|roll_ma_prefix,roll_ma_kvsleep|3|1 job.yaml|roll_ma_prefix_kvsleep|1,8|1"
       CHAIN1="job.yaml|trl_best|3|1 job.yaml|trl_best|1|1 job.yaml|openrlhf|1|1 job.yaml|trl_best|8|1"
     fi
     for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
@@ -299,8 +300,9 @@ PY
       [ $first = 1 ] || echo "sleep 45" >> $script; first=0
       for item in ${!var}; do
         case "$item" in
-          gpu_tests) echo "cd /tmp/w_after && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_after:$PYTHONPATH timeout 480 \
-            python -m pytest -m gpu -q -p no:cacheprovider -p no:randomly tests > /tmp/ch/gpu_tests.log 2>&1" >> $script ;;
+          gpu_tests|gpu_test:*) what=tests; [ "$item" = gpu_tests ] || what=${item#gpu_test:}
+            echo "cd /tmp/w_after && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_after:$PYTHONPATH timeout 480 \
+            python -m pytest -m gpu -q -p no:cacheprovider -p no:randomly $what >> /tmp/ch/gpu_tests.log 2>&1" >> $script ;;
           before:*|after:*) side=${item%%:*}
             echo "cd /tmp/w_$side && PYTHONPATH=/tmp/w_$side:$PYTHONPATH python benchmarks/peers/run_all.py \
               --out-dir /tmp/ch/$side --gpus $g --model $MODEL --rows roll_ma --agents ${item#*:} --repeats 1 \
