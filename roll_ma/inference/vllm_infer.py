@@ -211,22 +211,7 @@ class VLLMInferStrategy:
             kwargs.update(
                 tensor_parallel_size=self.rollout_cfg.tensor_parallel, distributed_executor_backend="mp"
             )
-        kv_sleep = not self.on_cpu and self.rollout_cfg.sleep_level == "kv_cache"
-        if (self.sync_mode == "memory" and self.adapters) or kv_sleep:
-            from roll_ma.inference.vllm_worker_ext import EXTENSION_CLS
-
-            theirs = self.rollout_cfg.engine_kwargs.get("worker_extension_cls")
-            if theirs and theirs != EXTENSION_CLS and kv_sleep:
-                raise ValueError(
-                    "rollout.sleep_level=kv_cache frees the KV cache through roll_ma's vLLM worker "
-                    "extension, and rollout.engine_kwargs.worker_extension_cls names another "
-                    f"({theirs!r}): set rollout.sleep_level=1, or leave worker_extension_cls out")
-            if theirs and theirs != EXTENSION_CLS:
-                self._warn_once("sync", f"engine_kwargs.worker_extension_cls={theirs!r}: adapters are synced "
-                                        "through PEFT directories (rollout.adapter_sync=disk)")
-                self.sync_mode = "disk"
-            else:
-                kwargs["worker_extension_cls"] = EXTENSION_CLS
+        kwargs.update(self._worker_extension())
         kwargs.update(self.rollout_cfg.engine_kwargs)
         t0 = time.perf_counter()
         self.llm = LLM(**kwargs)
@@ -237,6 +222,27 @@ class VLLMInferStrategy:
             if initial_adapters:
                 self.adapters_served.install(self._initial_adapters(), 0)
         self.llm.reset_prefix_cache()
+
+    def _worker_extension(self) -> dict[str, Any]:
+        """roll_ma's extension of vLLM's worker, where the in-memory adapter sync or the KV-cache-only sleep
+        needs it; a user's own extension turns the sync to PEFT directories (and refuses kv_cache)."""
+        kv_sleep = not self.on_cpu and self.rollout_cfg.sleep_level == "kv_cache"
+        if not ((self.sync_mode == "memory" and self.adapters) or kv_sleep):
+            return {}
+        from roll_ma.inference.vllm_worker_ext import EXTENSION_CLS
+
+        theirs = self.rollout_cfg.engine_kwargs.get("worker_extension_cls")
+        if not theirs or theirs == EXTENSION_CLS:
+            return {"worker_extension_cls": EXTENSION_CLS}
+        if kv_sleep:
+            raise ValueError(
+                "rollout.sleep_level=kv_cache frees the KV cache through roll_ma's vLLM worker extension, "
+                f"and rollout.engine_kwargs.worker_extension_cls names another ({theirs!r}): set "
+                "rollout.sleep_level=1, or leave worker_extension_cls out")
+        self._warn_once("sync", f"engine_kwargs.worker_extension_cls={theirs!r}: adapters are synced "
+                                "through PEFT directories (rollout.adapter_sync=disk)")
+        self.sync_mode = "disk"
+        return {}
 
     def _check_cpu_head_size(self) -> None:
         from transformers import AutoConfig

@@ -42,7 +42,7 @@ def check_placement(cfg: RunConfig, workers: dict[str, int], problems: list[Conf
                 f"set {prefix}.tensor_parallel instead: each worker's placement bundle then holds that many "
                 "GPUs (through engine_kwargs the engine would look for GPUs its actor was not given)"))
         theirs = rollout.engine_kwargs.get("worker_extension_cls")
-        if rollout.sleep_level == "kv_cache" and theirs not in (None, EXTENSION_CLS):
+        if rollout.sleep_level == "kv_cache" and theirs and theirs != EXTENSION_CLS:
             problems.append(ConfigProblem(
                 f"{prefix}.sleep_level",
                 f"kv_cache frees the KV cache through roll_ma's vLLM worker extension, and "

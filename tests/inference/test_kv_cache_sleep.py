@@ -78,9 +78,9 @@ class Engine:
         self.calls.append("wake_up")
 
 
-def _strategy(level) -> tuple[VLLMInferStrategy, Engine]:
+def _strategy(level, device: str = "cuda", **rollout) -> tuple[VLLMInferStrategy, Engine]:
     strategy = VLLMInferStrategy(ModelConfig(path="unused", dtype="bfloat16"),
-                                 RolloutConfig(sleep_level=level), [], [], seed=0, device="cuda")
+                                 RolloutConfig(sleep_level=level, **rollout), [], [], seed=0, device=device)
     strategy.llm = Engine()
     return strategy, strategy.llm
 
@@ -107,3 +107,14 @@ def test_a_level_the_engine_cannot_sleep_at_is_refused(level, error):
     check_sleep_level("kv_cache")
     with pytest.raises(ValueError, match=error):
         check_sleep_level(level)
+
+
+def test_the_kv_cache_sleep_starts_the_engine_with_roll_mas_worker_extension_and_refuses_another():
+    ours = {"worker_extension_cls": vllm_worker_ext.EXTENSION_CLS}
+    assert _strategy("kv_cache")[0]._worker_extension() == ours  # even a teacher (no adapters) needs it
+    assert _strategy(1)[0]._worker_extension() == {}  # nothing to sync, vLLM's own sleep
+    assert _strategy("kv_cache", device="cpu")[0]._worker_extension() == {}  # no sleep mode on CPU
+    theirs = _strategy("kv_cache", engine_kwargs={"worker_extension_cls": "their.Extension"})[0]
+    with pytest.raises(ValueError, match="names another \\('their.Extension'\\): set rollout.sleep_level=1"):
+        theirs._worker_extension()
+
