@@ -166,11 +166,22 @@ def run(cfg: Any) -> int:
     except RollMaError as err:  # the message says what, where and the fix, and names the log file
         return fail(err, 1)
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (roll_ma.interrupts): say how to resume
-        message = stopped_message(err, cfg.trainer.output_dir, cfg.trainer.resume)
+        message = stopped_message(err, cfg.trainer.output_dir, cfg.trainer.resume, _finished_line(cfg))
         return fail(message, exit_code(err), "[roll_ma]")
     except Exception as err:  # noqa: BLE001 - an error roll_ma does not know: its short form and a log file
         return fail(unexpected(err, cfg.trainer.output_dir), 1)
     return 0
+
+
+def _finished_line(cfg: Any) -> str | None:
+    """What the same command would say of a run with nothing left to do (None: work is left, or unknown)."""
+    from roll_ma.preflight.output_dir import finished_run
+
+    try:
+        finished = finished_run(cfg)
+    except Exception:  # noqa: BLE001 - a damaged checkpoint: the generic resume line, the rerun reports it
+        return None
+    return finished.line.removeprefix("[roll_ma] ") if finished is not None else None
 
 
 class PlainStream:

@@ -160,13 +160,17 @@ def exit_code(err: KeyboardInterrupt) -> int:
     return 143 if received_sigterm(err) else 130
 
 
-def stopped_message(err: KeyboardInterrupt, output_dir: str | Path | None, resume: str) -> str:
+def stopped_message(err: KeyboardInterrupt, output_dir: str | Path | None, resume: str,
+                    finished: str | None = None) -> str:
     """One line: what stopped the run, and what the same command does next (``trainer.resume``).
 
-    ``output_dir`` None: stopped while the config was being read, before the run began."""
+    ``output_dir`` None: stopped while the config was being read, before the run began. ``finished``: what
+    the same command would say of a run whose checkpoint already holds all of it (stopped as it finished)."""
     what = "stopped by SIGTERM" if received_sigterm(err) else "interrupted (Ctrl-C)"
     if output_dir is None:
         return f"{what} before the run started; run the same command to start it"
+    if finished:
+        return f"{what} as the run was finishing, its work saved: {finished}"
     from roll_ma.checkpoint import latest_checkpoint
 
     last = latest_checkpoint(output_dir)

@@ -140,19 +140,34 @@ def _python_sigterm_handler() -> Any:
 def _kept_sigterm_handler(handler: Any) -> Iterator[None]:
     """While ``ray.init`` runs: the caller's SIGTERM handler stays. Ray's would replace it (``sys.exit``
     wherever the driver is, then its node's kill-and-exit: roll_ma.interrupts says why that matters), and
-    its core worker's C handler, which prints ``*** SIGTERM received ***`` before it calls the caller's."""
+    the driver's core worker would install its C failure-signal handler, which prints ``*** SIGTERM
+    received ***`` and Ray's stack for a SIGTERM between its start and the end of ``ray.init`` (and at times
+    aborts the driver: exit 134). That handler is left out in the driver alone (Ray's own switch, read when
+    the core worker starts; Ray's processes and workers keep theirs); Python's fault handler gives a native
+    crash of the driver its stack instead."""
     if handler is None:
         yield
         return
+    import faulthandler
+
+    import ray._private.ray_constants as ray_constants
     import ray._private.utils as ray_utils
 
     original = ray_utils.set_sigterm_handler
     ray_utils.set_sigterm_handler = lambda _handler: None
+    no_c_handler = getattr(ray_constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", None)
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    if not faulthandler.is_enabled():
+        try:
+            faulthandler.enable()
+        except (AttributeError, OSError, RuntimeError, ValueError):  # a stderr with no file (a notebook's)
+            pass
     try:
         yield
     finally:
         ray_utils.set_sigterm_handler = original
-        # the Python handler now (the caller's, or its "ignore" after a stop) over the core worker's C one
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = no_c_handler
+        # the Python handler now (the caller's, or its "ignore" after a stop): nothing of Ray's over it
         signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGTERM))
 
 

@@ -102,3 +102,31 @@ def test_a_sigterm_that_a_library_turned_into_its_own_error_while_the_config_is_
     err = capsys.readouterr().err
     assert err.strip() == ("[roll_ma] stopped by SIGTERM before the run started; "
                            "run the same command to start it")
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_a_stop_as_the_run_finishes_says_nothing_is_left_rather_than_resume(
+    tmp_path, monkeypatch, capsys, finished
+):
+    # once: a SIGTERM after the last checkpoint said "run the same command to resume from step_000002"
+    from checkpoint_helpers import finished_checkpoint
+
+    import roll_ma.run as run_module
+    from roll_ma.cli import run
+    from roll_ma.preflight.config_loader import load_config
+
+    overrides = [f"trainer.output_dir={tmp_path}", "trainer.max_steps=2"]
+    cfg = load_config("math_selfplay_tiny", overrides=overrides)
+
+    def stopped_after_its_checkpoint(_cfg):
+        finished_checkpoint(cfg, 2 if finished else 1, {"planner": {}})
+        raise Terminated()
+
+    monkeypatch.setattr(run_module, "run_config", stopped_after_its_checkpoint)
+    assert run(cfg) == 143
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    if finished:
+        assert line == (f"[roll_ma] stopped by SIGTERM as the run was finishing, its work saved: step 2 of 2 "
+                        f"already done in {tmp_path}; raise trainer.max_steps to continue")
+    else:
+        assert line.startswith("[roll_ma] stopped by SIGTERM; run the same command to resume from ")

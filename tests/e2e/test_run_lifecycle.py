@@ -182,6 +182,29 @@ def test_a_run_stopped_while_ray_starts_ends_cleanly(how, tiny_model_dir, tmp_pa
     assert last.endswith("no checkpoint was written yet, so running the same command starts afresh"), last
 
 
+# the driver sends itself SIGTERM as soon as its core worker exists, inside ray.init: a scheduler's SIGTERM to
+# the driver alone, at the moment Ray's C failure-signal handler would have been in place
+SIGTERM_AFTER_CORE_WORKER = """
+import os, signal
+import ray._private.worker as ray_worker
+
+def connect_then_sigterm(*args, connect=ray_worker.connect, **kwargs):
+    result = connect(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return result
+
+ray_worker.connect = connect_then_sigterm
+"""
+
+
+def test_a_sigterm_to_the_driver_alone_as_its_ray_core_worker_starts_ends_cleanly(tiny_model_dir, tmp_path):
+    # once: Ray's C handler printed "*** SIGTERM received ***" and its stack, and at times aborted (exit 134)
+    tag = uuid.uuid4().hex
+    proc = _cli(_config_dir(tmp_path, tiny_model_dir, steps=2), tag, patch=SIGTERM_AFTER_CORE_WORKER)
+    last = _stopped(proc, "sigterm", [], tag)
+    assert last.endswith("no checkpoint was written yet, so running the same command starts afresh"), last
+
+
 # the driver sends itself SIGTERM as it starts importing torch: the signal lands inside that import
 SIGTERM_IN_IMPORT = """
 import importlib.abc, os, signal
