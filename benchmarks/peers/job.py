@@ -98,8 +98,7 @@ class Settings:
 
     def describe(self) -> str:
         """The settings as the table writes them beside a row."""
-        sleep = "on" if self.sleep_rollout else "off"
-        sleep = "KV cache only" if self.sleep_rollout == KV_CACHE_ONLY else sleep
+        sleep = {True: "on", False: "off", KV_CACHE_ONLY: "KV cache only"}[self.sleep_rollout]
         return (
             f"checkpointing {'on' if self.gradient_checkpointing else 'off'}, update {self.update_tokens} "
             f"tokens/micro-batch, scoring {self.scoring_tokens}, "

@@ -229,16 +229,13 @@ class VLLMInferStrategy:
         kv_sleep = not self.on_cpu and self.rollout_cfg.sleep_level == "kv_cache"
         if not ((self.sync_mode == "memory" and self.adapters) or kv_sleep):
             return {}
-        from roll_ma.inference.vllm_worker_ext import EXTENSION_CLS
+        from roll_ma.inference.vllm_worker_ext import EXTENSION_CLS, kv_sleep_conflict
 
         theirs = self.rollout_cfg.engine_kwargs.get("worker_extension_cls")
         if not theirs or theirs == EXTENSION_CLS:
             return {"worker_extension_cls": EXTENSION_CLS}
         if kv_sleep:
-            raise ValueError(
-                "rollout.sleep_level=kv_cache frees the KV cache through roll_ma's vLLM worker extension, "
-                f"and rollout.engine_kwargs.worker_extension_cls names another ({theirs!r}): set "
-                "rollout.sleep_level=1, or leave worker_extension_cls out")
+            raise ValueError(f"rollout.sleep_level: {kv_sleep_conflict('rollout', theirs)}")
         self._warn_once("sync", f"engine_kwargs.worker_extension_cls={theirs!r}: adapters are synced "
                                 "through PEFT directories (rollout.adapter_sync=disk)")
         self.sync_mode = "disk"

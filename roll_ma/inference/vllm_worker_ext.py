@@ -45,6 +45,14 @@ KV_CACHE_TAG = "kv_cache"  # the tag vLLM's sleep-mode allocator gives the KV ca
 EXTENSION_CLS = "roll_ma.inference.vllm_worker_ext.AdapterInstaller"
 
 
+def kv_sleep_conflict(prefix: str, theirs: str) -> str:
+    """Why ``<prefix>.sleep_level=kv_cache`` cannot run beside a user's own worker extension, and the fix
+    (the problem of the key ``<prefix>.sleep_level``)."""
+    return ("kv_cache frees the KV cache through roll_ma's vLLM worker extension, and "
+            f"{prefix}.engine_kwargs.worker_extension_cls names another ({theirs!r}): set "
+            f"{prefix}.sleep_level=1, or leave worker_extension_cls out")
+
+
 def tensors_from_buffer(buffer: Any, entries: list) -> dict[str, Any]:
     """CPU tensors of a packed buffer, each in its own storage (the RPC's buffer is reused by vLLM)."""
     import torch

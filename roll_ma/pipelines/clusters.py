@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from roll_ma.config.run_plan import run_plan
 from roll_ma.config.schema import AgentConfig, RunConfig
@@ -14,6 +14,7 @@ from roll_ma.distributed.cluster import Cluster, shutdown_clusters
 from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
 from roll_ma.distributed.resources import ResourceManager
 from roll_ma.distributed.shm_transfer import remove_orphans
+from roll_ma.inference.infer_backend import SleepLevel
 from roll_ma.preflight.validate_resources import gpus_per_worker
 from roll_ma.training.ds_utils import SHARERS_VAR
 from roll_ma.training.micro_batches import MicroBatching
@@ -37,6 +38,11 @@ class RunWorkers:
 
     def colocated(self) -> bool:
         return self.resources.colocated("rollout", "train")
+
+    def engine_sleep(self, level: Literal[0, 1, "kv_cache"]) -> SleepLevel | None:
+        """How the rollout engines sleep while the trainer works (``rollout.sleep_level``): None where they
+        never do (level 0, or a GPU of their own)."""
+        return level if level != 0 and self.colocated() else None
 
     def shutdown(self) -> None:
         shutdown_clusters(_clusters(self.env, self.rollout, self.reference, self.train))  # one wait for all

@@ -11,7 +11,7 @@ from pathlib import Path
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.typed import ConfigProblem, suggest
 from roll_ma.distributed.placement import default_device_mapping, shared_tp_gpus
-from roll_ma.inference.vllm_worker_ext import EXTENSION_CLS
+from roll_ma.inference.vllm_worker_ext import EXTENSION_CLS, kv_sleep_conflict
 from roll_ma.preflight.validate_backends import rollout_traits_or_none
 
 PINNABLE_ROLES = ("rollout", "train", "reference", "teacher", "env")
@@ -43,11 +43,7 @@ def check_placement(cfg: RunConfig, workers: dict[str, int], problems: list[Conf
                 "GPUs (through engine_kwargs the engine would look for GPUs its actor was not given)"))
         theirs = rollout.engine_kwargs.get("worker_extension_cls")
         if rollout.sleep_level == "kv_cache" and theirs and theirs != EXTENSION_CLS:
-            problems.append(ConfigProblem(
-                f"{prefix}.sleep_level",
-                f"kv_cache frees the KV cache through roll_ma's vLLM worker extension, and "
-                f"{prefix}.engine_kwargs.worker_extension_cls names another ({theirs!r}): set "
-                f"{prefix}.sleep_level=1, or leave worker_extension_cls out"))
+            problems.append(ConfigProblem(f"{prefix}.sleep_level", kv_sleep_conflict(prefix, theirs)))
     for role, (tp_key, _) in TP_KEYS.items():
         k, n = per[role], workers.get(role, 0)
         if k == 1 or n == 0:

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from roll_ma.pipelines.clusters import RunWorkers
 from roll_ma.pipelines.phases.context import PhaseContext
 
 
@@ -25,6 +26,7 @@ def _context(level, colocated: bool) -> tuple[PhaseContext, Engine]:
     engine = Engine()
     cfg = SimpleNamespace(rollout=SimpleNamespace(sleep_level=level))
     workers = SimpleNamespace(rollout=engine, colocated=lambda: colocated)
+    workers.engine_sleep = lambda level: RunWorkers.engine_sleep(workers, level)  # the run's own rule
     return PhaseContext(cfg, workers, None, None, [], None), engine  # type: ignore[arg-type]
 
 

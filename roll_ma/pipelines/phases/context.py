@@ -70,14 +70,13 @@ class PhaseContext:
     def training(self):
         """Colocated on a GPU: the rollout engines sleep (``rollout.sleep_level``: 1 or kv_cache; 0 never)
         while the train workers update."""
-        level, slept = self.cfg.rollout.sleep_level, False
-        if level != 0 and self.workers.colocated():
+        level = self.workers.engine_sleep(self.cfg.rollout.sleep_level)
+        if level is not None:
             self.workers.rollout.sleep(level)
-            slept = True
         try:
             yield
         finally:
-            if slept:
+            if level is not None:
                 self.workers.rollout.wake_up()
 
     def train(self, rows: DataProto, objective: Objective, dpo: DPOSettings | None = None

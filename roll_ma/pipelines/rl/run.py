@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
+from roll_ma.inference.infer_backend import SleepLevel
 from roll_ma.models.flops import ModelShape
 from roll_ma.pipelines.clusters import RunWorkers
 from roll_ma.pipelines.rl.adapter_sync import AdapterSync
@@ -30,7 +31,7 @@ class RLRun:
     shape: ModelShape  # the model's shape: FLOPs of every pass
     peak_flops: float  # the GPU's peak (0: unknown), for MFU
     gpus: dict[str, int]  # GPUs that run each pass, for MFU per GPU
-    sleeps: bool  # colocated, rollout.sleep_level not 0: the engine frees GPU memory while the trainer works
+    engine_sleep: SleepLevel | None  # how the engine frees GPU memory while the trainer works (None: never)
     served: dict[str, int]  # adapter -> the version (step of its update) the engines serve
     step_hook: StepHook | None = None
 
@@ -91,7 +92,7 @@ def prepare_rl_run(session: RunSession, step_hook: StepHook | None = None) -> RL
         shape=ModelShape(**profile["shape"]),
         peak_flops=profile["peak_flops"],
         gpus=gpus,
-        sleeps=workers.colocated() and cfg.rollout.sleep_level != 0,
+        engine_sleep=workers.engine_sleep(cfg.rollout.sleep_level),
         served={a: (start if a in trainable else 0) for a in adapters},
         step_hook=step_hook,
     )

@@ -61,10 +61,9 @@ def free_engine_memory(run: RLRun, timer: StepTimer) -> dict[str, float]:
     metrics = {}
     if run.workers.colocated() and run.cfg.resources.num_gpus > 0:
         metrics["system/gpu_used_gb_rollout"] = run.workers.train.gpu_memory_used_gb()
-    level = run.cfg.rollout.sleep_level
-    if run.sleeps and level != 0:
+    if run.engine_sleep is not None:
         with timer("sleep"):
-            run.workers.rollout.sleep(level)
+            run.workers.rollout.sleep(run.engine_sleep)
     return metrics
 
 

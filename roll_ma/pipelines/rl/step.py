@@ -84,7 +84,7 @@ def update(run: RLRun, batch: DataProto, request: UpdateRequest, timer: StepTime
 def push_adapters(run: RLRun, changed: set[str], step: int, timer: StepTimer) -> dict[str, float]:
     """Wake the engines (if they slept) and install the adapters that changed under version = step."""
     with timer("sync"):
-        if run.sleeps:
+        if run.engine_sleep is not None:
             with timer("sync_wake"):
                 run.workers.rollout.wake_up()
         return run.sync.push(changed, step, timer)  # export, install, versions checked
