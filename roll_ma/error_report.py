@@ -27,6 +27,12 @@ _FRAME = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+)
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
 MAX_WHAT_LINES = 3
 MAX_LINE_CHARS = 300
+# torch's CUDA out-of-memory error (matched by name: this module imports no torch)
+GPU_MEMORY_FIX = ("the GPU ran out of memory: lower train.max_tokens_per_micro_batch (the update) or "
+                  "train.score_max_tokens_per_micro_batch (scoring), or set model.gradient_checkpointing="
+                  "true; with the rollout engine on the same GPU, rollout.sleep_level=1 frees its weights "
+                  "while the trainer works (the default, kv_cache, frees only its KV cache), or lower "
+                  "rollout.gpu_memory_utilization (docs/troubleshooting.md, 'Out of memory')")
 UNKNOWN_FIX = ("the log file below has the full traceback; an error in the config's own files is yours to "
                "fix there, one inside roll_ma's code is a bug to report with that file")
 
@@ -91,6 +97,8 @@ def fix_for(err: BaseException | None) -> str:
     if isinstance(err, ModuleNotFoundError) and err.name:
         return (f"install {err.name.split('.')[0]} in the Python environment the workers run in (on a Ray "
                 "cluster: on every node), or remove the import; the log file below has the full traceback")
+    if type(err).__name__ == "OutOfMemoryError" and type(err).__module__.startswith("torch"):
+        return GPU_MEMORY_FIX
     return UNKNOWN_FIX
 
 

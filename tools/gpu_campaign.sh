@@ -276,12 +276,13 @@ PY
     # benchmarks tools examples pyproject.toml setup.py start_pipeline.py | tar -x -C .before`, carried), for
     # peer rows their wheels (install_peer_wheels.sh; an item waits for them). TOTAL: seconds a chain may run
     # (1700); RUN_TIMEOUT: seconds per runner process (720).
-    # With no CHAIN<g> given: issue 46's levers against the defaults at N = 3 on GPU 0 (first the vLLM GPU
-    # test, which checks the KV-cache-only sleep; then its rows and the prefix rows, then both at N = 1 and 8), TRL at its best at N = 3, 1 and 8 and OpenRLHF on
+    # With no CHAIN<g> given: what issues 45 and 46 still lack on one machine: roll_ma's defaults (the KV cache
+    # alone asleep, a group's prompt once: measured 2026-11-28 evening) at N = 1, 3 and 8 and on relay at N = 3,
+    # then the defaults before them at N = 3, on GPU 0; TRL at its best at N = 8, then at N = 1 and 3, on
     # GPU 1 (a one-GPU machine runs GPU 0's chain only).
     if [ -z "$(compgen -v CHAIN)" ]; then
-      CHAIN0="gpu_test:tests/inference/test_vllm_gpu.py job.yaml|roll_ma,roll_ma_prefix_kvsleep|3|1 job.yaml|roll_ma_prefix,roll_ma_kvsleep|3|1 job.yaml|roll_ma_prefix_kvsleep|1,8|1"
-      CHAIN1="job.yaml|trl_best|3|1 job.yaml|trl_best|1|1 job.yaml|openrlhf|1|1 job.yaml|trl_best|8|1"
+      CHAIN0="job.yaml|roll_ma|1,3|1 job.yaml|roll_ma|8|1 relay.yaml|roll_ma|3|1 job.yaml|roll_ma_before46|3|1"
+      CHAIN1="job.yaml|trl_best|8|1 job.yaml|trl_best|1,3|1"
     fi
     for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
     MODEL=$(cat /tmp/peers_model_path 2>/dev/null)

@@ -17,7 +17,7 @@ from roll_ma.distributed.shm_transfer import remove_orphans
 from roll_ma.inference.infer_backend import SleepLevel
 from roll_ma.preflight.validate_resources import gpus_per_worker
 from roll_ma.training.ds_utils import SHARERS_VAR
-from roll_ma.training.micro_batches import MicroBatching
+from roll_ma.training.micro_batches import MicroBatching, prompt_sharing
 from roll_ma.workers.clients import EnvClient, ReferenceClient, RefScorer, RolloutClient, TrainClient
 
 
@@ -126,6 +126,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
     )
     env = worker_env(cfg)
     common: dict[str, Any] = {"model_cfg": cfg.model, "seed": cfg.seed}
+    prompt_sharing(cfg.train, cfg.model.attn_implementation, say=True)  # one line where auto turns it off
     built: list[Cluster] = []
 
     def cluster(role: str, cls: type, n: int, res: ResourceManager, init_kwargs: dict) -> Cluster:
@@ -150,7 +151,8 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
             resources,
             {**common, "lora_cfg": cfg.lora, "agents": cfg.agents, "rollout_cfg": cfg.rollout},
         )
-        ref_kwargs = {**common, "batching": MicroBatching.for_scoring(cfg.train)}
+        scoring = MicroBatching.for_scoring(cfg.train, cfg.model.attn_implementation)
+        ref_kwargs = {**common, "batching": scoring}
         reference = (
             cluster("reference", ReferenceWorker, ref_workers, resources, ref_kwargs) if ref_workers else None
         )

@@ -134,12 +134,14 @@ def _check_train(cfg: RunConfig, check_local_gpus: bool, problems: list[ConfigPr
         if problem:
             add("model.liger_kernel", problem)
     check_backends(cfg, problems)  # they resolve, and can train and serve what the config asks
-    if cfg.train.share_prompt_prefix and not cfg.train.remove_padding:
+    # auto turns itself off where it cannot run (training/micro_batches.prompt_sharing); true is checked
+    if cfg.train.share_prompt_prefix is True and not cfg.train.remove_padding:
         add(
             "train.share_prompt_prefix",
             "sharing a group's prompt needs packed rows: set train.remove_padding=true",
         )
-    if cfg.train.share_prompt_prefix and cfg.model.attn_implementation not in (None, "roll_ma_varlen"):
+    attention = cfg.model.attn_implementation
+    if cfg.train.share_prompt_prefix is True and attention not in (None, "roll_ma_varlen"):
         add(
             "train.share_prompt_prefix",
             f"sharing a group's prompt needs the default attention (roll_ma_varlen), not "

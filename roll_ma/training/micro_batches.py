@@ -6,9 +6,10 @@ longest), or the sum of the rows' lengths when they are packed without padding. 
 budget, rows are sorted by length and packed first-fit, so long rows go a few at a time and
 short rows many at a time, and similar lengths share a micro-batch (little padding).
 
-With ``train.share_prompt_prefix`` the rows of one group (same agent, same prompt: ``packing.
-prompt_groups``) run their prompt once (``models/shared_prefix.py``): a budget counts each group's prompt
-once, and a group goes into one micro-batch whole when it fits (else into pieces that each carry it).
+With ``train.share_prompt_prefix`` (``prompt_sharing``: by default wherever rows are packed) the rows of
+one group (same agent, same prompt: ``packing.prompt_groups``) run their prompt once (``models/
+shared_prefix.py``): a budget counts each group's prompt once, and a group goes into one micro-batch whole
+when it fits (else into pieces that each carry it).
 
 Data parallel: every rank plans the same mini-batch the same way (it is a pure function of the
 rows), takes every ``world_size``-th micro-batch, and all ranks run the same number of
@@ -23,7 +24,27 @@ from dataclasses import dataclass
 import numpy as np
 
 from roll_ma.config.schema import TrainConfig
+from roll_ma.models.varlen_attention import NAME as VARLEN_ATTENTION
 from roll_ma.packing import balanced_shares, shared_prompt_tokens
+
+
+def prompt_sharing(cfg: TrainConfig, attention: str | None, say: bool = False) -> bool:
+    """Whether a group's prompt runs once (``train.share_prompt_prefix``) in packed rows (``train.
+    remove_padding``) under ``attention`` (``model.attn_implementation``; None: the default, roll_ma_varlen).
+    true as given (the config check refused it where it cannot run); false; auto: on under the default
+    attention, else off, and with ``say`` one printed line why (padded rows have no shared prompt to run
+    once: nothing to say)."""
+    setting = cfg.share_prompt_prefix
+    if setting is False or not cfg.remove_padding:
+        return False
+    if setting is True or attention in (None, VARLEN_ATTENTION):
+        return True
+    if say:
+        print(f"[roll_ma] train.share_prompt_prefix=auto: off, model.attn_implementation={attention} (a "
+              f"group's prompt runs once under the default attention, {VARLEN_ATTENTION}); every row runs "
+              "its own",
+              flush=True)
+    return False
 
 
 @dataclass(frozen=True)
@@ -46,16 +67,17 @@ class MicroBatching:
     share_prefix: bool = False
 
     @classmethod
-    def for_training(cls, cfg: TrainConfig) -> MicroBatching:
+    def for_training(cls, cfg: TrainConfig, attention: str | None = None) -> MicroBatching:
+        """The update's batching; ``attention``: ``model.attn_implementation`` (``prompt_sharing``)."""
         return cls(cfg.micro_batch_size, cfg.max_tokens_per_micro_batch, cfg.remove_padding,
-                   cfg.logits_chunk_tokens, cfg.share_prompt_prefix and cfg.remove_padding)
+                   cfg.logits_chunk_tokens, prompt_sharing(cfg, attention))
 
     @classmethod
-    def for_scoring(cls, cfg: TrainConfig) -> MicroBatching:
+    def for_scoring(cls, cfg: TrainConfig, attention: str | None = None) -> MicroBatching:
         """Forward-only scoring (old and reference log-probs): its own, usually larger, budget."""
         budget = cfg.score_max_tokens_per_micro_batch or cfg.max_tokens_per_micro_batch
         return cls(cfg.micro_batch_size, budget, cfg.remove_padding, cfg.logits_chunk_tokens,
-                   cfg.share_prompt_prefix and cfg.remove_padding)
+                   prompt_sharing(cfg, attention))
 
     def sharing(self, groups: np.ndarray | None) -> bool:
         """Whether rows with these groups share their prompts (the switch on, packed rows, groups known)."""

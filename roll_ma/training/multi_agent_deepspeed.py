@@ -17,6 +17,7 @@ How it works:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -39,7 +40,7 @@ from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import PairReference, UpdateRequest
 from roll_ma.training.critic import CriticSet, critic_adapter_specs, critic_of_agents
 from roll_ma.training.ds_utils import barrier, setup_deepspeed, training_device
-from roll_ma.training.micro_batches import MicroBatching
+from roll_ma.training.micro_batches import MicroBatching, prompt_sharing
 from roll_ma.training.objective_dpo import REF_KEYS, SIDES, side
 from roll_ma.training.objectives import objective_named
 from roll_ma.training.policy_engine import PolicyEngine
@@ -90,6 +91,10 @@ class MultiAgentDeepSpeedStrategy:
                  train_cfg: TrainConfig, algo_cfg: AlgorithmConfig, seed: int = 0, rank: int = 0,
                  world_size: int = 1, reference_copies: bool = False, study_cfg: StudyConfig | None = None,
                  critic_cfg: CriticConfig | None = None):
+        # share_prompt_prefix=auto decided once, by the model's attention: the update, the critic and the
+        # scoring read true or false
+        sharing = prompt_sharing(train_cfg, model_cfg.attn_implementation)
+        train_cfg = dataclasses.replace(train_cfg, share_prompt_prefix=sharing)
         self.model_cfg, self.train_cfg, self.algo_cfg = model_cfg, train_cfg, algo_cfg
         self.study_cfg = study_cfg or StudyConfig()
         self.critic_cfg = critic_cfg or CriticConfig()

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from roll_ma.training.micro_batches import MicroBatching
+
 PEERS = Path(__file__).resolve().parents[2] / "benchmarks" / "peers"
 sys.path[:0] = [str(PEERS), str(PEERS.parent)]
 
@@ -171,8 +173,8 @@ def test_a_runner_takes_its_rows_settings_and_refuses_another_frameworks_row(job
     assert "row 'verl_best' is a verl row, not trl's" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, [*base, "--row", "trl_fastest"], "trl")
-    rows_named = ("no row 'trl_fastest' (rows: roll_ma, roll_ma_unfused, roll_ma_prefix, roll_ma_awake, "
-                  "roll_ma_prefix_awake, roll_ma_kvsleep, roll_ma_prefix_kvsleep, trl,")
+    rows_named = ("no row 'trl_fastest' (rows: roll_ma, roll_ma_before46, roll_ma_unfused, "
+                  "roll_ma_noprefix, roll_ma_level1, roll_ma_awake, trl,")
     assert rows_named in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, ["--agents", "4", "--agent", "0", "--model", "M"], "trl")
@@ -288,7 +290,10 @@ def test_roll_ma_config_takes_every_setting_from_its_row(job, tiny_model_dir, tm
     assert cfg.train.max_tokens_per_micro_batch == s.update_tokens == 8192
     assert cfg.train.score_max_tokens_per_micro_batch == s.scoring_tokens == 32768
     assert cfg.train.remove_padding is (s.attention == "packed") is True
-    assert cfg.rollout.sleep_level == 1 and cfg.rollout.backend == "vllm"
+    # the defaults: the KV cache alone freed, a group's prompt once (auto: packed rows, default attention)
+    assert cfg.rollout.sleep_level == "kv_cache" and cfg.rollout.backend == "vllm"
+    assert cfg.train.share_prompt_prefix == "auto" and cfg.model.attn_implementation is None
+    assert MicroBatching.for_training(cfg.train).share_prefix
     # native keys, as roll_ma config keys
     assert (cfg.train.lora_compute_dtype, cfg.train.zero_stage) == ("model", 0)
     assert (cfg.rollout.micro_batch_size, cfg.rollout.per_row_seeds, cfg.env.decode_ahead) == (
@@ -298,21 +303,21 @@ def test_roll_ma_config_takes_every_setting_from_its_row(job, tiny_model_dir, tm
     )
     assert cfg.rollout.engine_kwargs == row.native["rollout.engine_kwargs"]
     assert job.rows["roll_ma_unfused"].native["train.lora_compute_dtype"] == "float32"  # the unfused row
-    prefix = run_roll_ma.run_config(job, job.rows["roll_ma_prefix"], 3, tiny_model_dir, "cuda", str(tmp_path))
-    assert (prefix.train.share_prompt_prefix, cfg.train.share_prompt_prefix) == (True, False)
-    awake = run_roll_ma.run_config(job, job.rows["roll_ma_awake"], 3, tiny_model_dir, "cuda", str(tmp_path))
-    # the awake row: only the sleep differs
+
+    def row_config(name: str):  # noqa: ANN202 - a RunConfig
+        return run_roll_ma.run_config(job, job.rows[name], 3, tiny_model_dir, "cuda", str(tmp_path))
+
+    # each lever's row: only its own setting differs from the defaults
+    noprefix = row_config("roll_ma_noprefix")
+    assert noprefix.train == dataclasses.replace(cfg.train, share_prompt_prefix=False)
+    assert not MicroBatching.for_training(noprefix.train).share_prefix
+    level1, awake = row_config("roll_ma_level1"), row_config("roll_ma_awake")
+    assert (level1.rollout.sleep_level, level1.model, level1.train) == (1, cfg.model, cfg.train)
     assert (awake.rollout.sleep_level, awake.model, awake.train) == (0, cfg.model, cfg.train)
-    both_row = job.rows["roll_ma_prefix_awake"]
-    both = run_roll_ma.run_config(job, both_row, 3, tiny_model_dir, "cuda", str(tmp_path))
-    assert (both.rollout.sleep_level, both.train, both.model) == (0, prefix.train, cfg.model)
-    # the KV-cache-only rows: only the sleep differs (and the prefix, in the second)
-    kv = run_roll_ma.run_config(job, job.rows["roll_ma_kvsleep"], 3, tiny_model_dir, "cuda", str(tmp_path))
-    assert (kv.rollout.sleep_level, kv.model, kv.train) == ("kv_cache", cfg.model, cfg.train)
-    kv_row = job.rows["roll_ma_prefix_kvsleep"]
-    kv_prefix = run_roll_ma.run_config(job, kv_row, 3, tiny_model_dir, "cuda", str(tmp_path))
-    assert (kv_prefix.rollout.sleep_level, kv_prefix.train) == ("kv_cache", prefix.train)
-    assert "sleep KV cache only" in kv_row.describe()
+    # the defaults before this: both levers off
+    before = row_config("roll_ma_before46")
+    assert (before.rollout.sleep_level, before.train, before.model) == (1, noprefix.train, cfg.model)
+    assert "sleep KV cache only" in row.describe()
     # other settings in the row: other settings in the config (nothing is a runner's own constant)
     other = _with_settings(row, gradient_checkpointing=True, update_tokens=4096, scoring_tokens=2048,
                            sleep_rollout=False, liger_kernel=False, attention="padded")  # fmt: skip
@@ -875,8 +880,8 @@ def test_the_plan_runs_n_first_then_each_repeat_of_every_row_in_the_order_given(
         ("verl", 3)
     ] * 3
     assert run_all.parse_rows(job, None) == [(name, None) for name in job.rows]
-    rows_are = ("the job's rows are roll_ma, roll_ma_unfused, roll_ma_prefix, roll_ma_awake, "
-                "roll_ma_prefix_awake, roll_ma_kvsleep, roll_ma_prefix_kvsleep, trl")
+    rows_are = ("the job's rows are roll_ma, roll_ma_before46, roll_ma_unfused, "
+                "roll_ma_noprefix, roll_ma_level1, roll_ma_awake, trl")
     with pytest.raises(ValueError, match=rows_are):
         run_all.parse_rows(job, "roll_ma,deepspeed-chat")
 

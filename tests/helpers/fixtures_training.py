@@ -59,7 +59,8 @@ def adapter_init_dir(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFacto
 def make_strategy(tiny_model_dir: str, adapter_init_dir: Callable[[str], str]) -> Callable[..., Any]:
     """Build and initialize a train strategy in this process (rank 0 of 1).
 
-    ``agents``: AgentConfig objects or names; each gets its adapter from ``adapter_init_dir``.
+    ``agents``: AgentConfig objects or names; each gets its adapter from ``adapter_init_dir``. ``model``:
+    ModelConfig keys beside the tiny model's path and dtype.
     """
     from roll_ma.models.adapters import plan_adapters
     from roll_ma.training import train_strategy_class
@@ -67,7 +68,7 @@ def make_strategy(tiny_model_dir: str, adapter_init_dir: Callable[[str], str]) -
     def make(agents: Sequence[AgentConfig | str], zero_stage: int = 0, algo: AlgorithmConfig | None = None,
              strategy: str = "multi_agent_deepspeed", seed: int = 0, dtype: str = "float32",
              reference_copies: bool = False, study: StudyConfig | None = None,
-             critic: CriticConfig | None = None, **train_kwargs: Any) -> Any:
+             critic: CriticConfig | None = None, model: dict | None = None, **train_kwargs: Any) -> Any:
         cfgs = [AgentConfig(name=a) if isinstance(a, str) else a for a in agents]
         cfgs = [a if a.init_adapter else dataclasses.replace(a, init_adapter=adapter_init_dir(a.adapter_name))
                 for a in cfgs]
@@ -75,9 +76,9 @@ def make_strategy(tiny_model_dir: str, adapter_init_dir: Callable[[str], str]) -
         train_kwargs.setdefault("lr", 1e-2)
         train_cfg = TrainConfig(strategy=strategy, zero_stage=zero_stage, **train_kwargs)
         cls = train_strategy_class(strategy)
-        s = cls(ModelConfig(path=tiny_model_dir, dtype=dtype), agent_specs, adapter_specs, train_cfg,
-                algo or AlgorithmConfig(), seed=seed, reference_copies=reference_copies, study_cfg=study,
-                critic_cfg=critic)
+        model_cfg = ModelConfig(path=tiny_model_dir, dtype=dtype, **(model or {}))
+        s = cls(model_cfg, agent_specs, adapter_specs, train_cfg, algo or AlgorithmConfig(), seed=seed,
+                reference_copies=reference_copies, study_cfg=study, critic_cfg=critic)
         s.initialize()
         return s
 

@@ -63,6 +63,22 @@ def test_a_plain_exception_in_a_worker_is_a_few_lines_naming_the_library_frame_a
     assert (failure.role, failure.rank, failure.method) == ("rollout", 1, "generate")
 
 
+def _gpu_out_of_memory() -> None:
+    import torch
+
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_a_gpu_out_of_memory_in_a_worker_says_which_settings_give_memory_back():
+    err, text = _traceback_of(_gpu_out_of_memory)
+    fix = str(task_failure("train", 0, "train_step", err, text)).splitlines()[2]
+    for knob in ("train.max_tokens_per_micro_batch", "model.gradient_checkpointing=true",
+                 "rollout.sleep_level=1 frees its weights", "rollout.gpu_memory_utilization"):
+        assert knob in fix
+    other, other_text = _traceback_of(_index_error)  # any other error keeps the general fix
+    assert "sleep_level" not in str(task_failure("train", 0, "train_step", other, other_text))
+
+
 def test_a_user_code_error_in_a_worker_keeps_its_what_where_and_fix():
     err, text = _traceback_of(_hook_error)
     failure = task_failure("env", 0, "run_episodes", err, text)

@@ -3,6 +3,8 @@ every number is the one the repeated prompts gave (fp32 on CPU: log-probs to ~1e
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,7 @@ from roll_ma.config import ConfigError
 from roll_ma.config.schema import TrainConfig
 from roll_ma.packing import pack_sequences, prompt_groups
 from roll_ma.preflight.config_loader import load_config
-from roll_ma.training.micro_batches import MicroBatching, real_lengths
+from roll_ma.training.micro_batches import MicroBatching, prompt_sharing, real_lengths
 from roll_ma.training.policy_engine import PolicyEngine
 
 SHARED = {"remove_padding": True, "logits_chunk_tokens": 5}
@@ -136,7 +138,34 @@ def test_sharing_needs_packed_rows():
                       overrides=["train.share_prompt_prefix=true", "train.remove_padding=true"])
     assert MicroBatching.for_training(cfg.train).share_prefix
     assert MicroBatching.for_scoring(cfg.train).share_prefix
-    assert not MicroBatching.for_scoring(TrainConfig()).share_prefix  # off by default
+
+
+def test_sharing_is_on_by_default_wherever_rows_are_packed(capsys):
+    assert TrainConfig().share_prompt_prefix == "auto"
+    assert not MicroBatching.for_scoring(TrainConfig()).share_prefix  # padded rows: nothing to share
+    packed = TrainConfig(remove_padding=True)
+    for attention in (None, "roll_ma_varlen"):
+        assert MicroBatching.for_training(packed, attention).share_prefix
+        assert MicroBatching.for_scoring(packed, attention).share_prefix
+    assert not prompt_sharing(dataclasses.replace(packed, share_prompt_prefix=False), None, say=True)
+    assert capsys.readouterr().out == ""  # off as asked, or padded: nothing to say
+    # another attention cannot share: auto runs it off, with one line saying so; true is refused
+    assert not MicroBatching.for_training(packed, "sdpa").share_prefix
+    assert not prompt_sharing(packed, "sdpa", say=True)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert "train.share_prompt_prefix=auto: off, model.attn_implementation=sdpa" in out
+    sdpa = ["train.remove_padding=true", "model.attn_implementation=sdpa"]
+    assert load_config("math_selfplay_tiny", overrides=sdpa).train.share_prompt_prefix == "auto"
+    with pytest.raises(ConfigError, match="needs the default attention"):
+        load_config("math_selfplay_tiny", overrides=[*sdpa, "train.share_prompt_prefix=true"])
+
+
+def test_the_trainer_decides_auto_once_by_its_model_attention(make_strategy):
+    for attention, shared in ((None, True), ("sdpa", False)):
+        s = make_strategy(["a0", "a1"], remove_padding=True, model={"attn_implementation": attention})
+        assert s.train_cfg.share_prompt_prefix is shared  # the update, critic and scoring read this bool
+        assert s.updaters["a0"].batching.share_prefix is shared
 
 
 def test_large_groups_fill_the_budget_in_pieces():
