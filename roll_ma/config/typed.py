@@ -23,6 +23,28 @@ def suggest(word: str, options: typing.Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _as_written(choice: Any) -> str:
+    """A Literal's choice as a YAML file or an override writes it: true / false, 1, 'kv_cache'."""
+    return str(choice).lower() if isinstance(choice, bool) else repr(choice)
+
+
+def is_choice(value: Any, choices: tuple) -> bool:
+    """``value`` is one of ``choices``, of the same type: 0 and 1 are not false and true (Python's 0 == False
+    would let ``share_prompt_prefix=0`` through as neither), and a quoted '1' is not the number 1."""
+    return any(value == c and type(value) is type(c) for c in choices)
+
+
+def literal_problem(value: Any, choices: tuple) -> str:
+    """Why ``value`` is none of ``choices``, with the choice it most likely meant."""
+    shown = ", ".join(_as_written(c) for c in choices)
+    text = str(value).lower()
+    meant = [c for c in choices if _as_written(c).strip("'").lower() == text]  # '1' for 1, 'TRUE' for true
+    if not meant and type(value) is int and value in (0, 1) and any(isinstance(c, bool) for c in choices):
+        meant = [bool(value)]
+    hint = f" (did you mean {_as_written(meant[0])}?)" if meant else suggest(value, [str(c) for c in choices])
+    return f"must be one of {shown}, got {value!r}{hint}"
+
+
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -68,11 +90,8 @@ class _Converter:
             return None
         if origin is Literal:
             choices = typing.get_args(tp)
-            if value not in choices:
-                self.fail(
-                    key,
-                    f"must be one of {', '.join(map(repr, choices))}, got {value!r}{suggest(value, choices)}",
-                )
+            if not is_choice(value, choices):
+                self.fail(key, literal_problem(value, choices))
             return value
         if dataclasses.is_dataclass(tp):
             return self.dataclass(tp, value, key)

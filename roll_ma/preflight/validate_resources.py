@@ -42,7 +42,9 @@ def check_placement(cfg: RunConfig, workers: dict[str, int], problems: list[Conf
                 f"set {prefix}.tensor_parallel instead: each worker's placement bundle then holds that many "
                 "GPUs (through engine_kwargs the engine would look for GPUs its actor was not given)"))
         theirs = rollout.engine_kwargs.get("worker_extension_cls")
-        if rollout.sleep_level == "kv_cache" and theirs and theirs != EXTENSION_CLS:
+        # on CPU nothing sleeps (vLLM has no sleep mode there), so a user's extension is no conflict
+        kv_sleep = rollout.sleep_level == "kv_cache" and res.num_gpus > 0
+        if kv_sleep and theirs and theirs != EXTENSION_CLS:
             problems.append(ConfigProblem(f"{prefix}.sleep_level", kv_sleep_conflict(prefix, theirs)))
     for role, (tp_key, _) in TP_KEYS.items():
         k, n = per[role], workers.get(role, 0)

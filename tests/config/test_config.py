@@ -66,6 +66,23 @@ def test_every_problem_is_reported_at_once():
     assert "lora.rank: must be >= 1, got 0" in found
 
 
+def test_a_choice_is_taken_with_its_type_and_the_message_says_the_one_meant():
+    """0 and 1 are not false and true (Python's 0 == False let share_prompt_prefix=0 through, then act as
+    auto), a quoted '1' is not the number 1, and true is no sleep level."""
+    found = problems_of("math_selfplay_tiny", ["train.share_prompt_prefix=0", "model.liger_kernel=1",
+                                               "rollout.sleep_level='1'", "trainer.resume=AUTO"])
+    shared = "train.share_prompt_prefix: must be one of 'auto', true, false, got 0 (did you mean false?)"
+    assert shared in found
+    assert "model.liger_kernel: must be one of 'auto', true, false, got 1 (did you mean true?)" in found
+    assert "rollout.sleep_level: must be one of 0, 1, 'kv_cache', got '1' (did you mean 1?)" in found
+    assert "trainer.resume: must be one of 'auto', 'never', got 'AUTO' (did you mean 'auto'?)" in found
+    found = problems_of("math_selfplay_tiny", ["rollout.sleep_level=true"])
+    assert found == ["rollout.sleep_level: must be one of 0, 1, 'kv_cache', got True"]
+    cfg = load_config("math_selfplay_tiny",
+                      overrides=["train.share_prompt_prefix=false", "rollout.sleep_level=1"])
+    assert (cfg.train.share_prompt_prefix, cfg.rollout.sleep_level) == (False, 1)
+
+
 def test_cross_field_checks():
     found = problems_of("tiny_hanabi_selfplay", ["env.seats=[player_0,player_1,player_0]"])
     assert any("has 2 players but 3 seats" in p for p in found)

@@ -150,6 +150,12 @@ def test_tensor_parallel_mistakes_name_the_key_and_the_fix(eight_gpus):
                             "extension") and "'their.Extension'" in p for p in found), found
     assert load_config("math_selfplay_7b", overrides=["rollout.sleep_level=kv_cache"],
                        check_local_gpus=False).rollout.sleep_level == "kv_cache"
+    # on CPU nothing sleeps: the default kv_cache beside a user's extension is no conflict there
+    cpu = ["rollout.backend=vllm", "+rollout.engine_kwargs.worker_extension_cls=their.Extension"]
+    try:  # other problems may be found (the backend's installation, the model's dtype): not this one
+        load_config("math_selfplay_tiny", overrides=cpu)
+    except ConfigError as err:
+        assert not any(str(p).startswith("rollout.sleep_level") for p in err.problems), err.problems
     # Qwen2.5-7B has 28 attention heads: 8 shards cannot split them
     found = problems_of("math_selfplay_7b", ["rollout.tensor_parallel=8", "resources.num_gpus=8",
                                              "model.random_weights=true", "~resources.device_mapping",
