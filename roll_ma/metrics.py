@@ -11,6 +11,7 @@ import numpy as np
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.models.flops import ModelShape, forward_flops
+from roll_ma.packing import prompt_groups
 from roll_ma.protocol import DataProto
 
 
@@ -77,14 +78,27 @@ def logprob_gap_metrics(batch: DataProto, agent_names: list[str]) -> dict[str, f
     return out
 
 
-def forward_flops_of(batch: DataProto, shape: ModelShape, rows: np.ndarray | None = None) -> float:
-    """Model FLOPs of one forward over the batch's rows (all, or the (B,) bool ``rows``)."""
+def forward_flops_of(batch: DataProto, shape: ModelShape, rows: np.ndarray | None = None,
+                     shared_prompts: bool = False) -> float:
+    """Model FLOPs of one forward over the batch's rows (all, or the (B,) bool ``rows``). ``shared_prompts``:
+    the pass runs each prompt group's prompt once (``train.share_prompt_prefix``), so the FLOPs it runs are
+    fewer by the prompt's forward for every repeat of it (a reply's attention to the prompt is unchanged)."""
     attention = batch.batch["attention_mask"]  # (B, T)
     response = batch.batch["response_mask"]  # (B, R)
     row_tokens, response_tokens = attention.sum(-1).numpy(), response.sum(-1).numpy()
-    if rows is not None:
-        row_tokens, response_tokens = row_tokens[rows], response_tokens[rows]
-    return forward_flops(shape, row_tokens, response_tokens)
+    selected = np.ones(len(row_tokens), dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
+    total = forward_flops(shape, row_tokens[selected], response_tokens[selected])
+    if shared_prompts and selected.any():
+        width = response.shape[1]
+        agents = batch.non_tensor.get("agent_id")
+        domain = [int(a) for a in agents] if agents is not None else None
+        groups = prompt_groups(batch.batch["input_ids"], attention, width, domain)[selected]  # (n,)
+        prompt_tokens = attention[:, : attention.shape[1] - width].sum(-1).numpy()[selected]  # (n,)
+        for group in np.unique(groups):
+            members = np.nonzero(groups == group)[0]
+            repeats = len(members) - 1  # the prompt runs once for the whole group
+            total -= repeats * forward_flops(shape, prompt_tokens[members[:1]], np.zeros(1))
+    return total
 
 
 def mfu_metrics(flops: dict[str, float], seconds: dict[str, float], gpus: dict[str, int],
@@ -104,16 +118,18 @@ def mfu_metrics(flops: dict[str, float], seconds: dict[str, float], gpus: dict[s
 
 
 def update_mfu_metrics(cfg: RunConfig, batch: DataProto, metrics: dict[str, Any], times: dict[str, float],
-                       shape: ModelShape, gpus: dict[str, int], peak_flops: float) -> dict[str, float]:
+                       shape: ModelShape, gpus: dict[str, int], peak_flops: float,
+                       shared_prompts: bool = False) -> dict[str, float]:
     """MFU of the agents' update: a LoRA update is two forwards' work (forward + backward to the
     activations, ``models/flops.py``; full fine-tuning three) over the rows of the agents that took a
-    step; the critic's own update (``timing/value_critic_update``) is not in the seconds."""
+    step (each group's prompt once with ``shared_prompts``); the critic's own update
+    (``timing/value_critic_update``) is not in the seconds."""
     stepped = [i for i, a in enumerate(cfg.agents) if metrics.get(f"agent/{a.name}/updated", 0.0) > 0]
     rows = np.isin(batch.non_tensor["agent_id"].astype(int), stepped)
     seconds = times.get("timing/update", 0.0) - metrics.get("timing/value_critic_update", 0.0)
     passes = 3.0 if cfg.train.full_finetune else 2.0  # full fine-tuning also computes weight gradients
-    return mfu_metrics({"update": passes * forward_flops_of(batch, shape, rows)}, {"update": seconds}, gpus,
-                       peak_flops)
+    work = passes * forward_flops_of(batch, shape, rows, shared_prompts)
+    return mfu_metrics({"update": work}, {"update": seconds}, gpus, peak_flops)
 
 
 def episode_env_metrics(episodes: list[dict], prefix: str) -> dict[str, float]:

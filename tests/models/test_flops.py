@@ -64,6 +64,35 @@ def test_update_mfu_counts_two_forwards_of_the_agents_that_stepped():
     assert out["system/mfu/update"] == pytest.approx(3 * one_row / 2.0)
 
 
+def test_shared_prompts_count_each_groups_prompt_once():
+    """Agent 0 answers prompt [5, 6] three times (replies of 1, 2, 2 tokens) and [7] once; agent 1 answers
+    [5, 6] once (another adapter: its own group). Run once, a group's prompt costs its linear work and its
+    own attention once; each reply still attends to the whole prompt."""
+    from roll_ma.packing import pack_sequences
+
+    prompts = [[5, 6], [5, 6], [5, 6], [7], [5, 6]]
+    replies = [[1], [1, 2], [3, 4], [1, 1], [2]]
+    tensors = pack_sequences(prompts, replies, 0)
+    rows = DataProto.from_dict({k: tensors[k] for k in ("input_ids", "attention_mask", "response_mask")},
+                               {"agent_id": [0, 0, 0, 0, 1]})
+    plain = forward_flops_of(rows, TINY)
+    assert plain == forward_flops(TINY, np.array([3, 4, 4, 3, 3]), np.array([1, 2, 2, 2, 1]))
+    # by hand: linear 2 * 288 per token run; attention 2 * 2 layers * 4 per (query, key) pair unit, a
+    # prompt of P alone P(P+1), a reply of R after it R(2P+R+1); head 2 * 4 * 10 per response token
+    tokens_run = (2 + 1 + 2 + 2) + (1 + 2) + (2 + 1)
+    pairs = (2 * 3 + 1 * 6 + 2 * 7 + 2 * 7) + (1 * 2 + 2 * 5) + (2 * 3 + 1 * 6)
+    by_hand = 2 * 288 * tokens_run + 16 * pairs + 80 * 8
+    assert forward_flops_of(rows, TINY, shared_prompts=True) == by_hand
+    assert plain - by_hand == 2 * forward_flops(TINY, np.array([2]), np.array([0]))  # two repeats of [5, 6]
+    only_first = np.array([True, True, False, False, False])  # the rows a pass ran: one repeat there
+    assert forward_flops_of(rows, TINY, only_first, shared_prompts=True) == (
+        forward_flops_of(rows, TINY, only_first) - forward_flops(TINY, np.array([2]), np.array([0])))
+    cfg = RunConfig(agents=[AgentConfig(name="a"), AgentConfig(name="b")])
+    stepped = {"agent/a/updated": 1.0, "agent/b/updated": 1.0}
+    shared = update_mfu_metrics(cfg, rows, stepped, {"timing/update": 1.0}, TINY, {"update": 1}, 1.0, True)
+    assert shared["system/mfu/update"] == pytest.approx(2 * by_hand)
+
+
 def test_peak_by_device_name(monkeypatch):
     monkeypatch.delenv("ROLL_MA_PEAK_TFLOPS", raising=False)
     assert peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12

@@ -73,8 +73,9 @@ def score(run: RLRun, batch: DataProto, step: int, timer: StepTimer
     the critic's values; returns the scored batch, its metrics and each scoring pass's FLOPs."""
     cfg = run.cfg
     request = ScoreRequest(temperature=cfg.rollout.temperature)
-    scored_flops = forward_flops_of(batch, run.shape)  # a scoring pass: one forward over every row
-    flops = {"reference": scored_flops, "values": scored_flops}
+    # a scoring pass: one forward over every row (a group's prompt once where the passes share it)
+    scored_flops = forward_flops_of(batch, run.shape, shared_prompts=run.shares_prompts)
+    flops = {"reference": scored_flops, "values": forward_flops_of(batch, run.shape)}
     metrics: dict[str, float] = {}
     if run.plan.reference_needed:
         with timer("reference"):
@@ -105,7 +106,7 @@ def _score_idle_agents(run: RLRun, batch: DataProto, step: int, timer: StepTimer
         rows = batch.select_idxs(idle)
         request = ScoreRequest(temperature=run.cfg.rollout.temperature)
         rows = rows.union(run.workers.train.compute_log_probs(rows, request))
-    flops["old_log_probs"] = forward_flops_of(rows, run.shape)
+    flops["old_log_probs"] = forward_flops_of(rows, run.shape, shared_prompts=run.shares_prompts)
     return logprob_gap_metrics(rows, run.agent_names)
 
 

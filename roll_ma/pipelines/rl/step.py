@@ -77,7 +77,8 @@ def update(run: RLRun, batch: DataProto, request: UpdateRequest, timer: StepTime
     update's MFU."""
     with timer("update"):
         trained = run.workers.train.train_step(batch, request)
-    mfu = update_mfu_metrics(run.cfg, batch, trained, timer.times, run.shape, run.gpus, run.peak_flops)
+    mfu = update_mfu_metrics(run.cfg, batch, trained, timer.times, run.shape, run.gpus, run.peak_flops,
+                             run.shares_prompts)
     return {**trained, **mfu}
 
 
