@@ -11,7 +11,7 @@ import numpy as np
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.models.flops import ModelShape, forward_flops
-from roll_ma.packing import prompt_groups
+from roll_ma.packing import prompt_groups, repeated_prompts
 from roll_ma.protocol import DataProto
 
 
@@ -94,10 +94,8 @@ def forward_flops_of(batch: DataProto, shape: ModelShape, rows: np.ndarray | Non
         domain = [int(a) for a in agents] if agents is not None else None
         groups = prompt_groups(batch.batch["input_ids"], attention, width, domain)[selected]  # (n,)
         prompt_tokens = attention[:, : attention.shape[1] - width].sum(-1).numpy()[selected]  # (n,)
-        for group in np.unique(groups):
-            members = np.nonzero(groups == group)[0]
-            repeats = len(members) - 1  # the prompt runs once for the whole group
-            total -= repeats * forward_flops(shape, prompt_tokens[members[:1]], np.zeros(1))
+        repeats = repeated_prompts(groups)  # (n,) the prompts the pass does not run again
+        total -= forward_flops(shape, prompt_tokens[repeats], np.zeros(int(repeats.sum())))
     return total
 
 

@@ -161,10 +161,14 @@ def prompt_groups(
     return out
 
 
+def repeated_prompts(groups: np.ndarray) -> np.ndarray:
+    """(n,) bool: the rows whose prompt sharing runs no more (every row of a group but its first)."""
+    repeat = np.ones(len(groups), dtype=bool)
+    repeat[np.unique(groups, return_index=True)[1]] = False
+    return repeat
+
+
 def shared_prompt_tokens(prompt_lens: np.ndarray, groups: np.ndarray) -> int:
     """Prompt tokens that sharing saves among these rows: every repeat of a group's prompt
     (prompt_lens, groups: (n,) each; rows of one group have one prompt, hence one length)."""
-    if len(groups) == 0:
-        return 0
-    _, first = np.unique(groups, return_index=True)
-    return int(prompt_lens.sum() - prompt_lens[first].sum())
+    return int(prompt_lens[repeated_prompts(groups)].sum())

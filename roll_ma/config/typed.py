@@ -37,11 +37,11 @@ def is_choice(value: Any, choices: tuple) -> bool:
 def literal_problem(value: Any, choices: tuple) -> str:
     """Why ``value`` is none of ``choices``, with the choice it most likely meant."""
     shown = ", ".join(_as_written(c) for c in choices)
-    text = str(value).lower()
-    meant = [c for c in choices if _as_written(c).strip("'").lower() == text]  # '1' for 1, 'TRUE' for true
+    written = [_as_written(c).strip("'") for c in choices]  # unquoted: what a user typed to mean each
+    meant = [c for c, w in zip(choices, written) if w.lower() == str(value).lower()]  # "1" for 1, TRUE: true
     if not meant and type(value) is int and value in (0, 1) and any(isinstance(c, bool) for c in choices):
         meant = [bool(value)]
-    hint = f" (did you mean {_as_written(meant[0])}?)" if meant else suggest(value, [str(c) for c in choices])
+    hint = f" (did you mean {_as_written(meant[0])}?)" if meant else suggest(value, written)
     return f"must be one of {shown}, got {value!r}{hint}"
 
 

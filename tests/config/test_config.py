@@ -76,6 +76,9 @@ def test_a_choice_is_taken_with_its_type_and_the_message_says_the_one_meant():
     assert "model.liger_kernel: must be one of 'auto', true, false, got 1 (did you mean true?)" in found
     assert "rollout.sleep_level: must be one of 0, 1, 'kv_cache', got '1' (did you mean 1?)" in found
     assert "trainer.resume: must be one of 'auto', 'never', got 'AUTO' (did you mean 'auto'?)" in found
+    typo = problems_of("math_selfplay_tiny", ["model.liger_kernel=ture"])  # suggested as it is written
+    assert typo == [
+        "model.liger_kernel: must be one of 'auto', true, false, got 'ture' (did you mean 'true'?)"]
     found = problems_of("math_selfplay_tiny", ["rollout.sleep_level=true"])
     assert found == ["rollout.sleep_level: must be one of 0, 1, 'kv_cache', got True"]
     cfg = load_config("math_selfplay_tiny",
