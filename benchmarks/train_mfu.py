@@ -4,12 +4,17 @@
     python benchmarks/train_mfu.py --device cuda --model /path/to/random-7b --rows 16 \
         --prompt-lens 100,2048,2048 --response-len 512 --variants padded,packed,packed_nockpt_8k \
         --profile packed --out mfu.json
+    # the peers job's update (job.yaml: 192 rows in groups of 8, ~136-token prompts, 256-token replies)
+    python benchmarks/train_mfu.py --device cuda --model /path/to/random-7b --agents 1 --rows 192 \
+        --group-size 8 --prompt-lens 136 --response-len 256 --variants packed_nockpt_8k,shared_nockpt_8k \
+        --profile shared_nockpt_8k
 
 One multi-agent strategy (the shipped 7B config's train settings: ZeRO-0, bf16, LoRA r16 on q,k,v,o,
 gradient checkpointing, 16k-token micro-batches, 32k for scoring, chunked LM head) on one batch shaped
 like a ``math_selfplay_7b`` step (agent k's prompts ~``prompt-lens[k]`` tokens, left-padded with
 +-25% jitter; responses ``--response-len``, or spread down to a quarter with ``--spread``). Each
-variant changes only how rows run (padding, checkpointing, budgets) and is timed after a warm-up:
+variant changes only how rows run (padding, checkpointing, budgets, a group's prompt once: rows of one
+``--group-size`` group share their prompt's tokens) and is timed after a warm-up:
 seconds, MFU by the formula in ``roll_ma/models/flops.py`` (docs/benchmarks.md), peak memory.
 ``--profile VARIANT`` adds a torch profiler table of one scoring pass and one update of it (top
 kernels by GPU time, and how much of the wall clock no kernel ran). It never asserts.
@@ -34,14 +39,17 @@ from common import (
     timed,
 )
 
-# variant -> (remove_padding, gradient checkpointing, train token budget, scoring token budget)
+# variant -> (remove_padding, gradient checkpointing, train token budget, scoring token budget, a group's
+# prompt run once: train.share_prompt_prefix, which needs packed rows and --group-size > 1 to matter)
 VARIANTS = {
-    "padded": (False, True, 16384, 32768),  # the shipped math_selfplay_7b before packing
-    "packed": (True, True, 16384, 32768),
-    "packed_big": (True, True, 32768, 65536),
-    "packed_nockpt_8k": (True, False, 8192, 32768),
-    "packed_nockpt_16k": (True, False, 16384, 32768),
-    "padded_nockpt_8k": (False, False, 8192, 32768),
+    "padded": (False, True, 16384, 32768, False),  # the shipped math_selfplay_7b before packing
+    "packed": (True, True, 16384, 32768, False),
+    "packed_big": (True, True, 32768, 65536, False),
+    "packed_nockpt_8k": (True, False, 8192, 32768, False),
+    "packed_nockpt_16k": (True, False, 16384, 32768, False),
+    "padded_nockpt_8k": (False, False, 8192, 32768, False),
+    # the peers job's roll_ma row (benchmarks/peers/job.yaml): packed, no checkpointing, 8k, prompt once
+    "shared_nockpt_8k": (True, False, 8192, 32768, True),
 }
 
 
@@ -52,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> Any:
     p.add_argument("--prompt-lens", default="100,2048,2048", help="each agent's mean prompt tokens")
     p.add_argument("--response-len", type=int, default=512)
     p.add_argument("--spread", action="store_true", help="responses from a quarter to all of --response-len")
+    p.add_argument("--group-size", type=int, default=1,
+                   help="rows per GRPO group: an agent's rows come in groups of this many with one prompt")
     p.add_argument("--variants", default="padded,packed", help=f"of {sorted(VARIANTS)}")
     p.add_argument("--profile", default=None, help="a variant to profile with torch.profiler")
     p.add_argument("--lora-rank", type=int, default=16)
@@ -69,8 +79,12 @@ def make_batch(args: Any, vocab: int) -> Any:
     from roll_ma.protocol import DataProto
 
     rng = np.random.default_rng(0)
-    lens = [max(8, int(args.prompt_lens[a % len(args.prompt_lens)] * rng.uniform(0.75, 1.25)))
-            for a in range(args.agents) for _ in range(args.rows)]
+    group = max(1, args.group_size)  # a group's rows repeat its first row's prompt
+    lens: list[int] = []
+    for a in range(args.agents):
+        mean = args.prompt_lens[a % len(args.prompt_lens)]
+        group_lens = [max(8, int(mean * rng.uniform(0.75, 1.25))) for _ in range(-(-args.rows // group))]
+        lens += [n for n in group_lens for _ in range(group)][:args.rows]
     agent_ids = [a for a in range(args.agents) for _ in range(args.rows)]
     low = args.response_len // 4 if args.spread else args.response_len
     resp = rng.integers(low, args.response_len + 1, len(lens))
@@ -79,7 +93,8 @@ def make_batch(args: Any, vocab: int) -> Any:
     responses = torch.zeros(n, R, dtype=torch.long)
     mask = torch.zeros(n, P + R, dtype=torch.long)
     for i, (p, r) in enumerate(zip(lens, resp)):
-        prompts[i, P - p:] = torch.randint(3, vocab, (p,))
+        first = i % args.rows // group * group + i // args.rows * args.rows  # the group's first row
+        prompts[i, P - p:] = prompts[first, P - p:] if first < i else torch.randint(3, vocab, (p,))
         responses[i, :r] = torch.randint(3, vocab, (int(r),))
         mask[i, P - p:P + r] = 1
     tensors = {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
@@ -110,10 +125,11 @@ def use_variant(strategy: Any, name: str) -> None:
     """Switch how rows run, in place: packing, checkpointing and token budgets."""
     from roll_ma.training.micro_batches import MicroBatching
 
-    packed, ckpt, train_tokens, score_tokens = VARIANTS[name]
+    packed, ckpt, train_tokens, score_tokens, shared = VARIANTS[name]
     strategy.train_cfg = dataclasses.replace(strategy.train_cfg, remove_padding=packed,
                                              max_tokens_per_micro_batch=train_tokens,
-                                             score_max_tokens_per_micro_batch=score_tokens)
+                                             score_max_tokens_per_micro_batch=score_tokens,
+                                             share_prompt_prefix=packed and shared)
     for updater in strategy.updaters.values():
         updater.batching = MicroBatching.for_training(strategy.train_cfg)
     base = strategy.model.get_base_model()
@@ -131,10 +147,21 @@ def passes(strategy: Any, batch: Any) -> dict[str, Any]:
     return {"reference": ref, "old_log_probs": old, "update": update}
 
 
-def measure(strategy: Any, batch: Any, name: str, flops: dict[str, float], peak: float, repeats: int) -> dict:
+def pass_flops(batch: Any, shape: Any, name: str) -> dict[str, float]:
+    """Model FLOPs each pass of ``name`` runs (a group's prompt once where the variant shares it); the
+    update counted as two forwards (LoRA: no weight gradients of the frozen base)."""
+    from roll_ma.metrics import forward_flops_of
+
+    packed, _, _, _, shared = VARIANTS[name]
+    forward = forward_flops_of(batch, shape, shared_prompts=packed and shared)
+    return {"reference": forward, "old_log_probs": forward, "update": 2.0 * forward}
+
+
+def measure(strategy: Any, batch: Any, name: str, shape: Any, peak: float, repeats: int) -> dict:
     import torch
 
     use_variant(strategy, name)
+    flops = pass_flops(batch, shape, name)
     row: dict[str, Any] = {"variant": name}
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     for pass_name, fn in passes(strategy, batch).items():
@@ -208,14 +235,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     batch.batch["ref_log_probs"] = strategy.compute_log_probs(batch, adapters_enabled=False).batch[
         "ref_log_probs"]
     forward = forward_flops_of(batch, shape)
-    flops = {"reference": forward, "old_log_probs": forward, "update": 2.0 * forward}
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     peak = peak_flops(device) if torch.cuda.is_available() else None
     tokens = int(batch.batch["attention_mask"].sum())
     log(f"{len(batch)} rows, {tokens} real tokens, forward {forward / 1e12:.1f} TFLOP, peak {peak}")
-    rows = [measure(strategy, batch, v, flops, peak or 0.0, args.repeats) for v in args.variants]
-    notes = [f"{len(batch)} rows ({args.agents} agents x {args.rows}), {tokens} real tokens; forward "
-             f"{forward / 1e12:.1f} TFLOP (models/flops.py), update counted as 2 forwards; peak {peak}"]
+    rows = [measure(strategy, batch, v, shape, peak or 0.0, args.repeats) for v in args.variants]
+    notes = [f"{len(batch)} rows ({args.agents} agents x {args.rows}, groups of {args.group_size}), {tokens} "
+             f"real tokens; forward {forward / 1e12:.1f} TFLOP (models/flops.py; a variant that runs a "
+             f"group's prompt once counts that prompt once), update counted as 2 forwards; peak {peak}"]
     if args.profile:
         notes += profile(strategy, batch, args.profile, args.trace)
     columns = ["variant"] + [f"{p}_{k}" for p in ("reference", "old_log_probs", "update")

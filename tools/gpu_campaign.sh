@@ -265,7 +265,8 @@ PY
     tar -czf "$OUT/p45_logs.tgz" -C /tmp/p45 $(cd /tmp/p45 && ls -d */*.log run_all.log 2>/dev/null) 2>/dev/null ;;
   chains)  # issues 45, 48: one queue of runs per GPU, each in the background, its items one after another on
     # that GPU. CHAIN0="item item ..." CHAIN1=... (CHAIN<g> for GPU g); an item: gpu_tests (pytest -m gpu;
-    # gpu_test:<path> the GPU tests of one file or folder),
+    # gpu_test:<path> the GPU tests of one file or folder), math7b (the shipped math_selfplay_7b, 4 steps),
+    # mfu (benchmarks/train_mfu.py at the job's shape, with a profile of the update),
     # before:AGENTS / after:AGENTS (the peers job's roll_ma row from the tree in .before/ or this tree, issue 48's
     # 7B step before and after), or JOB|ROWS|AGENTS|REPEATS (a run_all item as in peers45; peer rows wait
     # for install_peer_wheels.sh to finish in a later call). Chains start 45 s apart (two local Ray
@@ -300,10 +301,24 @@ PY
       script=/tmp/ch/chain$g.sh; echo "set -u" > $script
       [ $first = 1 ] || echo "sleep 45" >> $script; first=0
       for item in ${!var}; do
+        case "$item" in  # a run that starts Ray waits until 40 s after the last such start on any GPU
+          math7b|before:*|after:*|*"|roll_ma"*) echo "flock /tmp/ch/start.lock bash -c 'w=\$(( \$(cat /tmp/ch/last_start \
+            2>/dev/null || echo 0) + 40 - \$(date +%s) )); [ \$w -gt 0 ] && sleep \$w; date +%s > /tmp/ch/last_start'" >> $script ;;
+        esac
         case "$item" in
           gpu_tests|gpu_test:*) what=tests; [ "$item" = gpu_tests ] || what=${item#gpu_test:}
             echo "cd /tmp/w_after && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_after:$PYTHONPATH timeout 480 \
             python -m pytest -m gpu -q -p no:cacheprovider -p no:randomly $what >> /tmp/ch/gpu_tests.log 2>&1" >> $script ;;
+          math7b)  # the shipped math_selfplay_7b on the job's random 7B, 4 steps (median of steps 2-4)
+            echo "cd /tmp/w_after && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_after:$PYTHONPATH timeout 720 \
+            python start_pipeline.py --config_name math_selfplay_7b model.path=$MODEL trainer.max_steps=4 \
+            trainer.eval_every=0 trainer.save_every=0 trainer.progress_bars=false trainer.output_dir=/tmp/ch/math7b \
+            > /tmp/ch/math7b.log 2>&1" >> $script ;;
+          mfu)  # the update's MFU and a profile of it at the job's shape and the roll_ma row's settings
+            echo "cd /tmp/w_after && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_after:$PYTHONPATH timeout 480 \
+            python benchmarks/train_mfu.py --device cuda --model $MODEL --agents 1 --rows 192 --group-size 8 \
+            --prompt-lens 136 --response-len 256 --variants packed_nockpt_8k,shared_nockpt_8k --repeats 2 \
+            --profile shared_nockpt_8k --out /tmp/ch/mfu.json > /tmp/ch/mfu.log 2>&1" >> $script ;;
           before:*|after:*) side=${item%%:*}
             echo "cd /tmp/w_$side && PYTHONPATH=/tmp/w_$side:$PYTHONPATH python benchmarks/peers/run_all.py \
               --out-dir /tmp/ch/$side --gpus $g --model $MODEL --rows roll_ma --agents ${item#*:} --repeats 1 \
@@ -325,7 +340,8 @@ PY
   chains_wait)  # wait up to WAIT s for every chain (copying what is there to $OUT every 10 s), then the tables
     end=$(( $(date +%s) + ${WAIT:-540} )); n=$(ls /tmp/ch/chain*.sh | wc -l)
     copy() {
-      cp /tmp/ch/progress.log /tmp/ch/gpu_tests.log "$OUT"/ 2>/dev/null
+      cp /tmp/ch/progress.log /tmp/ch/gpu_tests.log /tmp/ch/mfu.json /tmp/ch/mfu.log /tmp/ch/math7b.log "$OUT"/ 2>/dev/null
+      cp /tmp/ch/math7b/metrics.jsonl "$OUT/math7b_metrics.jsonl" 2>/dev/null
       for d in /tmp/ch/before /tmp/ch/after /tmp/ch/g*/*/; do [ -f $d/peers.json ] || continue
         tag=$(echo ${d#/tmp/ch/} | tr -d / ); cp $d/peers.json "$OUT/${tag}_peers.json"; cp $d/peers.md "$OUT/${tag}_peers.md"; done
     }
