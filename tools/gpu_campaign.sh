@@ -270,7 +270,7 @@ PY
     # before:AGENTS / after:AGENTS (the peers job's roll_ma row from the tree in .before/ or this tree, issue 48's
     # 7B step before and after), or JOB|ROWS|AGENTS|REPEATS (a run_all item as in peers45; peer rows wait
     # for install_peer_wheels.sh to finish in a later call). Chains start 45 s apart (two local Ray
-    # instances started at once can hang). Results: /tmp/ch/g<g>/<job>/ and /tmp/ch/<side>/, each item's exit
+    # instances started at once can hang). Results: /tmp/ch/g<g>/<job>_<k>/ (the chain's k-th item) and /tmp/ch/<side>/, each item's exit
     # code in /tmp/ch/progress.log; read back with `WAIT=540 bash tools/gpu_campaign.sh chains_wait` (a call each,
     # until every chain is done). Needs: the random 7B (`peers_model` in an earlier call; this waits up to
     # 300 s for it), for before: items the old tree in .before/ (`mkdir .before && git archive <commit> roll_ma
@@ -300,7 +300,9 @@ PY
       var=CHAIN$g; [ -n "${!var:-}" ] || continue
       script=/tmp/ch/chain$g.sh; echo "set -u" > $script
       [ $first = 1 ] || echo "sleep 45" >> $script; first=0
+      k=0
       for item in ${!var}; do
+        k=$((k + 1))  # each item its own out-dir: an item repeated later in the chain adds runs, replaces none
         case "$item" in  # a run that starts Ray waits until 40 s after the last such start on any GPU
           math7b|before:*|after:*|*"|roll_ma"*) echo "flock /tmp/ch/start.lock bash -c 'w=\$(( \$(cat /tmp/ch/last_start \
             2>/dev/null || echo 0) + 40 - \$(date +%s) )); [ \$w -gt 0 ] && sleep \$w; date +%s > /tmp/ch/last_start'" >> $script ;;
@@ -329,7 +331,7 @@ PY
             done
             echo "cd /tmp/w_after && PYTHONPATH=/tmp/w_after:$PYTHONPATH python benchmarks/peers/run_all.py --sites /tmp/peers \
               --gpus $g --model $MODEL --job benchmarks/peers/$job --rows $rows --agents $agents --repeats $repeats \
-              --out-dir /tmp/ch/g$g/${job%.yaml} --timeout ${RUN_TIMEOUT:-720} >> /tmp/ch/g$g.log 2>&1" >> $script ;;
+              --out-dir /tmp/ch/g$g/${job%.yaml}_$k --timeout ${RUN_TIMEOUT:-720} >> /tmp/ch/g$g.log 2>&1" >> $script ;;
         esac
         echo "echo \"[\$(date +%T)] chain $g: $item done, exit \$?\" >> /tmp/ch/progress.log" >> $script
       done
