@@ -276,14 +276,18 @@ PY
     # 300 s for it), for before: items the old tree in .before/ (`mkdir .before && git archive <commit> roll_ma
     # benchmarks tools examples pyproject.toml setup.py start_pipeline.py | tar -x -C .before`, carried), for
     # peer rows their wheels (install_peer_wheels.sh; an item waits for them). TOTAL: seconds a chain may run
-    # (1700); RUN_TIMEOUT: seconds per runner process (720).
-    # With no CHAIN<g> given: what issues 45 and 46 still lack on one machine: roll_ma's defaults (the KV cache
-    # alone asleep, a group's prompt once: measured 2026-11-28 evening) at N = 1, 3 and 8 and on relay at N = 3,
-    # then the defaults before them at N = 3, on GPU 0; TRL at its best at N = 8, then at N = 1 and 3, on
-    # GPU 1 (a one-GPU machine runs GPU 0's chain only).
+    # (1700; 1380 leaves a two-GPU lease time to read the results back); RUN_TIMEOUT: seconds per runner
+    # process (720). Between two calls the machine goes back after 30 s idle: send them back to back.
+    # With no CHAIN<g> given: what issues 45 and 46 still lack on one machine (N = 1 has its three repeats,
+    # 2026-11-28 night): roll_ma's defaults and TRL at its best at N = 3, three repeats each with the GPUs
+    # swapped, then N = 8 (one each) and roll_ma on relay at N = 3 (~24 minutes on two GPUs); a machine of
+    # four GPUs also runs math_selfplay_7b, the update's MFU profile, OpenRLHF and relay at N = 8 (a one-GPU
+    # machine runs GPU 0's chain only). Merge the chains' tables with benchmarks/peers/merge_tables.py.
     if [ -z "$(compgen -v CHAIN)" ]; then
-      CHAIN0="job.yaml|roll_ma|1,3|1 job.yaml|roll_ma|8|1 relay.yaml|roll_ma|3|1 job.yaml|roll_ma_before46|3|1"
-      CHAIN1="job.yaml|trl_best|8|1 job.yaml|trl_best|1,3|1"
+      CHAIN0="job.yaml|roll_ma|3|1 job.yaml|trl_best|3|1 job.yaml|roll_ma|3|1 job.yaml|roll_ma|8|1 relay.yaml|roll_ma|3|1"
+      CHAIN1="job.yaml|trl_best|3|1 job.yaml|roll_ma|3|1 job.yaml|trl_best|3|1 job.yaml|trl_best|8|1"
+      CHAIN2="math7b mfu"
+      CHAIN3="job.yaml|openrlhf|1|1 relay.yaml|roll_ma|8|1"
     fi
     for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
     MODEL=$(cat /tmp/peers_model_path 2>/dev/null)

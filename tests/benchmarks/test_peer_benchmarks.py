@@ -27,6 +27,7 @@ sys.path[:0] = [str(PEERS), str(PEERS.parent)]
 
 import import_check  # noqa: E402
 import job as peer_job  # noqa: E402
+import merge_tables  # noqa: E402
 import plot_steps  # noqa: E402
 import rewards  # noqa: E402
 import run_all  # noqa: E402
@@ -838,6 +839,35 @@ def test_a_row_is_the_median_of_its_repeats_medians_with_their_spread(job):
     assert (trl1["step_s"], trl1["spread_s"], trl1["repeats"]) == (4.0, [3.0, 5.0], "2/3")
     assert trl1["status"] == "RuntimeError: died"
     assert trl1["vs_roll_ma"] == round(4.0 / 2.2, 2)
+
+
+def test_tables_of_one_job_merge_into_one_with_each_runs_repeat_its_place_in_start_order(job, tmp_path):
+    """The chains' tables each say repeat 0: merged in start order, a row's runs become repeats 0, 1, 2."""
+    calls = [  # (GPU, runs) of each run_all call, in the order they started
+        ("0", [_run("roll_ma", 1, 8.5)]),
+        ("1", [_run("trl_best", 1, 11.8, agent=0), _run("trl_best", 3, 4.6, agent=0)]),
+        ("0", [_run("trl_best", 1, 10.9, agent=0)]),
+        ("1", [_run("roll_ma", 1, 7.9)]),
+        ("0", [_run("roll_ma", 1, 8.3)]),
+    ]
+    files = []
+    for k, (gpu, runs) in enumerate(calls):
+        path = tmp_path / f"t{k}.json"
+        path.write_text(json.dumps({"job": job.source, "runs": [{**r, "gpu_index": gpu} for r in runs]}))
+        files.append(str(path))
+    summary = merge_tables.main([*files, "--repeats", "3", "--out-dir", str(tmp_path / "merged")])
+    ours = next(r for r in summary["rows"] if r["row"] == "roll_ma")
+    assert ours["repeat_step_s"] == [8.5, 7.9, 8.3] and ours["repeat_gpus"] == ["0", "1", "0"]
+    assert (ours["step_s"], ours["spread_s"], ours["repeats"]) == (8.3, [7.9, 8.5], "3/3")
+    trl1 = next(r for r in summary["rows"] if r["row"] == "trl_best" and r["agents"] == 1)
+    assert trl1["repeat_step_s"] == [11.8, 10.9] and trl1["repeats"] == "2/3"
+    assert [(h["roll_ma_row"], h["peer_row"], h["ratio"]) for h in summary["headline"]] == [
+        ("roll_ma", "trl_best", round(11.35 / 8.3, 2))]
+    assert "| roll_ma | 1 |" in (tmp_path / "merged" / "peers.md").read_text()
+    other = tmp_path / "relay.json"
+    other.write_text(json.dumps({"job": "benchmarks/peers/relay.yaml", "runs": []}))
+    with pytest.raises(SystemExit, match="different jobs"):
+        merge_tables.main([files[0], str(other), "--out-dir", str(tmp_path / "x")])
 
 
 def test_the_headline_puts_each_roll_ma_row_against_each_peers_fastest_row(job):
