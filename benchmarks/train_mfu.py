@@ -61,7 +61,8 @@ def parse_args(argv: list[str] | None = None) -> Any:
     p.add_argument("--response-len", type=int, default=512)
     p.add_argument("--spread", action="store_true", help="responses from a quarter to all of --response-len")
     p.add_argument("--group-size", type=int, default=1,
-                   help="rows per GRPO group: an agent's rows come in groups of this many with one prompt")
+                   help="rows per GRPO group: an agent's rows come in groups of this many with one prompt "
+                        "(the last group smaller where --rows is not a multiple)")
     p.add_argument("--variants", default="padded,packed", help=f"of {sorted(VARIANTS)}")
     p.add_argument("--profile", default=None, help="a variant to profile with torch.profiler")
     p.add_argument("--lora-rank", type=int, default=16)
@@ -69,6 +70,11 @@ def parse_args(argv: list[str] | None = None) -> Any:
     args = p.parse_args(argv)
     args.prompt_lens = [int(x) for x in args.prompt_lens.split(",")]
     args.variants = str_list(args.variants)
+    unknown = [v for v in [*args.variants, args.profile] if v is not None and v not in VARIANTS]
+    if unknown:
+        p.error(f"unknown variant {', '.join(unknown)}; the variants are {', '.join(sorted(VARIANTS))}")
+    if args.group_size < 1:
+        p.error(f"--group-size must be 1 or more (rows per prompt group), got {args.group_size}")
     return args
 
 

@@ -269,8 +269,9 @@ PY
     # mfu (benchmarks/train_mfu.py at the job's shape, with a profile of the update),
     # before:AGENTS / after:AGENTS (the peers job's roll_ma row from the tree in .before/ or this tree, issue 48's
     # 7B step before and after), or JOB|ROWS|AGENTS|REPEATS (a run_all item as in peers45; peer rows wait
-    # for install_peer_wheels.sh to finish in a later call). Chains start 45 s apart (two local Ray
-    # instances started at once can hang). Results: /tmp/ch/g<g>/<job>_<k>/ (the chain's k-th item) and /tmp/ch/<side>/, each item's exit
+    # for install_peer_wheels.sh to finish in a later call). Every chain but GPU 0's starts 45 s
+    # later, and an item that starts Ray (roll_ma, verl, OpenRLHF, math7b) waits until 40 s after the last such
+    # start on any GPU (two local Ray instances started at once can hang). Results: /tmp/ch/g<g>/<job>_<k>/ (the chain's k-th item) and /tmp/ch/<side>/, each item's exit
     # code in /tmp/ch/progress.log; read back with `WAIT=540 bash tools/gpu_campaign.sh chains_wait` (a call each,
     # until every chain is done). Needs: the random 7B (`peers_model` in an earlier call; this waits up to
     # 300 s for it), for before: items the old tree in .before/ (`mkdir .before && git archive <commit> roll_ma
@@ -307,8 +308,14 @@ PY
       k=0
       for item in ${!var}; do
         k=$((k + 1))  # each item its own out-dir: an item repeated later in the chain adds runs, replaces none
-        case "$item" in  # a run that starts Ray waits until 40 s after the last such start on any GPU
-          math7b|before:*|after:*|*"|roll_ma"*) echo "flock /tmp/ch/start.lock bash -c 'w=\$(( \$(cat /tmp/ch/last_start \
+        case "$item" in  # a peer's rows wait for its wheels (install_peer_wheels.sh, a later call)
+          *"|"*) rows=$(echo "$item" | cut -d'|' -f2)
+            for fw in $(echo "$rows" | tr ',' '\n' | cut -d@ -f1 | cut -d_ -f1 | grep -v '^roll' | sort -u); do
+              echo "while [ ! -e /tmp/peer_stage/.done.$fw ]; do sleep 5; done" >> $script
+            done ;;
+        esac
+        case "$item" in  # then a run that starts Ray waits until 40 s after the last such start on any GPU
+          math7b|before:*|after:*|*roll_ma*|*verl*|*openrlhf*) echo "flock /tmp/ch/start.lock bash -c 'w=\$(( \$(cat /tmp/ch/last_start \
             2>/dev/null || echo 0) + 40 - \$(date +%s) )); [ \$w -gt 0 ] && sleep \$w; date +%s > /tmp/ch/last_start'" >> $script ;;
         esac
         case "$item" in
@@ -330,14 +337,11 @@ PY
               --out-dir /tmp/ch/$side --gpus $g --model $MODEL --rows roll_ma --agents ${item#*:} --repeats 1 \
               --timeout ${RUN_TIMEOUT:-720} > /tmp/ch/$side.log 2>&1" >> $script ;;
           *) IFS='|' read -r job rows agents repeats <<< "$item"
-            for fw in $(echo "$rows" | tr ',' '\n' | cut -d@ -f1 | cut -d_ -f1 | grep -v '^roll' | sort -u); do
-              echo "while [ ! -e /tmp/peer_stage/.done.$fw ]; do sleep 5; done" >> $script
-            done
             echo "cd /tmp/w_after && PYTHONPATH=/tmp/w_after:$PYTHONPATH python benchmarks/peers/run_all.py --sites /tmp/peers \
               --gpus $g --model $MODEL --job benchmarks/peers/$job --rows $rows --agents $agents --repeats $repeats \
               --out-dir /tmp/ch/g$g/${job%.yaml}_$k --timeout ${RUN_TIMEOUT:-720} >> /tmp/ch/g$g.log 2>&1" >> $script ;;
         esac
-        echo "echo \"[\$(date +%T)] chain $g: $item done, exit \$?\" >> /tmp/ch/progress.log" >> $script
+        echo "rc=\$?; echo \"[\$(date +%T)] chain $g: $item done, exit \$rc\" >> /tmp/ch/progress.log" >> $script
       done
       echo "echo DONE >> /tmp/ch/chain$g.done" >> $script
       setsid nohup bash -c "timeout ${TOTAL:-1700} bash $script" > /tmp/ch/chain$g.log 2>&1 < /dev/null &

@@ -38,13 +38,45 @@ def renumber(tables: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return runs
 
 
+def read_table(path: str) -> dict[str, Any]:
+    """One run_all table (peers.json), or a one-line exit naming the file and what is wrong with it; a table
+    that is itself a merge is refused (its runs would count twice beside the tables it came from)."""
+    try:
+        table = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise SystemExit(f"merge_tables: cannot read {path}: {err.strerror or err}") from None
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"merge_tables: {path} is not JSON ({err.msg}, line {err.lineno}): give run_all's "
+                         "peers.json files") from None
+    if not isinstance(table, dict) or "job" not in table or not isinstance(table.get("runs"), list):
+        raise SystemExit(f"merge_tables: {path} is not a run_all table (no 'job' and 'runs')")
+    if table.get("merged_from"):
+        raise SystemExit(f"merge_tables: {path} is already a merge (of {len(table['merged_from'])} tables); "
+                         "give the tables it was merged from")
+    return table
+
+
+def check_each_run_once(tables: list[dict[str, Any]], paths: list[str]) -> None:
+    """A run (its log file) in two of the tables: the same file given twice, or overlapping tables."""
+    seen: dict[str, str] = {}
+    for table, path in zip(tables, paths):
+        for run in table["runs"]:
+            log = run.get("log")
+            if log and log in seen:
+                raise SystemExit(f"merge_tables: the run {log} is in {seen[log]} and in {path}: each run "
+                                 "counts once")
+            if log:
+                seen[log] = path
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tables", nargs="+", help="peers.json files of one job, in the order their runs started")
     p.add_argument("--repeats", type=int, default=None, help="planned repeats (default: the job's)")
     p.add_argument("--out-dir", required=True)
     args = p.parse_args(argv)
-    tables = [json.loads(Path(t).read_text()) for t in args.tables]
+    tables = [read_table(t) for t in args.tables]
+    check_each_run_once(tables, args.tables)
     jobs = {t["job"] for t in tables}
     if len(jobs) != 1:
         raise SystemExit(f"merge_tables: the tables are of different jobs ({sorted(jobs)}); merge one job's")

@@ -868,6 +868,21 @@ def test_tables_of_one_job_merge_into_one_with_each_runs_repeat_its_place_in_sta
     other.write_text(json.dumps({"job": "benchmarks/peers/relay.yaml", "runs": []}))
     with pytest.raises(SystemExit, match="different jobs"):
         merge_tables.main([files[0], str(other), "--out-dir", str(tmp_path / "x")])
+    # a table given twice, or a merge beside its own tables, would count its runs twice: refused
+    logged = tmp_path / "logged.json"
+    one_run = [_run("roll_ma", 1, 8.5, log="/l/roll_ma_r0.log")]
+    logged.write_text(json.dumps({"job": job.source, "runs": one_run}))
+    with pytest.raises(SystemExit, match="counts once"):
+        merge_tables.main([str(logged), str(logged), "--out-dir", str(tmp_path / "x")])
+    with pytest.raises(SystemExit, match="already a merge"):
+        merge_tables.main([str(tmp_path / "merged" / "peers.json"), files[0], "--out-dir", str(tmp_path)])
+    # what a user can get wrong about a file: one line naming it
+    (tmp_path / "notes.md").write_text("| not | json |")
+    (tmp_path / "other.json").write_text("{}")
+    mistakes = [("missing.json", "cannot read"), ("notes.md", "is not JSON"), ("other.json", "not a run_all")]
+    for bad, said in mistakes:
+        with pytest.raises(SystemExit, match=said):
+            merge_tables.main([str(tmp_path / bad), "--out-dir", str(tmp_path / "x")])
 
 
 def test_the_headline_puts_each_roll_ma_row_against_each_peers_fastest_row(job):
