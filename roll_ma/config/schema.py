@@ -262,6 +262,8 @@ class RolloutConfig:
         "was most of what a sleep cost: 0.93 -> 0.23 s of sleep + sync a 7B step, docs/benchmarks.md); 1: "
         "vLLM's sleep level 1 (the weights copied to host memory and back each step, the KV cache dropped: "
         "the trainer also gets the weights' room, ~15 GB at 7B); 0: nothing (the engine stays awake)",
+        refused={2: "vLLM's sleep level 2 discards the weights, which breaks reloading LoRA adapters into "
+                    "the engine (verl #3516); 1 frees the weights' memory too and keeps them"},
     )
     max_num_seqs: int = _f(256, "vllm: max concurrent sequences", min=1)
     max_staleness: int = _f(

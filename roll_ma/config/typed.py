@@ -45,6 +45,15 @@ def literal_problem(value: Any, choices: tuple) -> str:
     return f"must be one of {shown}, got {value!r}{hint}"
 
 
+def _refused_why(meta: dict[str, Any], value: Any) -> str | None:
+    """The field's reason for leaving ``value`` out of its choices (``refused``: {value: why}), matched with
+    its type as a choice is (true is not 1)."""
+    for refused, why in meta.get("refused", {}).items():
+        if type(refused) is type(value) and refused == value:
+            return why
+    return None
+
+
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -91,7 +100,8 @@ class _Converter:
         if origin is Literal:
             choices = typing.get_args(tp)
             if not is_choice(value, choices):
-                self.fail(key, literal_problem(value, choices))
+                why = _refused_why(meta, value)
+                self.fail(key, literal_problem(value, choices) + (f": {why}" if why else ""))
             return value
         if dataclasses.is_dataclass(tp):
             return self.dataclass(tp, value, key)

@@ -81,6 +81,10 @@ def test_a_choice_is_taken_with_its_type_and_the_message_says_the_one_meant():
         "model.liger_kernel: must be one of 'auto', true, false, got 'ture' (did you mean 'true'?)"]
     found = problems_of("math_selfplay_tiny", ["rollout.sleep_level=true"])
     assert found == ["rollout.sleep_level: must be one of 0, 1, 'kv_cache', got True"]
+    # a value left out on purpose says why (vLLM's level 2 would break adapter reloads)
+    (level2,) = problems_of("math_selfplay_tiny", ["rollout.sleep_level=2"])
+    assert level2.startswith("rollout.sleep_level: must be one of 0, 1, 'kv_cache', got 2: vLLM's sleep "
+                             "level 2 discards the weights") and "verl #3516" in level2
     cfg = load_config("math_selfplay_tiny",
                       overrides=["train.share_prompt_prefix=false", "rollout.sleep_level=1"])
     assert (cfg.train.share_prompt_prefix, cfg.rollout.sleep_level) == (False, 1)
