@@ -11,7 +11,7 @@ import numpy as np
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.models.flops import ModelShape, forward_flops
-from roll_ma.packing import prompt_groups, repeated_prompts
+from roll_ma.packing import prompt_groups, repeated_prompts, shared_prefix_lens
 from roll_ma.protocol import DataProto
 
 
@@ -81,8 +81,8 @@ def logprob_gap_metrics(batch: DataProto, agent_names: list[str]) -> dict[str, f
 def forward_flops_of(batch: DataProto, shape: ModelShape, rows: np.ndarray | None = None,
                      shared_prompts: bool = False) -> float:
     """Model FLOPs of one forward over the batch's rows (all, or the (B,) bool ``rows``). ``shared_prompts``:
-    the pass runs each prompt group's prompt once (``train.share_prompt_prefix``), so the FLOPs it runs are
-    fewer by the prompt's forward for every repeat of it (a reply's attention to the prompt is unchanged)."""
+    the pass runs each prompt group's shared prefix once (``train.share_prompt_prefix``), so the FLOPs it
+    runs are fewer by the prefix's forward for every repeat of it (attention to the prefix is unchanged)."""
     attention = batch.batch["attention_mask"]  # (B, T)
     response = batch.batch["response_mask"]  # (B, R)
     row_tokens, response_tokens = attention.sum(-1).numpy(), response.sum(-1).numpy()
@@ -90,12 +90,14 @@ def forward_flops_of(batch: DataProto, shape: ModelShape, rows: np.ndarray | Non
     total = forward_flops(shape, row_tokens[selected], response_tokens[selected])
     if shared_prompts and selected.any():
         width = response.shape[1]
-        agents = batch.non_tensor.get("agent_id")
+        agents, episodes = batch.non_tensor.get("agent_id"), batch.non_tensor.get("group_id")
         domain = [int(a) for a in agents] if agents is not None else None
-        groups = prompt_groups(batch.batch["input_ids"], attention, width, domain)[selected]  # (n,)
-        prompt_tokens = attention[:, : attention.shape[1] - width].sum(-1).numpy()[selected]  # (n,)
-        repeats = repeated_prompts(groups)  # (n,) the prompts the pass does not run again
-        total -= forward_flops(shape, prompt_tokens[repeats], np.zeros(int(repeats.sum())))
+        ids = batch.batch["input_ids"]
+        groups = prompt_groups(ids, attention, width, domain,  # (B,)
+                               list(episodes) if episodes is not None else None)
+        shared = shared_prefix_lens(ids, attention, width, groups)[selected]  # (n,) each group's prefix
+        repeats = repeated_prompts(groups[selected])  # (n,) the prefixes the pass does not run again
+        total -= forward_flops(shape, shared[repeats], np.zeros(int(repeats.sum())))
     return total
 
 

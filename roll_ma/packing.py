@@ -145,20 +145,84 @@ def prompt_groups(
     attention_mask: torch.Tensor,
     response_len: int,
     domain: Sequence[int] | None = None,
+    episode_groups: Sequence[object] | None = None,
 ) -> np.ndarray:
-    """(N,) group id of each row: rows share an id when their real prompt tokens are identical and so is
-    their ``domain`` (the agent: each agent's adapter changes the prompt's hidden states, so only rows
-    scored by one adapter may share a prompt's computation). Ids are numbered by first appearance.
+    """(N,) group id of each row: rows whose prompt's computation can run once. Only rows of one ``domain``
+    share (the agent: each agent's adapter changes the prompt's hidden states). Rows share when their real
+    prompt tokens are identical; and where the rows' ``episode_groups`` are given (GRPO's ``group_id``:
+    samples that branch from one history), the rows of one domain and episode group share the longest
+    prefix common to their prompts instead, wherever that saves more tokens than their identical prompts
+    do (a relay turn's prompt carries each sample's own earlier replies after the shared start). Ids are
+    numbered by first appearance; ``shared_prefix_lens`` gives each group's shared length.
 
     input_ids, attention_mask: (N, T) rows whose last ``response_len`` columns are the response."""
+    prompts = _real_prompts(input_ids, attention_mask, response_len)
+    keys: list[tuple] = [(int(domain[i]) if domain is not None else 0, prompts[i].tobytes())
+                         for i in range(len(prompts))]
+    if episode_groups is not None:
+        sets: dict[tuple, list[int]] = {}
+        for i, key in enumerate(keys):
+            sets.setdefault((key[0], episode_groups[i]), []).append(i)
+        for (dom, episode), rows in sets.items():
+            if len(rows) > 1 and _prefix_saving(prompts, rows) > _identical_saving(keys, rows):
+                for i in rows:
+                    keys[i] = (dom, "prefix", episode)
+    seen: dict[tuple, int] = {}
+    return np.asarray([seen.setdefault(key, len(seen)) for key in keys], dtype=np.int64)
+
+
+def _real_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  response_len: int) -> list[np.ndarray]:
+    """Each row's real prompt tokens (int64), without its left padding."""
     split = input_ids.shape[1] - response_len
     ids, mask = input_ids[:, :split].numpy(), attention_mask[:, :split].numpy().astype(bool)  # (N, P) each
-    seen: dict[tuple[int, bytes], int] = {}
-    out = np.empty(len(ids), dtype=np.int64)
-    for i in range(len(ids)):
-        key = (int(domain[i]) if domain is not None else 0, ids[i][mask[i]].astype(np.int64).tobytes())
-        out[i] = seen.setdefault(key, len(seen))
+    return [ids[i][mask[i]].astype(np.int64) for i in range(len(ids))]
+
+
+def common_prefix_len(prompts: Sequence[np.ndarray]) -> int:
+    """Tokens at the start of every one of ``prompts`` (1-D token arrays), one and the same."""
+    first, n = prompts[0], min(len(p) for p in prompts)
+    for other in prompts[1:]:
+        differ = np.nonzero(first[:n] != other[:n])[0]
+        n = int(differ[0]) if len(differ) else n
+    return n
+
+
+def _prefix_saving(prompts: list[np.ndarray], rows: list[int]) -> int:
+    """Tokens saved when ``rows`` run their common prefix once (every row but one skips it)."""
+    return (len(rows) - 1) * common_prefix_len([prompts[i] for i in rows])
+
+
+def _identical_saving(keys: list[tuple], rows: list[int]) -> int:
+    """Tokens saved when ``rows`` share only identical prompts: every repeat of one prompt."""
+    seen: set[tuple] = set()
+    saved = 0
+    for i in rows:
+        if keys[i] in seen:
+            saved += len(keys[i][1]) // 8  # the prompt's bytes, int64 tokens
+        seen.add(keys[i])
+    return saved
+
+
+def shared_prefix_lens(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, response_len: int, groups: np.ndarray
+) -> np.ndarray:
+    """(N,) tokens each row's group runs once: the prefix common to the group's real prompts (the whole
+    prompt where they are identical; a row alone: its prompt)."""
+    prompts = _real_prompts(input_ids, attention_mask, response_len)
+    out = np.empty(len(prompts), dtype=np.int64)
+    for g in np.unique(groups):
+        rows = np.nonzero(groups == g)[0]
+        out[rows] = common_prefix_len([prompts[i] for i in rows])
     return out
+
+
+def shared_lengths(prompt_lens: np.ndarray, response_lens: np.ndarray,
+                   shared_lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) x 2: each row's tokens split as its group shares them: the shared prefix, and the rest (its
+    own prompt tokens after the prefix, then its response). What a token budget packs: with these, a
+    group costs its prefix once and every row's rest (``MicroBatching.cost``)."""
+    return shared_lens, prompt_lens - shared_lens + response_lens
 
 
 def repeated_prompts(groups: np.ndarray) -> np.ndarray:
@@ -168,7 +232,8 @@ def repeated_prompts(groups: np.ndarray) -> np.ndarray:
     return repeat
 
 
-def shared_prompt_tokens(prompt_lens: np.ndarray, groups: np.ndarray) -> int:
-    """Prompt tokens that sharing saves among these rows: every repeat of a group's prompt
-    (prompt_lens, groups: (n,) each; rows of one group have one prompt, hence one length)."""
-    return int(prompt_lens[repeated_prompts(groups)].sum())
+def shared_prompt_tokens(shared_lens: np.ndarray, groups: np.ndarray) -> int:
+    """Prompt tokens that sharing saves among these rows: every repeat of a group's shared prefix
+    (shared_lens, groups: (n,) each; ``shared_prefix_lens``, or the prompt lengths where a group's prompts
+    are identical)."""
+    return int(shared_lens[repeated_prompts(groups)].sum())

@@ -359,7 +359,10 @@ class TrainConfig:
         "with remove_padding: the rows of one GRPO group (same agent, same prompt tokens) run their shared "
         "prompt once in the scoring and update passes, each reply attending to it (same log-probs and "
         "gradients as repeating it; a budget counts the prompt once). Saves the prompt's repeats: ~30% of "
-        "the trainer's tokens with 8 samples of 136-token prompts and 256-token replies. auto: on wherever "
+        "the trainer's tokens with 8 samples of 136-token prompts and 256-token replies. Samples that "
+        "branch from one history (rows of one group_id whose prompts go on with each sample's own earlier "
+        "replies) run their common prefix once, wherever that saves more than identical prompts. auto: on "
+        "wherever "
         "rows are packed under the default attention (roll_ma_varlen); packed rows under another "
         "model.attn_implementation run it off, with one line saying so. true: refused where it cannot run",
     )

@@ -1,19 +1,21 @@
 """A group's prompt run once: the packed layout in which each reply attends to one shared copy of it.
 
 A GRPO group's samples repeat one prompt; packed one row after another (``train.remove_padding``) the
-prompt's tokens run once per sample. With ``train.share_prompt_prefix`` a group (rows whose prompt
-tokens are identical and whose adapter is the same: ``packing.prompt_groups``) becomes one segment
-``[prompt, reply_1, ..., reply_K]``: the prompt at positions 0..P-1, every reply at P..P+R_i-1. Attention
+prompt's tokens run once per sample. With ``train.share_prompt_prefix`` a group (rows of one adapter whose
+prompts are identical, or which branch from one history: ``packing.prompt_groups``) becomes one segment
+``[prefix, rest_1, ..., rest_K]``: the prefix their prompts share at positions 0..P-1, then each row's rest
+(its own prompt tokens after the prefix, S_i of them, and its reply, R_i) at P..P+S_i+R_i-1. Attention
 runs per QUERY sequence, each with its own KEY sequence (``roll_ma_varlen``: ``shared_kv_index``):
 
     queries               keys (gathered from the packed sequence)   mask
-    prompt (P)            prompt                                       causal
-    reply_i (R_i)         prompt + reply_i (P + R_i)                   causal, aligned bottom-right
+    prefix (P)            prefix                                       causal
+    rest_i (S_i + R_i)    prefix + rest_i (P + S_i + R_i)              causal, aligned bottom-right
 
-so reply_i sees exactly what it saw as its own row, never reply_j; a lone row stays one sequence. The
-first reply token is predicted from the prompt's last hidden state (shared), the rest from the reply's
-own positions. The gather's backward sums the gradient of every reply into the shared prompt's keys and
-values, which is what the repeated prompts gave. (The idea: "Prefix Grouper", arXiv 2506.05433.)
+so rest_i sees exactly what it saw as its own row, never rest_j; a lone row stays one sequence. A reply's
+first token is predicted from the last hidden state before it (the row's own prompt, or the shared prefix
+where the prompts are identical: S_i = 0), the rest from the reply's own positions. The gather's backward
+sums the gradient of every row into the shared prefix's keys and values, which is what the repeated
+prompts gave. (The idea: "Prefix Grouper", arXiv 2506.05433.)
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from roll_ma.packing import common_prefix_len
 
 
 @dataclass
@@ -54,7 +58,7 @@ class SharedLayout:
 
 def shared_layout(ids: torch.Tensor, attn: torch.Tensor, resp_len: int, groups: torch.Tensor) -> SharedLayout:
     """The layout of (b, T) rows (prompt left-padded, the last ``resp_len`` columns the response) whose
-    (b,) ``groups`` say which share a prompt (equal ids: identical real prompt tokens, checked here)."""
+    (b,) ``groups`` say which share their prompts' common prefix (its length found here)."""
     real = attn.bool()
     split = ids.shape[1] - resp_len
     prompt_cols = [torch.nonzero(real[i, :split]).flatten() for i in range(len(ids))]
@@ -68,33 +72,31 @@ def shared_layout(ids: torch.Tensor, attn: torch.Tensor, resp_len: int, groups: 
     keys: list[torch.Tensor] = []
     resp_start, prompt_last = [0] * len(ids), [0] * len(ids)
     offset = 0
-    for rows in members.values():
-        prompt = ids[rows[0], prompt_cols[rows[0]]]  # (P,)
-        for i in rows[1:]:
-            if not torch.equal(ids[i, prompt_cols[i]], prompt):
-                raise ValueError(f"rows {rows[0]} and {i} share a prompt group but not their prompt tokens")
-        p, lo = len(prompt), offset
-        tokens.append(prompt)
-        positions.append(torch.arange(p))
-        offset += p
+    for rows, k in _units(ids, prompt_cols, members):
+        prefix = ids[rows[0], prompt_cols[rows[0]][:k]]  # (k,) the tokens every row of the unit starts with
+        lo = offset
+        tokens.append(prefix)
+        positions.append(torch.arange(k))
+        offset += k
         lone = len(rows) == 1  # one sequence, as without sharing
         if not lone:
-            q_lens.append(p)
-            keys.append(torch.arange(lo, lo + p))
+            q_lens.append(k)
+            keys.append(torch.arange(lo, lo + k))
         for i in rows:
-            r = len(resp_cols[i])
-            prompt_last[i], resp_start[i] = lo + p - 1, offset
-            if r == 0:
+            own = prompt_cols[i][k:]  # (s,) the row's prompt after the shared prefix
+            s, r = len(own), len(resp_cols[i])
+            prompt_last[i], resp_start[i] = (offset + s - 1 if s else lo + k - 1), offset + s
+            if r == 0:  # nothing to predict: its own prompt tokens need not run
                 continue
-            tokens.append(ids[i, resp_cols[i]])
-            positions.append(torch.arange(p, p + r))
-            q_lens.append(p + r if lone else r)
-            keys.append(torch.arange(lo, offset + r) if lone else
-                        torch.cat([torch.arange(lo, lo + p), torch.arange(offset, offset + r)]))
-            offset += r
+            tokens.append(ids[i, torch.cat([own, resp_cols[i]])])
+            positions.append(torch.arange(k, k + s + r))
+            q_lens.append(k + s + r if lone else s + r)
+            keys.append(torch.arange(lo, offset + s + r) if lone else
+                        torch.cat([torch.arange(lo, lo + k), torch.arange(offset, offset + s + r)]))
+            offset += s + r
         if lone and len(resp_cols[rows[0]]) == 0:  # a lone row without a response: its prompt alone
-            q_lens.append(p)
-            keys.append(torch.arange(lo, lo + p))
+            q_lens.append(k)
+            keys.append(torch.arange(lo, lo + k))
     hidden, target = [], []
     for i in range(len(ids)):
         r = len(resp_cols[i])
@@ -114,6 +116,20 @@ def shared_layout(ids: torch.Tensor, attn: torch.Tensor, resp_len: int, groups: 
         hidden_index=torch.cat(hidden).to(device),
         target_index=torch.cat(target).to(device),
     )
+
+
+def _units(ids: torch.Tensor, prompt_cols: list[torch.Tensor],
+           members: dict[int, list[int]]) -> list[tuple[list[int], int]]:
+    """Each group's rows with the length of the prefix their real prompts share (the whole prompt where
+    they are identical, ``packing.prompt_groups``); a group whose prompts share no token, row by row."""
+    units: list[tuple[list[int], int]] = []
+    for rows in members.values():
+        k = common_prefix_len([ids[i, prompt_cols[i]].cpu().numpy() for i in rows])
+        if len(rows) > 1 and k == 0:
+            units += [([i], len(prompt_cols[i])) for i in rows]
+        else:
+            units.append((rows, k))
+    return units
 
 
 def _starts(lengths: list[int]) -> torch.Tensor:

@@ -86,7 +86,9 @@ class MicroBatching:
     def cost(self, prompt_lens: np.ndarray, response_lens: np.ndarray,
              groups: np.ndarray | None = None) -> int:
         """Tokens a micro-batch of these rows runs: packed length (each group's prompt once when they
-        share), or rows x padded width. groups: (n,) the rows' prompt groups, or None."""
+        share), or rows x padded width. groups: (n,) the rows' prompt groups, or None. With shared prompts
+        the caller gives each row's shared prefix as its prompt and the rest as its response
+        (``packing.shared_lengths``: a group of rows that branch from one history shares its prefix)."""
         if len(prompt_lens) == 0:
             return 0
         if self.remove_padding:

@@ -32,9 +32,8 @@ from roll_ma.models.logprobs import choice_log_probs, response_log_probs
 from roll_ma.packing import shared_prompt_tokens
 from roll_ma.protocol import DataProto
 from roll_ma.training.agent_sums import AgentSums, row_slots
-from roll_ma.training.micro_batches import real_lengths
 from roll_ma.training.policy_engine import PolicyEngine
-from roll_ma.training.scoring import check_columns, row_prompt_groups
+from roll_ma.training.scoring import budget_lengths, check_columns, row_prompt_groups
 from roll_ma.training.update_loop import PolicyUpdate, UpdateContext, UpdatePlan, run_update
 
 TRAIN_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages")
@@ -152,11 +151,10 @@ class PPOLoss:
         units = tokens if algo.loss_agg == "token_mean" else np.ones(n)
         choices = self.bonus.has_choice.astype(np.float64) if self.bonus is not None else np.zeros(n)
         self.counts = np.stack([tokens, units, choices], axis=1)  # (N, 3)
-        # (N,) real prompt and response tokens of each row: what a token budget counts
-        self.prompt_lens, self.response_lens = real_lengths(
-            rows.batch["attention_mask"], rows.batch["responses"].shape[1]
-        )
-        self.groups = row_prompt_groups(rows, engine.batching)  # (N,) or None: each group's prompt once
+        self.groups = row_prompt_groups(rows, engine.batching)  # (N,) or None: each group's prefix once
+        # (N,) x 2 what a token budget counts: real prompt and response tokens, or with shared prompts each
+        # row's shared prefix and the rest (they add up to the same row)
+        self.prompt_lens, self.response_lens = budget_lengths(rows, self.groups)
 
     def micro_loss(
         self, idx: torch.Tensor, real: torch.Tensor, local_denoms: np.ndarray, sums: AgentSums
@@ -264,7 +262,7 @@ class PPOLoss:
 
     def _input_tokens(self, idx: torch.Tensor, keep: torch.Tensor) -> tuple[float, float]:
         """Prompt + response tokens of rows ``idx[keep]`` ((b,) bool) and those the forward ran: each
-        group's prompt once when prompts are shared (groups never cross agents, so per agent is exact)."""
+        group's shared prefix once when prompts are shared (groups never cross agents: per agent is exact)."""
         rows = idx[keep.cpu()].numpy()
         p, r = self.prompt_lens[rows], self.response_lens[rows]
         total = float(p.sum() + r.sum())

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from roll_ma.models.logprobs import response_log_probs
-from roll_ma.packing import prompt_groups
+from roll_ma.packing import prompt_groups, shared_lengths, shared_prefix_lens
 from roll_ma.protocol import DataProto
 from roll_ma.training.micro_batches import MicroBatching, real_lengths
 
@@ -26,14 +26,28 @@ def check_columns(data: DataProto, keys: tuple[str, ...] | list[str], who: str) 
 
 
 def row_prompt_groups(data: DataProto, batching: MicroBatching) -> np.ndarray | None:
-    """(B,) prompt group of each row (``packing.prompt_groups``; rows of different agents never share)
-    when ``batching`` shares prompts, else None."""
+    """(B,) prompt group of each row (``packing.prompt_groups``: rows of different agents never share; the
+    rows' GRPO ``group_id`` lets samples that branch from one history share its prefix) when ``batching``
+    shares prompts, else None."""
     if not (batching.share_prefix and batching.remove_padding) or len(data) == 0:
         return None
     agents = data.non_tensor.get("agent_id")
     domain = [int(a) for a in agents] if agents is not None else None
+    episodes = data.non_tensor.get("group_id")
     width = data.batch["responses"].shape[1]
-    return prompt_groups(data.batch["input_ids"], data.batch["attention_mask"], width, domain)
+    return prompt_groups(data.batch["input_ids"], data.batch["attention_mask"], width, domain,
+                         list(episodes) if episodes is not None else None)
+
+
+def budget_lengths(data: DataProto, groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(B,) x 2 token counts a budget packs the rows by: real prompt and response tokens, or with shared
+    prompts each row's shared prefix and the rest (``packing.shared_lengths``)."""
+    width = data.batch["responses"].shape[1]
+    prompt_lens, response_lens = real_lengths(data.batch["attention_mask"], width)
+    if groups is None:
+        return prompt_lens, response_lens
+    shared = shared_prefix_lens(data.batch["input_ids"], data.batch["attention_mask"], width, groups)
+    return shared_lengths(prompt_lens, response_lens, shared)
 
 
 @torch.no_grad()
@@ -60,8 +74,8 @@ def score_rows(
     n, resp_len = data.batch["responses"].shape
     log_probs = torch.zeros(n, resp_len, dtype=torch.float32)  # (B, R)
     entropy = torch.zeros(n, resp_len, dtype=torch.float32) if with_entropy else None  # (B, R)
-    prompt_lens, response_lens = real_lengths(data.batch["attention_mask"], resp_len)  # (B,) each
-    groups = row_prompt_groups(data, batching)  # (B,) or None: rows of one group run their prompt once
+    groups = row_prompt_groups(data, batching)  # (B,) or None: rows of one group run their prefix once
+    prompt_lens, response_lens = budget_lengths(data, groups)  # (B,) each
     for rows in batching.split(np.arange(n), prompt_lens, response_lens, groups):
         sel = torch.from_numpy(rows)
         ids = data.batch["input_ids"][sel].to(device)  # (b, T)

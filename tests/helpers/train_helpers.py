@@ -70,10 +70,12 @@ def learning_metrics(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def make_group_batch(agents: int = 2, groups: int = 2, samples: int = 4, seed: int = 0,
-                     prompt_len: int = 9, response_len: int = 7) -> DataProto:
+                     prompt_len: int = 9, response_len: int = 7, branch_tokens: int = 0) -> DataProto:
     """GRPO-shaped rows: per agent ``groups`` prompts, each answered ``samples`` times with replies of
     different lengths (rows of one group share their prompt tokens; agents' prompts differ), rows of
-    the agents and groups interleaved as a rollout gathers them."""
+    the agents and groups interleaved as a rollout gathers them. ``branch_tokens``: each row's prompt
+    goes on with 1..branch_tokens tokens of its own (samples that branch from one history, as a later
+    turn's prompt carrying each sample's earlier reply), and the rows say their ``group_id``."""
     from roll_ma.packing import pack_sequences
 
     gen = torch.Generator().manual_seed(seed)
@@ -82,9 +84,15 @@ def make_group_batch(agents: int = 2, groups: int = 2, samples: int = 4, seed: i
     rows = [(a, g) for _ in range(samples) for g in range(groups) for a in range(agents)]
     replies = [torch.randint(3, VOCAB, (int(torch.randint(1, response_len + 1, (1,), generator=gen)),),
                              generator=gen).tolist() for _ in rows]
-    tensors = pack_sequences([prompts[a][g] for a, g in rows], replies, 0, prompt_len, response_len)
+    own = [torch.randint(3, VOCAB, (int(torch.randint(1, branch_tokens + 1, (1,), generator=gen)),),
+                         generator=gen).tolist() if branch_tokens else [] for _ in rows]
+    tensors = pack_sequences([prompts[a][g] + mine for (a, g), mine in zip(rows, own)], replies, 0,
+                             prompt_len + branch_tokens, response_len)
     adv = torch.randn(len(rows), generator=gen)
     tensors.update(advantages=adv[:, None] * tensors["response_mask"],
                    old_log_probs=torch.zeros(len(rows), response_len))
     meta = {"step": 0, "temperature": 1.0}
-    return DataProto.from_dict(tensors, {"agent_id": [a for a, _ in rows]}, meta)
+    non_tensor: dict = {"agent_id": [a for a, _ in rows]}
+    if branch_tokens:
+        non_tensor["group_id"] = [f"{a}/{g}" for a, g in rows]
+    return DataProto.from_dict(tensors, non_tensor, meta)

@@ -93,6 +93,19 @@ def test_shared_prompts_count_each_groups_prompt_once():
     assert shared["system/mfu/update"] == pytest.approx(2 * by_hand)
 
 
+def test_samples_of_one_history_count_their_common_prefix_once():
+    """Agent 0's episode group g: prompts [5, 6, 1] and [5, 6, 2, 2] branch after [5, 6]: that prefix runs
+    once, each row's own prompt tokens and reply still run (and attend to the prefix)."""
+    from roll_ma.packing import pack_sequences
+
+    tensors = pack_sequences([[5, 6, 1], [5, 6, 2, 2]], [[1], [2, 3]], 0)
+    rows = DataProto.from_dict({k: tensors[k] for k in ("input_ids", "attention_mask", "response_mask")},
+                               {"agent_id": [0, 0], "group_id": ["g", "g"]})
+    plain = forward_flops_of(rows, TINY)
+    assert plain - forward_flops_of(rows, TINY, shared_prompts=True) == forward_flops(
+        TINY, np.array([2]), np.array([0]))  # the second row's copy of [5, 6]
+
+
 def test_peak_by_device_name(monkeypatch):
     monkeypatch.delenv("ROLL_MA_PEAK_TFLOPS", raising=False)
     assert peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12

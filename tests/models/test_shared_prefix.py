@@ -33,8 +33,31 @@ def test_layout_runs_each_group_prompt_once():
     # row-major response tokens; each reply's first token predicted by the prompt's last position (2)
     assert layout.target_index.tolist() == [3, 4, 10, 5, 6, 7]
     assert layout.hidden_index.tolist() == [2, 3, 9, 2, 5, 6]
-    with pytest.raises(ValueError, match="share a prompt group but not their prompt tokens"):
-        shared_layout(ids, attn, r, torch.tensor([0, 0, 0]))
+    # a group whose prompts share no first token runs row by row, as without sharing
+    apart = shared_layout(ids, attn, r, torch.tensor([0, 0, 0]))
+    alone = shared_layout(ids, attn, r, torch.tensor([0, 1, 2]))
+    row_by_row = [5, 6, 7, 10, 11, 8, 9, 12, 5, 6, 7, 13, 14, 15]
+    assert apart.flat_ids.tolist() == alone.flat_ids.tolist() == row_by_row
+    assert apart.cu_q.tolist() == alone.cu_q.tolist() == [0, 5, 8, 14]
+
+
+def test_rows_that_branch_from_one_history_run_their_common_prefix_once():
+    """Prompts [5, 6, 7, 1] and [5, 6, 7, 2, 3] share [5, 6, 7]: it runs once; each row's own prompt tokens
+    and reply follow it, the reply's first token predicted by the row's own last prompt token."""
+    t = pack_sequences([[5, 6, 7, 1], [5, 6, 7, 2, 3]], [[10, 11], [12]], 0)
+    layout = shared_layout(t["input_ids"], t["attention_mask"], t["responses"].shape[1], torch.tensor([0, 0]))
+    assert layout.flat_ids.tolist() == [5, 6, 7, 1, 10, 11, 2, 3, 12]
+    assert layout.positions.tolist() == [0, 1, 2, 3, 4, 5, 3, 4, 5]
+    assert layout.cu_q.tolist() == [0, 3, 6, 9]  # the prefix, row 0's rest, row 1's rest
+    assert layout.kv_index.tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 5, 0, 1, 2, 6, 7, 8]
+    assert layout.target_index.tolist() == [4, 5, 8] and layout.hidden_index.tolist() == [3, 4, 7]
+    q, k, v = _qkv(len(layout.flat_ids))
+    out, _ = varlen_or_sdpa_attention(_Attn(), q, k, v, None, **layout.attention_kwargs())  # (1, L, H, D)
+    groups = q.shape[1] // k.shape[1]
+    for rows in ([0, 1, 2, 3, 4, 5], [0, 1, 2, 6, 7, 8]):  # each row as it was, alone
+        kr, vr = (t[:, :, rows].repeat_interleave(groups, 1) for t in (k, v))
+        want = torch.nn.functional.scaled_dot_product_attention(q[:, :, rows], kr, vr, is_causal=True)
+        torch.testing.assert_close(out[:, rows], want.transpose(1, 2), rtol=1e-5, atol=1e-6)
 
 
 def _qkv(length: int, heads: int = 4, kv_heads: int = 2, dim: int = 8, seed: int = 0):
@@ -58,10 +81,13 @@ def test_every_reply_attends_to_the_shared_prompt_and_itself_only():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_varlen_kernel_with_shared_keys_equals_per_row_sdpa():
-    """The flash kernel aligns a causal mask to the keys' end, as the CPU path spells out."""
+@pytest.mark.parametrize("branch", [False, True], ids=["one_prompt", "branching_prompts"])
+def test_cuda_varlen_kernel_with_shared_keys_equals_per_row_sdpa(branch):
+    """The flash kernel aligns a causal mask to the keys' end, as the CPU path spells out (branching: each
+    row's prompt goes on with tokens of its own after the shared 300 or 40)."""
     prompts, replies = [[3] * 300, [4] * 40], [[[5] * 700, [6] * 9, [7] * 128], [[8] * 513]]
-    rows = [(p, rep) for p, reps in zip(prompts, replies) for rep in reps]
+    rows = [(p + ([9] * (17 * k + 1) if branch else []), rep)
+            for p, reps in zip(prompts, replies) for k, rep in enumerate(reps)]
     t = pack_sequences([p for p, _ in rows], [rep for _, rep in rows], 0)
     layout = shared_layout(t["input_ids"], t["attention_mask"], t["responses"].shape[1],
                            torch.tensor([0, 0, 0, 1]))

@@ -13,7 +13,7 @@ from train_helpers import make_group_batch, on_policy
 import roll_ma.models.logprobs as logprobs
 from roll_ma.config import ConfigError
 from roll_ma.config.schema import TrainConfig
-from roll_ma.packing import pack_sequences, prompt_groups
+from roll_ma.packing import pack_sequences, prompt_groups, shared_lengths, shared_prefix_lens
 from roll_ma.preflight.config_loader import load_config
 from roll_ma.training.micro_batches import MicroBatching, prompt_sharing, real_lengths
 from roll_ma.training.policy_engine import PolicyEngine
@@ -50,10 +50,12 @@ def gradients(monkeypatch):
     return seen
 
 
-def test_scored_log_probs_equal_with_and_without_shared_prompts(make_strategy, shared_forwards):
+@pytest.mark.parametrize("branch", [0, 3], ids=["one_prompt", "branching_histories"])
+def test_scored_log_probs_equal_with_and_without_shared_prompts(make_strategy, shared_forwards, branch):
     """2 agents x 2 groups x 4 samples, replies of different lengths: reference (adapters off) and old
-    (each agent's adapter) log-probs and entropies are the same whether each group's prompt runs once."""
-    batch = make_group_batch(seed=1)
+    (each agent's adapter) log-probs and entropies are the same whether each group's prompt runs once;
+    and where each sample's prompt goes on with tokens of its own, whether their common prefix runs once."""
+    batch = make_group_batch(seed=1, branch_tokens=branch)
     out = {}
     for share in (False, True):
         s = make_strategy(["a0", "a1"], share_prompt_prefix=share, max_tokens_per_micro_batch=4096, **SHARED)
@@ -66,13 +68,15 @@ def test_scored_log_probs_equal_with_and_without_shared_prompts(make_strategy, s
         torch.testing.assert_close(shared, plain, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("branch", [0, 3], ids=["one_prompt", "branching_histories"])
 @pytest.mark.parametrize("budget", [4096, 24], ids=["one_micro_batch", "several_micro_batches"])
 def test_update_loss_and_lora_gradients_equal_with_and_without_shared_prompts(
-    make_strategy, shared_forwards, gradients, budget
+    make_strategy, shared_forwards, gradients, budget, branch
 ):
     """One PPO update (KL in the loss, entropy bonus): the loss and every LoRA weight's gradient are the
-    same with each group's prompt run once, in one micro-batch or split over several."""
-    batch = make_group_batch(seed=2)
+    same with each group's prompt (or, branching, the prefix its prompts share) run once, in one
+    micro-batch or split over several."""
+    batch = make_group_batch(seed=2, branch_tokens=branch)
     results = []
     for share in (False, True):
         gradients.clear()
@@ -103,6 +107,30 @@ def test_rows_of_other_agents_or_prompts_never_share():
     groups = prompt_groups(tensors["input_ids"], tensors["attention_mask"], 2, domain=[0, 0, 1, 0, 0])
     assert groups.tolist() == [0, 0, 1, 2, 3]  # agent 1's identical prompt is its own; other prompts too
     assert prompt_groups(tensors["input_ids"], tensors["attention_mask"], 2).tolist() == [0, 0, 0, 1, 2]
+
+
+def test_samples_of_one_history_share_its_prefix_where_that_saves_more_than_identical_prompts():
+    """Episode group a: three prompts that go on differently after [1, 2, 3, 4] (a later turn carrying each
+    sample's reply) run the prefix once. Episode group b: two turns' prompts twice each ([5, 6, 7] and
+    [5, 6, 8, 9]): identical prompts save 7 tokens, their 2-token common prefix 6, so they stay as they
+    are. Agent 1's row of group a shares with no row of agent 0."""
+    prompts = [[1, 2, 3, 4, 9], [1, 2, 3, 4, 8], [1, 2, 3, 4, 7, 7], [5, 6, 7], [5, 6, 8, 9], [5, 6, 7],
+               [5, 6, 8, 9], [1, 2, 3, 4, 9]]
+    t = pack_sequences(prompts, [[10]] * len(prompts), 0)
+    agents, episodes = [0, 0, 0, 0, 0, 0, 0, 1], ["a", "a", "a", "b", "b", "b", "b", "a"]
+    groups = prompt_groups(t["input_ids"], t["attention_mask"], 1, agents, episodes)
+    assert groups.tolist() == [0, 0, 0, 1, 2, 1, 2, 3]
+    shared = shared_prefix_lens(t["input_ids"], t["attention_mask"], 1, groups)
+    assert shared.tolist() == [4, 4, 4, 3, 4, 3, 4, 5]
+    # without episode groups only identical prompts share (as before group ids were read)
+    plain = prompt_groups(t["input_ids"], t["attention_mask"], 1, agents)
+    assert plain.tolist() == [0, 1, 2, 3, 4, 3, 4, 5]
+    # the budget counts each group's prefix once and every row's rest; the total stays every row's tokens
+    p, r = real_lengths(t["attention_mask"], 1)
+    first, rest = shared_lengths(p, r, shared)
+    assert (first + rest).tolist() == (p + r).tolist()
+    plan = MicroBatching(max_rows=16, max_tokens=10_000, remove_padding=True, share_prefix=True)
+    assert plan.cost(first, rest, groups) == int((p + r).sum()) - (2 * 4 + 3 + 4)
 
 
 def test_deduplicated_token_count_and_budget():
