@@ -125,6 +125,11 @@ def test_samples_of_one_history_share_its_prefix_where_that_saves_more_than_iden
     # without episode groups only identical prompts share (as before group ids were read)
     plain = prompt_groups(t["input_ids"], t["attention_mask"], 1, agents)
     assert plain.tolist() == [0, 1, 2, 3, 4, 3, 4, 5]
+    # the same two prompts in two episode groups (a small game's states repeat across games): identical
+    # prompts across the groups save 2 x 4 tokens, each group's 3-token prefix 2 x 3: they stay identical
+    again = pack_sequences([[1, 2, 3, 8], [1, 2, 3, 9]] * 2, [[10]] * 4, 0)
+    across = prompt_groups(again["input_ids"], again["attention_mask"], 1, [0] * 4, ["a", "a", "b", "b"])
+    assert across.tolist() == [0, 1, 0, 1]
     # the budget counts each group's prefix once and every row's rest; the total stays every row's tokens
     p, r = real_lengths(t["attention_mask"], 1)
     first, rest = shared_lengths(p, r, shared)
