@@ -172,7 +172,8 @@ def prompt_groups(
             for i in rows:
                 keys[i] = (dom, "prefix", episode)
     branched = _numbered(keys)
-    # sets decided one by one can take rows from one identical group twice over: never save less than it
+    # a safety net: each set already counts in full what its identical groups lose (two sets taking rows
+    # of one group both count its loss), so a branched grouping saves at least as much as identical prompts
     return branched if _saving(branched, prompts) > _saving(identical, prompts) else identical
 
 

@@ -361,7 +361,8 @@ class TrainConfig:
         "gradients as repeating it; a budget counts the prompt once). Saves the prompt's repeats: ~30% of "
         "the trainer's tokens with 8 samples of 136-token prompts and 256-token replies. Samples that "
         "branch from one history (rows of one group_id whose prompts go on with each sample's own earlier "
-        "replies) run their common prefix once, wherever that saves more than identical prompts. auto: on "
+        "replies) run their common prefix once, wherever that saves more than identical prompts. (With "
+        "lora.dropout > 0 a group's shared prompt draws one dropout mask for all its rows.) auto: on "
         "wherever "
         "rows are packed under the default attention (roll_ma_varlen); packed rows under another "
         "model.attn_implementation run it off, with one line saying so. true: refused where it cannot run",

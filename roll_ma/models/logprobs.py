@@ -136,7 +136,8 @@ def response_log_probs(
     prompt has at least one). Logits at t predict token t+1, hence the shift by one.
     ``forward_kwargs`` (e.g. PEFT's per-row ``adapter_names``) need the whole model's forward: the
     plain path. ``prompt_groups`` ((B,), ``packing.prompt_groups``; packed rows under ``roll_ma_varlen``):
-    rows of one group run their prompt once (``models/shared_prefix.py``), with the same numbers.
+    rows of one group run the prompt prefix they share once (``models/shared_prefix.py``), with the same
+    numbers.
     """
     ids, attn, keep_r = drop_padding_columns(input_ids, attention_mask, response_len)
     cut = response_len - keep_r  # trailing all-padding response columns

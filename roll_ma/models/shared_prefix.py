@@ -59,7 +59,8 @@ class SharedLayout:
 def shared_layout(ids: torch.Tensor, attn: torch.Tensor, resp_len: int, groups: torch.Tensor) -> SharedLayout:
     """The layout of (b, T) rows (prompt left-padded, the last ``resp_len`` columns the response) whose
     (b,) ``groups`` say which share their prompts' common prefix (its length found here)."""
-    real = attn.bool()
+    device = ids.device
+    ids, real = ids.cpu(), attn.bool().cpu()  # the layout's indices are built on the host, moved once
     split = ids.shape[1] - resp_len
     prompt_cols = [torch.nonzero(real[i, :split]).flatten() for i in range(len(ids))]
     resp_cols = [torch.nonzero(real[i, split:]).flatten() + split for i in range(len(ids))]
@@ -104,7 +105,6 @@ def shared_layout(ids: torch.Tensor, attn: torch.Tensor, resp_len: int, groups: 
         target.append(own)
         hidden.append(torch.cat([torch.tensor([prompt_last[i]]), own[:-1]]) if r else own)
     k_lens = [len(k) for k in keys]
-    device = ids.device
     return SharedLayout(
         flat_ids=torch.cat(tokens).to(device),
         positions=torch.cat(positions).to(device),
@@ -124,7 +124,7 @@ def _units(ids: torch.Tensor, prompt_cols: list[torch.Tensor],
     they are identical, ``packing.prompt_groups``); a group whose prompts share no token, row by row."""
     units: list[tuple[list[int], int]] = []
     for rows in members.values():
-        k = common_prefix_len([ids[i, prompt_cols[i]].cpu().numpy() for i in rows])
+        k = common_prefix_len([ids[i, prompt_cols[i]].numpy() for i in rows])
         if len(rows) > 1 and k == 0:
             units += [([i], len(prompt_cols[i])) for i in rows]
         else:

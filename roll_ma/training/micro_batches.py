@@ -7,9 +7,10 @@ budget, rows are sorted by length and packed first-fit, so long rows go a few at
 short rows many at a time, and similar lengths share a micro-batch (little padding).
 
 With ``train.share_prompt_prefix`` (``prompt_sharing``: by default wherever rows are packed) the rows of
-one group (same agent, same prompt: ``packing.prompt_groups``) run their prompt once (``models/
-shared_prefix.py``): a budget counts each group's prompt once, and a group goes into one micro-batch whole
-when it fits (else into pieces that each carry it).
+one group (same agent, and the same prompt or, samples of one history, a common prompt prefix:
+``packing.prompt_groups``) run their shared prompt once (``models/shared_prefix.py``): a budget counts it
+once (the caller gives each row's shared prefix and its rest: ``packing.shared_lengths``), and a group goes
+into one micro-batch whole when it fits (else into pieces that each carry it).
 
 Data parallel: every rank plans the same mini-batch the same way (it is a pure function of the
 rows), takes every ``world_size``-th micro-batch, and all ranks run the same number of
@@ -155,7 +156,7 @@ class MicroBatching:
     def _items(self, rows: np.ndarray, prompt_lens: np.ndarray, response_lens: np.ndarray,
                groups: np.ndarray | None) -> list[np.ndarray]:
         """What the budget packs: each row alone, or with shared prompts each group's rows together,
-        in pieces that fit the budget when the whole group does not (each piece carries the prompt)."""
+        in pieces that fit the budget when the whole group does not (each piece carries the shared prompt)."""
         if not self.sharing(groups) or self.max_tokens is None:
             return [rows[i : i + 1] for i in range(len(rows))]
         assert groups is not None  # sharing() checked it
