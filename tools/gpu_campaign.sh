@@ -281,12 +281,13 @@ PY
     # process (720). Between two calls the machine goes back after 30 s idle: send them back to back.
     # With no CHAIN<g> given: what issues 45 and 46 still lack on one machine (N = 1 has its three repeats,
     # 2026-11-28 night): roll_ma's defaults and TRL at its best at N = 3, three repeats each with the GPUs
-    # swapped, then N = 8 (one each) and roll_ma on relay at N = 3 (~24 minutes on two GPUs); a machine of
+    # swapped, then N = 8 (one each) and roll_ma on relay at N = 3 (~24 minutes on two GPUs; relay without
+    # prompt sharing last, for what sharing the branching turns' common prefix saves there); a machine of
     # four GPUs also runs math_selfplay_7b, the update's MFU profile, OpenRLHF and relay at N = 8 (a one-GPU
     # machine runs GPU 0's chain only). Merge the chains' tables with benchmarks/peers/merge_tables.py.
     if [ -z "$(compgen -v CHAIN)" ]; then
       CHAIN0="job.yaml|roll_ma|3|1 job.yaml|trl_best|3|1 job.yaml|roll_ma|3|1 job.yaml|roll_ma|8|1 relay.yaml|roll_ma|3|1"
-      CHAIN1="job.yaml|trl_best|3|1 job.yaml|roll_ma|3|1 job.yaml|trl_best|3|1 job.yaml|trl_best|8|1"
+      CHAIN1="job.yaml|trl_best|3|1 job.yaml|roll_ma|3|1 job.yaml|trl_best|3|1 job.yaml|trl_best|8|1 relay.yaml|roll_ma_noprefix|3|1"
       CHAIN2="math7b mfu"
       CHAIN3="job.yaml|openrlhf|1|1 relay.yaml|roll_ma|8|1"
     fi
