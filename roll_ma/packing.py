@@ -168,29 +168,23 @@ def prompt_groups(
     for i, key in enumerate(keys):
         sets.setdefault((key[0], episode_groups[i]), []).append(i)
     for (dom, episode), rows in sets.items():
-        if len(rows) > 1 and _prefix_saving(prompts, rows) > _identical_saving(keys, rows, copies):
+        prefix_saving = (len(rows) - 1) * common_prefix_len([prompts[i] for i in rows])
+        if len(rows) > 1 and prefix_saving > _identical_saving(keys, prompts, rows, copies):
             for i in rows:
                 keys[i] = (dom, "prefix", episode)
     branched = _numbered(keys)
     # a safety net: each set already counts in full what its identical groups lose (two sets taking rows
     # of one group both count its loss), so a branched grouping saves at least as much as identical prompts
-    return branched if _saving(branched, prompts) > _saving(identical, prompts) else identical
+    def saves(groups: np.ndarray) -> int:
+        return shared_prompt_tokens(_group_prefix_lens(groups, prompts), groups)
+
+    return branched if saves(branched) > saves(identical) else identical
 
 
 def _numbered(keys: list[tuple]) -> np.ndarray:
     """(N,) ids of ``keys``, numbered by first appearance."""
     seen: dict[tuple, int] = {}
     return np.asarray([seen.setdefault(key, len(seen)) for key in keys], dtype=np.int64)
-
-
-def _saving(groups: np.ndarray, prompts: list[np.ndarray]) -> int:
-    """Prompt tokens a grouping saves: every row of a group but one skips the prefix the group shares."""
-    saved = 0
-    for g in np.unique(groups):
-        rows = np.nonzero(groups == g)[0]
-        if len(rows) > 1:
-            saved += (len(rows) - 1) * common_prefix_len([prompts[i] for i in rows])
-    return saved
 
 
 def _real_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -210,17 +204,13 @@ def common_prefix_len(prompts: Sequence[np.ndarray]) -> int:
     return n
 
 
-def _prefix_saving(prompts: list[np.ndarray], rows: list[int]) -> int:
-    """Tokens saved when ``rows`` run their common prefix once (every row but one skips it)."""
-    return (len(rows) - 1) * common_prefix_len([prompts[i] for i in rows])
-
-
-def _identical_saving(keys: list[tuple], rows: list[int], copies: Counter) -> int:
+def _identical_saving(keys: list[tuple], prompts: list[np.ndarray], rows: list[int], copies: Counter) -> int:
     """Tokens identical prompts save through ``rows``: taken out of their identical groups (``copies``:
     rows of each key in the whole batch), a group of c rows, m of them here, saves min(m, c - 1) prompts
     fewer."""
     here = Counter(keys[i] for i in rows)
-    return sum(min(m, copies[key] - 1) * (len(key[1]) // 8) for key, m in here.items())  # int64: 8 bytes
+    length = {keys[i]: len(prompts[i]) for i in rows}
+    return sum(min(m, copies[key] - 1) * length[key] for key, m in here.items())
 
 
 def shared_prefix_lens(
@@ -228,7 +218,11 @@ def shared_prefix_lens(
 ) -> np.ndarray:
     """(N,) tokens each row's group runs once: the prefix common to the group's real prompts (the whole
     prompt where they are identical; a row alone: its prompt)."""
-    prompts = _real_prompts(input_ids, attention_mask, response_len)
+    return _group_prefix_lens(groups, _real_prompts(input_ids, attention_mask, response_len))
+
+
+def _group_prefix_lens(groups: np.ndarray, prompts: list[np.ndarray]) -> np.ndarray:
+    """(N,) the prefix common to each row's group's prompts."""
     out = np.empty(len(prompts), dtype=np.int64)
     for g in np.unique(groups):
         rows = np.nonzero(groups == g)[0]
