@@ -240,15 +240,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     batch.batch["old_log_probs"] = strategy.compute_log_probs(batch).batch["old_log_probs"]
     batch.batch["ref_log_probs"] = strategy.compute_log_probs(batch, adapters_enabled=False).batch[
         "ref_log_probs"]
-    forward = forward_flops_of(batch, shape)
+    forward = forward_flops_of(batch, shape)  # every row its own prompt
+    forward_shared = forward_flops_of(batch, shape, shared_prompts=True)  # a group's prompt once
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     peak = peak_flops(device) if torch.cuda.is_available() else None
     tokens = int(batch.batch["attention_mask"].sum())
-    log(f"{len(batch)} rows, {tokens} real tokens, forward {forward / 1e12:.1f} TFLOP, peak {peak}")
+    log(f"{len(batch)} rows, {tokens} real tokens, forward {forward / 1e12:.1f} TFLOP "
+        f"({forward_shared / 1e12:.1f} with a group's prompt once), peak {peak}")
     rows = [measure(strategy, batch, v, shape, peak or 0.0, args.repeats) for v in args.variants]
     notes = [f"{len(batch)} rows ({args.agents} agents x {args.rows}, groups of {args.group_size}), {tokens} "
-             f"real tokens; forward {forward / 1e12:.1f} TFLOP (models/flops.py; a variant that runs a "
-             f"group's prompt once counts that prompt once), update counted as 2 forwards; peak {peak}"]
+             f"real tokens; forward {forward / 1e12:.1f} TFLOP with every row's own prompt, "
+             f"{forward_shared / 1e12:.1f} with a group's prompt once (models/flops.py; each variant counts "
+             f"what it runs), update counted as 2 forwards; peak {peak}"]
     if args.profile:
         notes += profile(strategy, batch, args.profile, args.trace)
     columns = ["variant"] + [f"{p}_{k}" for p in ("reference", "old_log_probs", "update")
