@@ -96,8 +96,9 @@ def head_log_probs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, tempe
             outs.append(checkpoint(_head_chunk, head, h, t, temperature, with_entropy, use_reentrant=False))
         else:
             outs.append(_head_chunk(head, h, t, temperature, with_entropy))
-    if not outs:
-        empty = hidden.new_zeros(0, dtype=torch.float32)
+    if not outs:  # no response token: (0,) each, still on the graph when ``hidden`` is (so a micro-batch of
+        # empty replies backpropagates zeros instead of giving DeepSpeed a loss with no grad_fn)
+        empty = hidden.sum(-1, dtype=torch.float32)  # (0,)
         return empty, empty
     return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
 

@@ -115,6 +115,10 @@ def check_script(path: str, args: list[str]) -> str | None:
     if not script.is_file():
         return f"no file {path}"
     source = script.read_text()
+    # a flag may come from a parser in a module beside the script (benchmarks/common.py's base_parser)
+    for name in re.findall(r"^from (\w+) import", source, re.M):
+        if (script.parent / f"{name}.py").is_file():
+            source += (script.parent / f"{name}.py").read_text()
     flags = [a.split("=")[0] for a in args if a.startswith("--") and _concrete(a.split("=")[0])]
     unknown = [f for f in flags if f not in source]
     if script.suffix == ".sh" and args and _concrete(args[0]) and not args[0].startswith("-"):
