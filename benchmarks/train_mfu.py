@@ -73,8 +73,11 @@ def parse_args(argv: list[str] | None = None) -> Any:
     unknown = [v for v in [*args.variants, args.profile] if v is not None and v not in VARIANTS]
     if unknown:
         p.error(f"unknown variant {', '.join(unknown)}; the variants are {', '.join(sorted(VARIANTS))}")
-    if args.group_size < 1:
-        p.error(f"--group-size must be 1 or more (rows per prompt group), got {args.group_size}")
+    for flag in ("group_size", "rows", "agents", "response_len"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be 1 or more, got {getattr(args, flag)}")
+    if min(args.prompt_lens) < 1:
+        p.error(f"--prompt-lens must be 1 or more tokens each, got {args.prompt_lens}")
     return args
 
 

@@ -478,7 +478,12 @@ class AlgorithmConfig:
         "joint action, e.g. tiny Hanabi)",
         min=0,
     )
-    loss_agg: Literal["token_mean", "seq_mean"] = _f("token_mean", "how token losses are averaged")
+    loss_agg: Literal["token_mean", "seq_mean"] = _f(
+        "token_mean",
+        "how token losses are averaged: over every response token, or (seq_mean) per row, then over "
+        "rows, a row without a response token counting as one (TRL's loss_type='grpo' does so; verl "
+        "leaves such rows out)",
+    )
 
 
 @dataclass

@@ -189,6 +189,17 @@ def test_multilora_levers_combine_and_baseline_has_no_lora_args():
         multilora_cost.parse_args(["--levers", "default,nonsense"])
 
 
+@pytest.mark.parametrize("bad", [["--variants", "packed,nonsense"], ["--group-size", "0"], ["--rows", "0"],
+                                 ["--agents", "0"], ["--response-len", "0"], ["--prompt-lens", "100,0"]])
+def test_train_mfu_refuses_a_shape_it_cannot_build(bad, capsys):
+    import train_mfu
+
+    assert train_mfu.parse_args(["--rows", "4", "--group-size", "2"]).group_size == 2
+    with pytest.raises(SystemExit):
+        train_mfu.parse_args(bad)
+    assert ": error: " in capsys.readouterr().err.strip().splitlines()[-1]  # one line says why
+
+
 # ---------------------------------------------------------------------------- the scripts, end to end
 def run_script(name: str, *args: str, timeout: float = 600) -> str:
     proc = subprocess.run(
