@@ -291,59 +291,6 @@ PY
       CHAIN3="job.yaml|trl_best|8|1"
     fi
     for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
-    MODEL=$(cat /tmp/peers_model_path 2>/dev/null); log "model: ${MODEL:-not built, see /tmp/peers_model.log}"
-    rm -rf /tmp/w && mkdir -p /tmp/w /tmp/p45 && tar --exclude='./.wb*' --exclude='./.pw*' --exclude='./.whl' -cf - . | tar -xf - -C /tmp/w
-    GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
-    script=/tmp/p45/plan.sh; echo "cd /tmp/w" > $script
-    for item in ${PLAN:-"relay.yaml|roll_ma,trl_best|8|1|0&" "job.yaml|verl_best,trl_best_awake|1|1|1" "job.yaml|roll_ma,roll_ma_prefix|1,3|1" "job.yaml|roll_ma,trl_best|8|1" "job.yaml|openrlhf|1|1"}; do
-      amp=""; [ "${item: -1}" = "&" ] && { amp=" &"; item=${item%&}; }
-      IFS='|' read -r job rows agents repeats gpus <<< "$item"
-      echo "PYTHONPATH=/tmp/w:$PYTHONPATH python benchmarks/peers/run_all.py --sites /tmp/peers --gpus ${gpus:-$GPUS} \
-        --model $MODEL --job benchmarks/peers/$job --rows $rows --agents $agents --repeats $repeats \
-        --out-dir /tmp/p45/${job%.yaml} --timeout ${RUN_TIMEOUT:-720}$amp" >> $script
-    done
-    echo "wait; echo DONE" >> $script
-    setsid nohup bash -c "timeout ${TOTAL:-1700} bash $script" > /tmp/p45/run_all.log 2>&1 < /dev/null &
-    sleep 5; log "started the plan on GPUs $GPUS"; cat $script | grep -o -- "--gpus [0-9,]*\|--job.*--repeats [0-9]*" ;;
-  peers45_wait)  # wait up to WAIT s for the plan (or for the file STOP_WHEN names), then the tables and logs to $OUT
-    end=$(( $(date +%s) + ${WAIT:-540} ))
-    while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^DONE' /tmp/p45/run_all.log 2>/dev/null; do
-      for j in job relay; do cp /tmp/p45/$j/peers.json "$OUT/${j}_peers.json" 2>/dev/null; cp /tmp/p45/$j/peers.md "$OUT/${j}_peers.md" 2>/dev/null; done
-      sleep 10
-    done
-    grep '\[run_all\]' /tmp/p45/run_all.log | grep -v " on GPU " | tail -30
-    for j in job relay; do cat /tmp/p45/$j/peers.md 2>/dev/null | head -30; cp /tmp/p45/$j/peers.json "$OUT/${j}_peers.json" 2>/dev/null; cp /tmp/p45/$j/peers.md "$OUT/${j}_peers.md" 2>/dev/null; done
-    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
-    tar -czf "$OUT/p45_logs.tgz" -C /tmp/p45 $(cd /tmp/p45 && ls -d */*.log run_all.log 2>/dev/null) 2>/dev/null ;;
-  chains)  # issues 45, 48: one queue of runs per GPU, each in the background, its items one after another on
-    # that GPU. CHAIN0="item item ..." CHAIN1=... (CHAIN<g> for GPU g); an item: gpu_tests (pytest -m gpu;
-    # gpu_test:<path> the GPU tests of one file or folder), math7b (the shipped math_selfplay_7b, 4 steps),
-    # mfu (benchmarks/train_mfu.py at the job's shape, with a profile of the update),
-    # before:AGENTS / after:AGENTS (the peers job's roll_ma row from the tree in .before/ or this tree, issue 48's
-    # 7B step before and after), or JOB|ROWS|AGENTS|REPEATS (a run_all item as in peers45; peer rows wait
-    # for install_peer_wheels.sh to finish in a later call). Every chain but GPU 0's starts 45 s
-    # later, and an item that starts Ray (roll_ma, verl, OpenRLHF, math7b) waits until 40 s after the last such
-    # start on any GPU (two local Ray instances started at once can hang). Results: /tmp/ch/g<g>/<job>_<k>/ (the chain's k-th item) and /tmp/ch/<side>/, each item's exit
-    # code in /tmp/ch/progress.log; read back with `WAIT=540 bash tools/gpu_campaign.sh chains_wait` (a call each,
-    # until every chain is done). Needs: the random 7B (`peers_model` in an earlier call; this waits up to
-    # 300 s for it), for before: items the old tree in .before/ (`mkdir .before && git archive <commit> roll_ma
-    # benchmarks tools examples pyproject.toml setup.py start_pipeline.py | tar -x -C .before`, carried), for
-    # peer rows their wheels (install_peer_wheels.sh; an item waits for them). TOTAL: seconds a chain may run
-    # (1700; 1380 leaves a two-GPU lease time to read the results back); RUN_TIMEOUT: seconds per runner
-    # process (720). Between two calls the machine goes back after 30 s idle: send them back to back.
-    # With no CHAIN<g> given: what issues 45 and 46 still lack on one machine (N = 1 has its three repeats,
-    # 2026-11-28 night): roll_ma's defaults and TRL at its best at N = 3, three repeats each with the GPUs
-    # swapped, then N = 8 (one each) and roll_ma on relay at N = 3 (~24 minutes on two GPUs; relay without
-    # prompt sharing last, for what sharing the branching turns' common prefix saves there); a machine of
-    # four GPUs also runs math_selfplay_7b, the update's MFU profile, OpenRLHF and relay at N = 8 (a one-GPU
-    # machine runs GPU 0's chain only). Merge the chains' tables with benchmarks/peers/merge_tables.py.
-    if [ -z "$(compgen -v CHAIN)" ]; then
-      CHAIN0="job.yaml|roll_ma|3|1 job.yaml|trl_best|3|1 job.yaml|roll_ma|3|1 job.yaml|roll_ma|8|1 relay.yaml|roll_ma|3|1"
-      CHAIN1="job.yaml|trl_best|3|1 job.yaml|roll_ma|3|1 job.yaml|trl_best|3|1 job.yaml|trl_best|8|1 relay.yaml|roll_ma_noprefix|3|1"
-      CHAIN2="math7b mfu"
-      CHAIN3="job.yaml|openrlhf|1|1 relay.yaml|roll_ma|8|1"
-    fi
-    for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
     MODEL=$(cat /tmp/peers_model_path 2>/dev/null)
     [ -n "$MODEL" ] || { log "no model: run 'bash tools/gpu_campaign.sh peers_model' first (/tmp/peers_model.log)"; exit 1; }
     log "model: $MODEL"
