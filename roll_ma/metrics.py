@@ -11,7 +11,7 @@ import numpy as np
 
 from roll_ma.config.schema import RunConfig
 from roll_ma.models.flops import ModelShape, forward_flops
-from roll_ma.packing import prompt_groups, repeated_prompts, shared_prefix_lens
+from roll_ma.packing import batch_prompt_groups, repeated_prompts, shared_prefix_lens
 from roll_ma.protocol import DataProto
 
 
@@ -90,12 +90,8 @@ def forward_flops_of(batch: DataProto, shape: ModelShape, rows: np.ndarray | Non
     total = forward_flops(shape, row_tokens[selected], response_tokens[selected])
     if shared_prompts and selected.any():
         width = response.shape[1]
-        agents, episodes = batch.non_tensor.get("agent_id"), batch.non_tensor.get("group_id")
-        domain = [int(a) for a in agents] if agents is not None else None
-        ids = batch.batch["input_ids"]
-        groups = prompt_groups(ids, attention, width, domain,  # (B,)
-                               list(episodes) if episodes is not None else None)
-        shared = shared_prefix_lens(ids, attention, width, groups)[selected]  # (n,) each group's prefix
+        groups = batch_prompt_groups(batch, width)  # (B,)
+        shared = shared_prefix_lens(batch.batch["input_ids"], attention, width, groups)[selected]  # (n,)
         repeats = repeated_prompts(groups[selected])  # (n,) the prefixes the pass does not run again
         total -= forward_flops(shape, shared[repeats], np.zeros(int(repeats.sum())))
     return total

@@ -160,25 +160,30 @@ def prompt_groups(
     prompts = _real_prompts(input_ids, attention_mask, response_len)
     keys: list[tuple] = [(int(domain[i]) if domain is not None else 0, prompts[i].tobytes())
                          for i in range(len(prompts))]
-    identical = _numbered(keys)
     if episode_groups is None:
-        return identical
+        return _numbered(keys)
     copies = Counter(keys)  # rows of each (domain, prompt), over the whole batch
     sets: dict[tuple, list[int]] = {}
     for i, key in enumerate(keys):
         sets.setdefault((key[0], episode_groups[i]), []).append(i)
+    # a set takes its rows out of their identical groups only where its prefix saves more than all it
+    # counts them losing (two sets taking rows of one group both count that group's whole loss), so the
+    # grouping never saves fewer tokens than identical prompts alone
     for (dom, episode), rows in sets.items():
         prefix_saving = (len(rows) - 1) * common_prefix_len([prompts[i] for i in rows])
         if len(rows) > 1 and prefix_saving > _identical_saving(keys, prompts, rows, copies):
             for i in rows:
                 keys[i] = (dom, "prefix", episode)
-    branched = _numbered(keys)
-    # a safety net: each set already counts in full what its identical groups lose (two sets taking rows
-    # of one group both count its loss), so a branched grouping saves at least as much as identical prompts
-    def saves(groups: np.ndarray) -> int:
-        return shared_prompt_tokens(_group_prefix_lens(groups, prompts), groups)
+    return _numbered(keys)
 
-    return branched if saves(branched) > saves(identical) else identical
+
+def batch_prompt_groups(data: DataProto, response_len: int) -> np.ndarray:
+    """(B,) ``prompt_groups`` of a batch's rows (the last ``response_len`` columns their response): by their
+    ``agent_id`` (the domain), and by their GRPO ``group_id`` where they carry one."""
+    agents, episodes = data.non_tensor.get("agent_id"), data.non_tensor.get("group_id")
+    return prompt_groups(data.batch["input_ids"], data.batch["attention_mask"], response_len,
+                         [int(a) for a in agents] if agents is not None else None,
+                         list(episodes) if episodes is not None else None)
 
 
 def _numbered(keys: list[tuple]) -> np.ndarray:

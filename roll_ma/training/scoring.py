@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from roll_ma.models.logprobs import response_log_probs
-from roll_ma.packing import prompt_groups, shared_lengths, shared_prefix_lens
+from roll_ma.packing import batch_prompt_groups, shared_lengths, shared_prefix_lens
 from roll_ma.protocol import DataProto
 from roll_ma.training.micro_batches import MicroBatching, real_lengths
 
@@ -31,12 +31,7 @@ def row_prompt_groups(data: DataProto, batching: MicroBatching) -> np.ndarray | 
     shares prompts, else None."""
     if not (batching.share_prefix and batching.remove_padding) or len(data) == 0:
         return None
-    agents = data.non_tensor.get("agent_id")
-    domain = [int(a) for a in agents] if agents is not None else None
-    episodes = data.non_tensor.get("group_id")
-    width = data.batch["responses"].shape[1]
-    return prompt_groups(data.batch["input_ids"], data.batch["attention_mask"], width, domain,
-                         list(episodes) if episodes is not None else None)
+    return batch_prompt_groups(data, data.batch["responses"].shape[1])
 
 
 def budget_lengths(data: DataProto, groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
