@@ -234,6 +234,8 @@ def measure(
         "micro_batch_rows": micro,
         "prompt_tokens_max": prompt_tokens,
         "response_tokens_per_step": mean_len * rows if mean_len else None,
+        # torch's own books: they keep a sleeping colocated engine's memory as allocated (vLLM unmaps it
+        # under torch's pool), so this can exceed the GPU's peak; the tables compare gpu_peak_gb (nvidia-smi)
         "framework_peak_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
     }
 
