@@ -62,3 +62,19 @@ def refusals_in_user_words(request, monkeypatch):
     found = words.problems()
     if found:
         pytest.fail("refusal messages with words from inside the code:\n" + "\n".join(found), pytrace=False)
+
+
+# what a Worker sets for its process (distributed.worker.Worker.__init__): right inside a Ray actor, a leak
+# when a test builds a Worker in this process (a later trainer would take itself for another rank)
+_WORKER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
+
+
+@pytest.fixture(autouse=True)
+def _worker_env_restored():
+    before = {key: os.environ.get(key) for key in _WORKER_ENV}
+    yield
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
