@@ -79,6 +79,9 @@ class Cluster:
     Args:
         start_timeout_s: the actors must answer their first call within this many seconds
             (``resources.actor_start_timeout_s``), else ``WorkerStartError``; the actors are killed.
+        wait: wait here until the actors have started. ``False``: return once they are asked for, so a
+            caller starts several clusters' actors at once (each spends seconds importing torch and its
+            backend) and then calls ``wait_started`` on each; the timeout counts from that call.
         stall_timeout_s: a call whose ranks show no sign of life for this long raises
             ``WorkerStalled`` (``trainer.stall_timeout_s``; 0: wait forever).
     """
@@ -93,6 +96,7 @@ class Cluster:
         env_vars: dict[str, str] | None = None,
         start_timeout_s: float = 300.0,
         stall_timeout_s: float = 0.0,
+        wait: bool = True,
     ):
         import ray
 
@@ -121,17 +125,28 @@ class Cluster:
                     **(init_kwargs or {}),
                 )
             )
+        self._start_timeout_s = start_timeout_s
+        started = self._call_ranks("ping", list(range(num_workers)), ((), {}), list)
+        started.starting = True  # a timeout here names every rank that did not start
+        started.method = "__init__"  # what failed, when a rank's constructor raised (see ping)
+        self._starting: PendingCall | None = started
+        if wait:
+            self.wait_started()
+
+    def wait_started(self) -> None:
+        """Wait until every actor has answered its first call, then give the ranks rank 0's rendezvous
+        address; on an error or the start timeout the actors are killed. A no-op once started."""
+        if self._starting is None:
+            return
         try:
-            started = self._call_ranks("ping", list(range(num_workers)), ((), {}), list)
-            started.starting = True  # a timeout here names every rank that did not start
-            started.method = "__init__"  # what failed, when a rank's constructor raised (see ping)
-            started.get(timeout=start_timeout_s)
+            self._starting.get(timeout=self._start_timeout_s)
             # rank 0 is the rendezvous point of torch.distributed inside the role
             addr, port = self._call_ranks("master_address", [0], ((), {}), lambda r: r[0]).get()
-            self._call_ranks("set_master", list(range(num_workers)), ((addr, port), {}), list).get()
+            self._call_ranks("set_master", list(range(self.world_size)), ((addr, port), {}), list).get()
         except BaseException:
             self.shutdown(close_timeout_s=0)  # actors still waiting for resources would stay queued in Ray
             raise
+        self._starting = None
 
     # ------------------------------------------------------------------ calling
     def __getattr__(self, name: str) -> Any:

@@ -133,7 +133,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
         role_env = {**env, SHARERS_VAR: str(cpu_sharers(cfg, role))} if cfg.resources.num_gpus == 0 else env
         built.append(Cluster(role, cls, n, res, env_vars=role_env, init_kwargs=init_kwargs,
                              start_timeout_s=cfg.resources.actor_start_timeout_s,
-                             stall_timeout_s=cfg.trainer.stall_timeout_s))
+                             stall_timeout_s=cfg.trainer.stall_timeout_s, wait=False))
         return built[-1]
 
     try:
@@ -163,6 +163,8 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
             cpu_placement(cfg),
             env_worker_kwargs(cfg, seats),
         )
+        for started in built:  # every role's actors were asked for at once: their imports overlap
+            started.wait_started()
     except BaseException:
         shutdown_clusters(built)
         resources.release()
@@ -244,15 +246,17 @@ def build_teacher(cfg: RunConfig, seats: list[str], resources: ResourceManager) 
     model = cfg.teacher.model
     rollout = Cluster("teacher", RolloutWorker, cfg.teacher.rollout.num_workers, resources, env_vars=env,
                       init_kwargs={"model_cfg": model, "lora_cfg": cfg.lora, "agents": [],
-                                   "rollout_cfg": cfg.teacher.rollout, "seed": cfg.seed})
+                                   "rollout_cfg": cfg.teacher.rollout, "seed": cfg.seed}, wait=False)
+    envs = None
     try:
-        envs = Cluster("teacher_env", EnvWorker, cfg.env.num_workers,
-                       cpu_placement(cfg),
+        envs = Cluster("teacher_env", EnvWorker, cfg.env.num_workers, cpu_placement(cfg), wait=False,
                        env_vars=env, init_kwargs={"env_cfg": cfg.env, "model_cfg": model,
                                                   "agents": cfg.agents, "seats": seats,
                                                   "rollout_cfg": cfg.teacher.rollout, "seed": cfg.seed})
+        rollout.wait_started()  # both clusters' actors start at once
+        envs.wait_started()
     except BaseException:
-        rollout.shutdown()
+        shutdown_clusters([rollout, envs], close_timeout_s=0)
         raise
     teacher = TeacherWorkers(RolloutClient(rollout), EnvClient(envs))
     try:
