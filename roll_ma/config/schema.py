@@ -624,8 +624,10 @@ class ResourcesConfig:
     actor_start_timeout_s: float = _f(
         300.0,
         "every worker actor must start (its process running and registered with Ray) within this many "
-        "seconds, else the run stops naming the role and rank that did not (not enough free CPUs/GPUs, "
-        "or worker processes that cannot pass the cluster's token authentication)",
+        "seconds of the run waiting for its role (every role's actors are asked for at once, then waited "
+        "for in turn: train, rollout, reference, env), else the run stops naming the role and rank that "
+        "did not (not enough free CPUs/GPUs, or worker processes that cannot pass the cluster's token "
+        "authentication)",
         min=1.0,
     )
 

@@ -94,6 +94,7 @@ def open_session(cfg: RunConfig, reference_copies: bool = False, teacher_workers
     with startup("ray"), deferred_stops():  # a stop inside ray.init left a half-built Ray: raised after it
         init_ray(cfg.resources.ray_address, env_vars=process_env(cfg), log_file=run_log(out_dir))
     check_cluster_gpus(cfg)
+    check_cluster_cpus(cfg)
     seats = resolve_seats(cfg, num_players(cfg))
     planner = EpisodePlanner(cfg.env, cfg.seed)
     with startup("workers"):
@@ -157,6 +158,18 @@ def check_cluster_gpus(cfg: RunConfig) -> None:
         raise RunStartError(
             f"resources.num_gpus={cfg.resources.num_gpus} but the Ray cluster has {have} GPUs; "
             "lower it or add GPU nodes"
+        )
+
+
+def check_cluster_cpus(cfg: RunConfig) -> None:
+    """Every actor asks for ``num_cpus_per_worker`` CPUs on one node: more than the largest node has would
+    leave them all waiting until the start timeout, with only Ray's autoscaler lines to say why."""
+    largest = max((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0)
+    ask = cfg.resources.num_cpus_per_worker
+    if ask > largest:
+        raise RunStartError(
+            f"resources.num_cpus_per_worker={ask:g} but the largest node of the Ray cluster has {largest:g} "
+            "CPUs, so no worker could start; lower it (default 0.1) or add larger nodes"
         )
 
 

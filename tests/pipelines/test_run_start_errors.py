@@ -1,5 +1,6 @@
-"""What the run finds as it starts (a Ray cluster it cannot join, too few GPUs there, no intact checkpoint)
-reaches a notebook as a ``RunStartError``, never ``SystemExit``; the CLI prints its one message and exits 1.
+"""What the run finds as it starts (a Ray cluster it cannot join, too few GPUs there or too small a node for
+each worker's CPUs, no intact checkpoint) reaches a notebook as a ``RunStartError``, never ``SystemExit``;
+the CLI prints its one message and exits 1.
 """
 
 from __future__ import annotations
@@ -20,6 +21,17 @@ def _too_few_gpus(cfg, monkeypatch) -> None:  # noqa: ANN001
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"GPU": 0})
     check_cluster_gpus(dataclasses.replace(cfg, resources=dataclasses.replace(cfg.resources, num_gpus=1)))
+
+
+def _too_many_cpus_per_worker(cfg, monkeypatch) -> None:  # noqa: ANN001
+    import ray
+
+    from roll_ma.pipelines.session import check_cluster_cpus
+
+    nodes = [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 64.0}}]
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)  # the dead node's CPUs count for nothing
+    check_cluster_cpus(dataclasses.replace(cfg, resources=dataclasses.replace(cfg.resources,
+                                                                              num_cpus_per_worker=3)))
 
 
 def _no_intact_checkpoint(cfg, monkeypatch) -> None:  # noqa: ANN001
@@ -48,6 +60,8 @@ def _refused_join(cfg, monkeypatch) -> None:  # noqa: ANN001
 
 
 CASES = {  # what each one printed before as SystemExit("error: ..."), exit code 1: the same now
+    "cpus": (_too_many_cpus_per_worker, "resources.num_cpus_per_worker=3 but the largest node of the Ray "
+             "cluster has 2 CPUs, so no worker could start; lower it (default 0.1) or add larger nodes"),
     "gpus": (_too_few_gpus, "resources.num_gpus=1 but the Ray cluster has 0 GPUs; lower it or add GPU nodes"),
     "checkpoint": (_no_intact_checkpoint,
                    "no intact checkpoint to resume from in {out}/checkpoints:\n"
