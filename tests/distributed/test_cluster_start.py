@@ -2,7 +2,8 @@
 backends side by side instead of one after another (``pipelines.clusters.build_workers``).
 
 The proof needs no clock: two roles whose constructors each wait for the other's to have begun can
-only both start when neither cluster waits for its own actors before the other is asked for."""
+only both start when neither cluster waits for its own actors before the other is asked for; and a run's
+``build_workers`` asks for every role before it waits for any."""
 
 from __future__ import annotations
 
@@ -75,3 +76,30 @@ def test_a_cluster_that_fails_to_start_is_killed_when_waited_for(ray_session):
         broken.wait_started()
     assert broken.workers == []
     assert not [a for a in ray.util.list_named_actors() if a.startswith("broken_")]
+
+
+def test_a_run_asks_for_every_role_before_waiting_for_any(monkeypatch, tmp_path):
+    # build_workers with a recording Cluster: every role's actors are asked for (wait=False) before the run
+    # waits for the first of them, then it waits for each role once
+    from roll_ma.pipelines import clusters
+    from roll_ma.preflight.config_loader import load_config
+
+    events: list[tuple[str, str]] = []
+
+    class Recording:
+        def __init__(self, role: str, worker_cls: type, num_workers: int, resources=None,  # noqa: ANN001
+                     *, wait: bool = True, **kwargs):  # noqa: ANN003
+            assert not wait, f"{role}: asked for with wait=True, which starts the roles one after another"
+            self.role, self.world_size, self.workers = role, num_workers, []
+            events.append(("ask", role))
+
+        def wait_started(self) -> None:
+            events.append(("wait", self.role))
+
+    monkeypatch.setattr(clusters, "Cluster", Recording)
+    monkeypatch.setattr(clusters, "placement_report", lambda workers: None)  # it would ask the actors' nodes
+    cfg = load_config("math_selfplay_tiny", None, [f"trainer.output_dir={tmp_path}"])
+    clusters.build_workers(cfg, ["solver", "critic", "refiner"])
+    asks = [role for what, role in events if what == "ask"]
+    assert events == [("ask", role) for role in asks] + [("wait", role) for role in asks]
+    assert {"train", "rollout", "env"} <= set(asks)
