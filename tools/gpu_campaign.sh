@@ -279,20 +279,21 @@ PY
     # peer rows their wheels (install_peer_wheels.sh; an item waits for them). TOTAL: seconds a chain may run
     # (1700; 1380 leaves a two-GPU lease time to read the results back); RUN_TIMEOUT: seconds per runner
     # process (720). Between two calls the machine goes back after 30 s idle: send them back to back.
-    # With no CHAIN<g> given: what issue 45 still lacks (N = 1 has three repeats on one machine, N = 3 two on
-    # each of two leases, N = 8 and relay at N = 3 one each, 2026-11-28/29): roll_ma's defaults and TRL at its
-    # best at N = 3, three repeats each on one machine (GPUs swapped where there are two), then relay at N = 8
-    # and roll_ma's second N = 8 run; three or four GPUs also run TRL's (its eight runs take ~9 minutes) and
-    # OpenRLHF. A one-GPU machine runs the three N = 3 pairs one after another (~26 minutes: a pair took 8-9
-    # minutes on 2026-11-29; send every call back to back). Merge the tables with benchmarks/peers/merge_tables.py.
+    # With no CHAIN<g> given: what issue 45 still lacks (N = 1 and N = 3 have three repeats of both rows on one
+    # machine, 2026-11-28/29; N = 8 one of each, relay at N = 8 only with the defaults before 2026-11-28
+    # evening): N = 8, roll_ma's defaults and TRL at its best, three repeats each on one machine, and relay at
+    # N = 8. Two GPUs hold that in ~23 minutes (TRL's eight runs take ~9, roll_ma's one ~4.5, relay ~5); a
+    # third GPU runs OpenRLHF. One GPU cannot hold three of each in 30 minutes: it runs roll_ma, TRL, roll_ma
+    # and relay at N = 8 (~23 minutes), a ratio of two repeats against one. Send every call back to back.
+    # Merge the tables with benchmarks/peers/merge_tables.py.
     if [ -z "$(compgen -v CHAIN)" ]; then
-      n3="job.yaml|roll_ma|3|1 job.yaml|trl_best|3|1"
+      r8="job.yaml|roll_ma|8|1" t8="job.yaml|trl_best|8|1"
       if [ "$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)" -lt 2 ]; then
-        CHAIN0="$n3 $n3 $n3"
+        CHAIN0="$r8 $t8 $r8 relay.yaml|roll_ma|8|1"
       else
-        CHAIN0="$n3 job.yaml|roll_ma|3|1 job.yaml|roll_ma|8|1"
-        CHAIN1="job.yaml|trl_best|3|1 job.yaml|roll_ma|3|1 job.yaml|trl_best|3|1 relay.yaml|roll_ma|8|1"
-        CHAIN2="job.yaml|trl_best|8|1 job.yaml|openrlhf|1|1"
+        CHAIN0="$t8 $r8 $t8"
+        CHAIN1="$r8 $t8 $r8 relay.yaml|roll_ma|8|1"
+        CHAIN2="job.yaml|openrlhf|1|1"
       fi
     fi
     for _ in $(seq 150); do [ -f /tmp/peers_model_path ] && break; sleep 2; done
