@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU runs behind docs/benchmarks.md and docs/runs/, in parts that each fit one 10-minute
-# device command (results under $OUT, at most 8 files per part). On the lent GPU machine:
+# device command (results under $OUT, at most 8 files per part). Staged here by tools/stage_device.sh (one
+# .wbN part a call there, each `source tools/device_install.sh`). On the lent GPU machine:
 #   source tools/device_install.sh; bash tools/gpu_campaign.sh tests|pipelines|multilora1|multilora2|extra|graphs
 # (scaling7b / scaling7b_tp: the multi-GPU throughput sweep and a tensor-parallel engine, issue 25;
 #  peers_start / peers_wait: the side-by-side job with TRL, verl and OpenRLHF on every GPU at once, issue 36)
@@ -300,6 +301,9 @@ PY
     MODEL=$(cat /tmp/peers_model_path 2>/dev/null)
     [ -n "$MODEL" ] || { log "no model: run 'bash tools/gpu_campaign.sh peers_model' first (/tmp/peers_model.log)"; exit 1; }
     log "model: $MODEL"
+    # roll_ma's GPU default (model.liger_kernel=auto) runs unfused without liger-kernel: refuse to measure that
+    python -c "import liger_kernel" 2>/dev/null || [ -n "${NO_LIGER_OK:-}" ] || {
+      log "liger-kernel is not installed here (tools/stage_device.sh puts it in the last .wbN part); NO_LIGER_OK=1 runs anyway"; exit 1; }
     if [ ! -d .before ]; then
       for var in ${!CHAIN*}; do case " ${!var} " in *" before:"*) log "$var has a before: item and there is no .before/"; exit 1;; esac; done
     fi
