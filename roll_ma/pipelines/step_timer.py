@@ -27,6 +27,12 @@ class StepTimer:
         self.times: dict[str, float] = {}
         self.timeline: dict[str, float] = {}  # timeline/<lane>_start|_end: wall clock of the trainer's work
 
+    def total(self) -> dict[str, float]:
+        """Sets ``<prefix>/total`` to the seconds since this timer started (the start-up's: to the first
+        step); returns every time."""
+        self.times[f"{self.prefix}/total"] = time.perf_counter() - self.started
+        return self.times
+
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         start, wall = time.perf_counter(), time.time()

@@ -175,7 +175,13 @@ def test_a_file_run_logs_each_step_once_saves_where_asked_and_resumes_past_a_dam
     run_training(cfg)
     log = capsys.readouterr().out
     assert [step for step, _ in ckpt.complete_checkpoints(out)] == [3, 4]
-    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    # the start-up: one console line, and its stages on the first line only, as the RL loop logs them
+    assert sum(line.startswith("[roll_ma] start-up ") for line in log.splitlines()) == 1, log
+    assert {"startup/ray", "startup/workers", "startup/train_model", "startup/rollout_engine",
+            "startup/first_sync", "startup/total"} <= set(rows[0])
+    assert not any(k.startswith("startup/") for r in rows[1:] for k in r)
     last, metrics = out / "checkpoints" / "step_000004", out / "metrics.jsonl"
     assert log.rstrip().splitlines()[-1] == f"[roll_ma] done: checkpoint {last}, metrics {metrics}"
     # copies: the files are damaged below, and safetensors reads them through a memory map

@@ -35,6 +35,7 @@ from roll_ma.pipelines.phases.context import PhaseContext, headline
 from roll_ma.pipelines.phases.dpo import run_dpo_phase
 from roll_ma.pipelines.phases.sft import run_sft_phase
 from roll_ma.pipelines.session import done_line, open_session, start_session
+from roll_ma.pipelines.step_timer import startup_line
 
 
 def run_eval_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> None:
@@ -66,7 +67,10 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
         step = session.start_step
         ctx = PhaseContext(cfg, session.workers, session.planner, session.tracker, session.seats,
                            session.out_dir, step, results, session.signature, saved_step=step)
-        ctx.sync()  # the rollout serves what the trainer holds (the checkpoint's adapters on resume)
+        with session.startup("first_sync"):
+            ctx.sync()  # the rollout serves what the trainer holds (the checkpoint's adapters on resume)
+        print(startup_line(session.startup.total()), flush=True)
+        ctx.log_ahead(dict(session.startup.times))  # the start-up joins the next line, as in the RL loop
         run_each_phase(ctx, phases, start, progress)
         session.tracker.close()
         print_summary(ctx, phases)

@@ -36,7 +36,6 @@ its last report and its log files (``roll_ma/distributed/watchdog.py``).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,8 +70,7 @@ def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, 
         run = prepare_rl_run(session, step_hook)
         take_step = choose_step(run)
         evaluate_before_training(run)
-        session.startup.times["startup/total"] = time.perf_counter() - session.startup.started
-        print(startup_line(session.startup.times), flush=True)
+        print(startup_line(session.startup.total()), flush=True)
 
         metrics: dict[str, Any] = {}
         for step in range(session.start_step + 1, cfg.trainer.max_steps + 1):
