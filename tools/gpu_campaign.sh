@@ -357,17 +357,21 @@ PY
       setsid nohup bash -c "timeout ${TOTAL:-1700} bash $script" > /tmp/ch/chain$g.log 2>&1 < /dev/null &
       log "chain $g: ${!var}"
     done ;;
-  chains_wait)  # wait up to WAIT s for every chain (copying what is there to $OUT every 10 s), then the tables
+  chains_wait)  # wait up to WAIT s for every chain (copying what is there to $OUT every 10 s), then the tables.
+    # Every item's table goes into one tables.tgz (<g><job>_<k>_peers.json/.md: GPU, job, the chain's k-th
+    # item), so a call returns at most 8 files however many items ran: tar -xzf tables.tgz here
     end=$(( $(date +%s) + ${WAIT:-540} )); n=$(ls /tmp/ch/chain*.sh | wc -l)
     copy() {
       cp /tmp/ch/progress.log /tmp/ch/gpu_tests.log /tmp/ch/mfu.json /tmp/ch/mfu.log /tmp/ch/math7b.log "$OUT"/ 2>/dev/null
       cp /tmp/ch/math7b/metrics.jsonl "$OUT/math7b_metrics.jsonl" 2>/dev/null
+      mkdir -p /tmp/ch/tables
       for d in /tmp/ch/before /tmp/ch/after /tmp/ch/g*/*/; do [ -f $d/peers.json ] || continue
-        tag=$(echo ${d#/tmp/ch/} | tr -d / ); cp $d/peers.json "$OUT/${tag}_peers.json"; cp $d/peers.md "$OUT/${tag}_peers.md"; done
+        tag=$(echo ${d#/tmp/ch/} | tr -d / ); cp $d/peers.json /tmp/ch/tables/${tag}_peers.json; cp $d/peers.md /tmp/ch/tables/${tag}_peers.md; done
+      [ -n "$(ls /tmp/ch/tables)" ] && tar -czf "$OUT/tables.tgz.tmp" -C /tmp/ch/tables . && mv "$OUT/tables.tgz.tmp" "$OUT/tables.tgz"
     }
     while [ "$(date +%s)" -lt "$end" ] && [ "$(cat /tmp/ch/chain*.done 2>/dev/null | wc -l)" -lt "$n" ]; do copy; sleep 10; done
     copy; cat /tmp/ch/progress.log; tail -3 /tmp/ch/gpu_tests.log 2>/dev/null
-    for f in "$OUT"/*_peers.md; do echo "== $f"; head -20 "$f"; done
+    for f in /tmp/ch/tables/*_peers.md; do [ -f "$f" ] || continue; echo "== ${f##*/}"; grep '^| ' "$f" | head -12; done
     nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
     tar -czf "$OUT/ch_logs.tgz" -C /tmp/ch $(cd /tmp/ch && ls -d *.log */*.log */*/*.log 2>/dev/null) 2>/dev/null ;;
   *) echo "usage: $0 tests|pipelines|multilora1|multilora2|extra|extra2|x2_multilora|x2_pipelines|graphs|smoke7b|recorded7b|sweep7b|async7b|scaling7b|scaling7b_tp|mfu7b|step7b|redesign7b|redesign7b_wait|peers_start|peers_wait|peers45|peers45_wait|chains|chains_wait"; exit 2 ;;
