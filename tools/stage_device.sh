@@ -45,13 +45,14 @@ if [ -n "${PEERS:-}" ]; then
   PEERS="$PEERS" CHUNK_MAX=$CHUNK_MAX bash benchmarks/peers/stage_peer_wheels.sh | tail -2
 fi
 
+parts=$(ls -d .wb[0-9]* | sort -V; [ -z "${PEERS:-}" ] || ls -d .pw[0-9]* | sort -V)  # an old .pwN: not this staging's
 too_big=0
-for d in .wb[0-9]* .pw[0-9]*; do
+for d in $parts; do
   [ -d "$d" ] || continue
   b=$(du -cb "$d" | tail -1 | cut -f1)
   if [ $(( b + tree_bytes )) -gt $LIMIT ]; then echo "$d: $b bytes + the tree's $tree_bytes > 64 MiB" >&2; too_big=1; fi
 done
 [ $too_big = 0 ] || exit 1
-echo "staged: $(ls -d .wb[0-9]* | tr '\n' ' ')$(ls -d .pw[0-9]* 2>/dev/null | tr '\n' ' ')(the tree: $tree_bytes bytes)"
+echo "staged: $(echo $parts) (the tree: $tree_bytes bytes)"
 echo "there, one call a part, back to back: carry .wbK and run 'source tools/device_install.sh' (the last one"
 echo "installs everything), then for each .pwK: 'source tools/device_install.sh; bash benchmarks/peers/install_peer_wheels.sh'"
