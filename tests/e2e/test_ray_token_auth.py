@@ -2,7 +2,7 @@
 exists: roll_ma joins it with the user's auth settings and its actors register and run.
 
 The cluster's ~/.ray lives in a temp HOME (the real one is never touched) and the cluster is
-stopped by killing its own process group (never `ray stop`, which would stop every Ray on the
+stopped by a signal to its own `ray start` process (never `ray stop`, which would stop every Ray on the
 machine).
 """
 
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,15 +20,10 @@ from types import SimpleNamespace
 
 import pytest
 from pipeline_helpers import REPO, steps_logged, toy_config, write_config
+from ray_nodes import free_port, stop_nodes
 
 pytestmark = pytest.mark.slow
 AGENTS = [{"name": "alice"}, {"name": "bob"}]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -50,7 +43,7 @@ def token_cluster(tmp_path_factory):
     # where a driver with RAY_ADDRESS=auto and the same RAY_TMPDIR looks; without that file, `auto`
     # joins any Ray running on this machine
     env = _env(HOME=str(home), RAY_TMPDIR=temp_dir)
-    port = _free_port()
+    port = free_port()
     head = subprocess.Popen(
         [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--num-cpus=3",
          "--block", "--include-dashboard=false", "--disable-usage-stats"],
@@ -69,12 +62,7 @@ def token_cluster(tmp_path_factory):
         assert "Token authentication is enabled for this Ray cluster" in "".join(said), "".join(said)
         yield SimpleNamespace(address=f"127.0.0.1:{port}", env=env, token=token, temp_dir=temp_dir)
     finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
+        stop_nodes([head])
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

@@ -1,9 +1,9 @@
 """Ray nodes a test starts with `ray start` on this machine, and stops again without touching anyone else's.
 
 Every node of one test cluster gets the same fresh RAY_TMPDIR, which its processes (and the worker
-processes its raylet starts, which Ray puts in process groups of their own) inherit. Teardown kills
-each `ray start` process group, then any process that still carries that RAY_TMPDIR, by pid: never
-`ray stop`, which would stop every Ray on the machine.
+processes its raylet starts, which Ray puts in process groups of their own) inherit. Teardown stops
+each `ray start` process (``stop_nodes``), then kills any process that still carries that RAY_TMPDIR, by
+pid: never `ray stop`, which would stop every Ray on the machine.
 """
 
 from __future__ import annotations
@@ -26,6 +26,29 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_nodes(nodes: list[subprocess.Popen]) -> None:
+    """Stop `ray start --block` processes, the head (``nodes[0]``) last, each within ~2 s.
+
+    SIGTERM goes to each `ray start` process alone, the other nodes before the head: it drains its node
+    through the head's GCS, then stops its own Ray processes. A signal to its whole process group would stop
+    the GCS too, and the process would wait 30 s for a drain that can no longer happen. What is left of a
+    node's group after that is killed."""
+    for batch in (nodes[1:], nodes[:1]):
+        for node in batch:
+            if node.poll() is None:
+                node.send_signal(signal.SIGTERM)
+        for node in batch:
+            try:
+                node.wait(timeout=40)  # the drain's own limit is 30 s
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(node.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            node.wait()
 
 
 class LocalCluster:
@@ -77,17 +100,7 @@ class LocalCluster:
         return [node for node, names in json.loads(line[6:]).items() if resource in names]
 
     def stop(self) -> None:
-        for node in reversed(self.nodes):
-            try:
-                os.killpg(node.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-        for node in reversed(self.nodes):
-            try:
-                node.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(node.pid, signal.SIGKILL)
-                node.wait()
+        stop_nodes(self.nodes)
         for pid in _pids_with_env("RAY_TMPDIR", self.temp_dir):  # workers in process groups of their own
             try:
                 os.kill(pid, signal.SIGKILL)
