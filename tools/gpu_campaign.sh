@@ -283,7 +283,7 @@ PY
     # With no CHAIN<g> given: what issue 45 still lacks (N = 1 and N = 3 have three repeats of both rows on one
     # machine, 2026-11-28/29; N = 8 roll_ma twice and TRL once, relay at N = 8 once, 2026-11-29): N = 8, roll_ma's
     # defaults and TRL at its best, three repeats each on one machine, and relay at N = 8. Two GPUs hold that
-    # in ~25 minutes (TRL's eight runs take ~10.5, roll_ma's one ~4, relay ~6); a third GPU runs OpenRLHF.
+    # in ~26 minutes (TRL's eight runs take ~11, roll_ma's one ~4, relay ~6); a third GPU runs OpenRLHF.
     # One GPU cannot hold three of each in 30 minutes: it runs roll_ma, TRL, roll_ma and relay at N = 8
     # (~25 minutes), a ratio of two repeats against one. Send every call back to back.
     # Merge the tables with benchmarks/peers/merge_tables.py.
