@@ -13,14 +13,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import uuid
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from pipeline_helpers import REPO, steps_logged, toy_config, write_config
-from ray_nodes import free_port, stop_nodes
+from ray_nodes import free_port, start_node, stop_nodes
 
 pytestmark = pytest.mark.slow
 AGENTS = [{"name": "alice"}, {"name": "bob"}]
@@ -43,26 +41,16 @@ def token_cluster(tmp_path_factory):
     # where a driver with RAY_ADDRESS=auto and the same RAY_TMPDIR looks; without that file, `auto`
     # joins any Ray running on this machine
     env = _env(HOME=str(home), RAY_TMPDIR=temp_dir)
-    port = free_port()
-    head = subprocess.Popen(
-        [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--num-cpus=3",
-         "--block", "--include-dashboard=false", "--disable-usage-stats"],
-        env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    port, head = free_port(), None
     try:
-        said = []
-        for line in head.stdout:  # the head's own words: the event to wait for, no polling
-            said.append(line)
-            if "Ray runtime started" in line:
-                break
-        else:
-            pytest.fail("ray start --head ended:\n" + "".join(said))
-        threading.Thread(target=head.stdout.read, daemon=True).start()  # keep its pipe from filling up
+        head, said = start_node(["--head", f"--port={port}", "--num-cpus=3", "--include-dashboard=false",
+                                 "--disable-usage-stats"], env)
         # what users meet: a token in ~/.ray turns token auth on, no RAY_AUTH_MODE needed
-        assert "Token authentication is enabled for this Ray cluster" in "".join(said), "".join(said)
+        assert "Token authentication is enabled for this Ray cluster" in said, said
         yield SimpleNamespace(address=f"127.0.0.1:{port}", env=env, token=token, temp_dir=temp_dir)
     finally:
-        stop_nodes([head])
+        if head is not None:
+            stop_nodes([head])
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

@@ -28,6 +28,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_node(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """`ray start ARGS --block` in a process group of its own, returned once Ray says it runs, with what it
+    said until then (its later output is read away, so its pipe never fills). If it ends first: RuntimeError
+    with its output, nothing of it left."""
+    cmd = [RAY, "start", *args, "--block"]
+    node = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    said = []
+    for line in node.stdout:  # the node's own words: the event to wait for, no polling
+        said.append(line)
+        if "Ray runtime started" in line:
+            threading.Thread(target=node.stdout.read, daemon=True).start()
+            return node, "".join(said)
+    stop_nodes([node])
+    raise RuntimeError(f"`{' '.join(cmd)}` ended:\n{''.join(said)}")
+
+
 def stop_nodes(nodes: list[subprocess.Popen]) -> None:
     """Stop `ray start --block` processes, the head (``nodes[0]``) last, each within ~2 s.
 
@@ -74,19 +91,10 @@ class LocalCluster:
         head = not self.nodes
         where = ["--head", f"--port={self.port}", "--include-dashboard=false", "--disable-usage-stats"] \
             if head else [f"--address={self.address}"]
-        cmd = [RAY, "start", *where, f"--num-cpus={cpus}", f"--num-gpus={gpus}",
-               f"--resources={json.dumps(resources or {})}", "--object-store-memory=150000000", "--block"]
-        node = subprocess.Popen(cmd, env=self.env, start_new_session=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        resources_arg = f"--resources={json.dumps(resources or {})}"
+        node, _ = start_node([*where, f"--num-cpus={cpus}", f"--num-gpus={gpus}", resources_arg,
+                              "--object-store-memory=150000000"], self.env)
         self.nodes.append(node)
-        said = []
-        for line in node.stdout:  # the node's own words: the event to wait for, no polling
-            said.append(line)
-            if "Ray runtime started" in line:
-                break
-        else:
-            raise RuntimeError(f"`{' '.join(cmd)}` ended:\n{''.join(said)}")
-        threading.Thread(target=node.stdout.read, daemon=True).start()  # keep its pipe from filling up
 
     def nodes_with(self, resource: str) -> list[str]:
         """Node ids (hex) of the nodes that hold ``resource``, asked from a driver of its own."""
