@@ -267,6 +267,7 @@ PY
   chains)  # issues 45, 48: one queue of runs per GPU, each in the background, its items one after another on
     # that GPU. CHAIN0="item item ..." CHAIN1=... (CHAIN<g> for GPU g); an item: gpu_tests (pytest -m gpu;
     # gpu_test:<path> the GPU tests of one file or folder), math7b (the shipped math_selfplay_7b, 4 steps),
+    # decode (benchmarks/decode_floor.py on math_selfplay_7b's engine: decode against the bandwidth floor),
     # mfu (benchmarks/train_mfu.py at the job's shape, with a profile of the update),
     # before:AGENTS / after:AGENTS (the peers job's roll_ma row from the tree in .before/ or this tree, issue 48's
     # 7B step before and after), or JOB|ROWS|AGENTS|REPEATS (a run_all item as in peers45; peer rows wait
@@ -337,6 +338,12 @@ PY
             python start_pipeline.py --config_name math_selfplay_7b model.path=$MODEL trainer.max_steps=4 \
             trainer.eval_every=0 trainer.save_every=0 trainer.progress_bars=false trainer.output_dir=/tmp/ch/math7b \
             > /tmp/ch/math7b.log 2>&1" >> $script ;;
+          decode)  # issue 59: the 7B job's engine, ms a decode step against the bandwidth floor, no adapter / one /
+            # every agent's, a plain engine, a profile of a step (benchmarks/decode_floor.py); the job file's settings
+            echo "cd /tmp/w_after && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_after:$PYTHONPATH timeout 560 \
+            python benchmarks/decode_floor.py --config math_selfplay_7b model.path=$MODEL --device cuda \
+            --contexts ${DECODE_CONTEXTS:-160,2048} --new-tokens 256 --profile --budget-s 420 \
+            --out /tmp/ch/decode.json > /tmp/ch/decode.log 2>&1" >> $script ;;
           mfu)  # the update's MFU and a profile of it at the job's shape and the roll_ma row's settings
             echo "cd /tmp/w_after && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_after:$PYTHONPATH timeout 480 \
             python benchmarks/train_mfu.py --device cuda --model $MODEL --agents 1 --rows 192 --group-size 8 \
@@ -362,7 +369,8 @@ PY
     # item), so a call returns at most 8 files however many items ran: tar -xzf tables.tgz here
     end=$(( $(date +%s) + ${WAIT:-540} )); n=$(ls /tmp/ch/chain*.sh | wc -l)
     copy() {
-      cp /tmp/ch/progress.log /tmp/ch/gpu_tests.log /tmp/ch/mfu.json /tmp/ch/mfu.log /tmp/ch/math7b.log "$OUT"/ 2>/dev/null
+      cp /tmp/ch/progress.log /tmp/ch/gpu_tests.log /tmp/ch/mfu.json /tmp/ch/mfu.log /tmp/ch/math7b.log \
+        /tmp/ch/decode.json /tmp/ch/decode.log "$OUT"/ 2>/dev/null
       cp /tmp/ch/math7b/metrics.jsonl "$OUT/math7b_metrics.jsonl" 2>/dev/null
       mkdir -p /tmp/ch/tables
       for d in /tmp/ch/before /tmp/ch/after /tmp/ch/g*/*/; do [ -f $d/peers.json ] || continue
@@ -370,7 +378,7 @@ PY
       [ -n "$(ls /tmp/ch/tables)" ] && tar -czf "$OUT/tables.tgz.tmp" -C /tmp/ch/tables . && mv "$OUT/tables.tgz.tmp" "$OUT/tables.tgz"
     }
     while [ "$(date +%s)" -lt "$end" ] && [ "$(cat /tmp/ch/chain*.done 2>/dev/null | wc -l)" -lt "$n" ]; do copy; sleep 10; done
-    copy; cat /tmp/ch/progress.log; tail -3 /tmp/ch/gpu_tests.log 2>/dev/null
+    copy; cat /tmp/ch/progress.log; tail -3 /tmp/ch/gpu_tests.log 2>/dev/null; grep -E "^\| (lora|plain|profile) " /tmp/ch/decode.log 2>/dev/null
     for f in /tmp/ch/tables/*_peers.md; do [ -f "$f" ] || continue; echo "== ${f##*/}"; grep '^| ' "$f" | head -12; done
     nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
     tar -czf "$OUT/ch_logs.tgz" -C /tmp/ch $(cd /tmp/ch && ls -d *.log */*.log */*/*.log 2>/dev/null) 2>/dev/null ;;

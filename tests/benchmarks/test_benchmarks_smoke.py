@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -351,3 +352,120 @@ def test_shared_cpu_runs_script(tmp_path):
                       "env.groups_per_step=2", "env.group_size=2")
     (row,) = json.loads(out.read_text())
     assert row["runs at once"] == 1 and row["update s median"] > 0 and "| runs at once |" in text
+
+
+# ---------------------------------------------------------------------------- decode against the floor
+def test_decode_floor_arithmetic_and_kernel_kinds():
+    import decode_floor
+
+    # Qwen2.5-7B in bf16: 15.23 GB of weights, 57,344 B of KV a token; 64 rows at 2,048 + 128 tokens, H200
+    sizes = {"weight_bytes": 15.23e9, "kv_bytes_per_token": 57344.0}
+    ms = decode_floor.floor_ms(sizes, batch=64, context=2048, new_tokens=256, bandwidth=4.8e12)
+    assert ms == pytest.approx(1e3 * (15.23e9 + 64 * 2176 * 57344) / 4.8e12)
+    assert 4.8 < ms < 4.9  # weights alone 3.17 ms; the KV cache 1.66 ms more
+    assert decode_floor.floor_ms(sizes, 64, 2048, 256, None) is None  # no bandwidth known: no floor
+    assert decode_floor.nominal_bandwidth("NVIDIA H200") == 4.8e12
+    assert decode_floor.nominal_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
+    assert decode_floor.nominal_bandwidth("NVIDIA H100 PCIe") == 2.0e12
+    assert decode_floor.nominal_bandwidth("Intel Xeon") is None
+    kinds = {
+        "_lora_shrink_kernel": "lora",
+        "void flash::flash_fwd_splitkv_kernel<...>": "attention",  # 'splitk' inside must not make it a GEMM
+        "nvjet_hsh_128x64_64x4_1x2_h_bz_coopA_NTN": "gemm",
+        "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm>": "gemm",
+        "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0 (rms_norm)": "norm/activation",
+        "void vllm::act_and_mul_kernel<...>": "norm/activation",
+        "void at::native::(anonymous)::cunn_SoftMaxForward": "sampling",
+        "void at::native::elementwise_kernel<128, 4>": "other",
+    }
+    assert {name: decode_floor.kind_of(name) for name in kinds} == kinds
+
+
+def test_decode_floor_refuses_bad_flags(capsys):
+    import decode_floor
+
+    for bad, says in [
+        (["--engines", "lora,fast"], "unknown engine"),
+        (["--contexts", "64,x"], "prompt lengths"),
+        (["--batch", "0"], "--batch must be at least 1"),
+        (["--new-tokens", "1"], "at least 2"),
+    ]:
+        with pytest.raises(SystemExit):
+            decode_floor.parse_args(["--config", "math_selfplay_tiny", *bad])
+        assert says in capsys.readouterr().err
+    args = decode_floor.parse_args(["--config", "math_selfplay_7b", "model.path=/m", "--profile"])
+    assert args.engines == ["lora", "plain", "profile"] and args.overrides == ["model.path=/m"]
+
+
+def test_decode_floor_shape_comes_from_the_job(tmp_path):
+    import decode_floor
+
+    args = decode_floor.parse_args(
+        ["--config", "math_selfplay_7b", f"model.path={tmp_path}", "--device", "cpu"]
+    )
+    cfg = decode_floor.load_job(args)
+    # one round of the job: 8 groups x 8 episodes, 512 new tokens, prompts cut to 2,048 tokens
+    assert decode_floor.job_shape(cfg, args) == {"batch": 64, "new_tokens": 512, "contexts": [64, 2048]}
+    args = decode_floor.parse_args(
+        [
+            "--config",
+            "math_selfplay_7b",
+            f"model.path={tmp_path}",
+            "--device",
+            "cpu",
+            "--batch",
+            "8",
+            "--contexts",
+            "100",
+            "--new-tokens",
+            "16",
+        ]
+    )
+    assert decode_floor.job_shape(cfg, args) == {"batch": 8, "new_tokens": 16, "contexts": [100]}
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_decode_floor_script_on_cpu(tmp_path):
+    out = tmp_path / "decode.json"
+    text = run_script(
+        "decode_floor.py",
+        "--config",
+        "math_selfplay_tiny",
+        "rollout.backend=vllm",
+        "--device",
+        "cpu",
+        "--batch",
+        "3",
+        "--new-tokens",
+        "4",
+        "--contexts",
+        "8,24",
+        "--repeats",
+        "1",
+        "--profile",
+        "--out",
+        str(out),
+    )
+    data = _load(out)
+    rows = {(r["engine"], r["context"], r["adapters"]): r for r in data["rows"]}
+    # the job's engine with no adapter, one and all three mixed; the plain engine; the profile of none and all
+    assert set(rows) == {
+        (e, c, a)
+        for c in (8, 24)
+        for e, a in [
+            ("lora", "none"),
+            ("lora", "1 adapter"),
+            ("lora", "3 mixed"),
+            ("plain", "none"),
+            ("profile", "none"),
+            ("profile", "3 mixed"),
+        ]
+    }
+    assert all(math.isfinite(r["decode_ms"]) for r in rows.values())  # 4 tokens on CPU: a difference of noise
+    assert (
+        rows[("profile", 24, "3 mixed")]["kernels_per_step"]
+        > rows[("profile", 24, "none")]["kernels_per_step"]
+    )
+    assert data["engines"]["lora"]["engine_config"]["max_num_seqs"] == 256  # the job's own engine settings
+    assert "| lora | 8 | none |" in text
