@@ -8,6 +8,7 @@ from typing import Any
 
 from roll_ma.config.compose_errors import (
     composition_problem,
+    defaults_problem,
     first_line,
     interpolation_problem,
     override_problems,
@@ -122,6 +123,7 @@ def _alone(path: Path, override: str, base: Any) -> list[ConfigProblem]:
 
 
 def _composition_problems(err: BaseException, path: Path, overrides: list[str]) -> list[ConfigProblem]:
+    from hydra.errors import MissingConfigException
     from omegaconf.errors import InterpolationResolutionError
 
     if type(err).__module__.split(".")[0] == "yaml":  # yaml.YAMLError's kinds (yaml ships no types to import)
@@ -130,6 +132,8 @@ def _composition_problems(err: BaseException, path: Path, overrides: list[str]) 
         return [undecodable_problem(err, path)]
     if isinstance(err, InterpolationResolutionError):
         return [interpolation_problem(err, overrides, path)]
+    if isinstance(err, MissingConfigException):  # a defaults entry (an override's is named by _alone)
+        return [defaults_problem(err, path.parent, path)]
     if isinstance(err, OSError) and getattr(err, "filename", None):
         return [ConfigProblem(str(err.filename), f"cannot be read ({err.strerror or first_line(err)})")]
     return [composition_problem(err, str(path))]

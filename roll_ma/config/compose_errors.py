@@ -1,13 +1,18 @@
 """What YAML, Hydra and OmegaConf raise while a config is composed, said in config words: the file, line and
-column of a YAML mistake, the override that cannot be read or applied, the key of a ``${...}`` that does
-not resolve. ``compose.compose_raw`` turns each into a ``ConfigProblem`` (never a library traceback).
+column of a YAML mistake (a bracket or quote left open: where it opens), the file and line of a ``defaults:``
+entry that names no config (with the closest one there is), the override that cannot be read or applied,
+the key of a ``${...}`` that does not resolve. ``compose.compose_raw`` turns each into a ``ConfigProblem``
+(never a library traceback).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Any
+
+import yaml  # type: ignore[import-untyped]  # no stubs installed; what Hydra reads the files with
 
 from roll_ma.errors import ConfigProblem
 
@@ -69,19 +74,92 @@ def _grammar_reason(err: BaseException) -> str:
 
 
 def yaml_problem(err: Any, primary: Path) -> ConfigProblem:
-    """A YAML syntax error (``yaml.MarkedYAMLError``) as ``file:line:column: what``, with the line itself."""
+    """A YAML syntax error (``yaml.MarkedYAMLError``) as ``file:line:column: what``, with the line itself. A
+    bracket or quote left open is pointed at where it opens (YAML notices it only later, where it stops)."""
     what = getattr(err, "problem", None) or getattr(err, "context", None) or first_line(err)
     mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-    if "stream end" in what or "end of stream" in what:  # the file ended: point at what was left open
-        mark = getattr(err, "context_mark", None) or mark
     if mark is None:
         return ConfigProblem(str(primary), f"is not valid YAML: {what}")
-    file = mark.name if mark.name and not mark.name.startswith("<") else str(primary)
+    file = _file_of(mark, primary)
+    opened = _left_open(err, file)
+    if opened is not None:
+        mark, text = opened
+        return ConfigProblem(
+            f"{file}:{mark.line + 1}:{mark.column + 1}",
+            f"not valid YAML: {text}{_source_line(file, mark.line, mark.column)}",
+        )
+    if "stream end" in what or "end of stream" in what:  # the file ended: point at what was left open
+        mark = getattr(err, "context_mark", None) or mark
     hint = next((h for k, h in YAML_HINTS.items() if k in what), "fix the YAML syntax there")
     return ConfigProblem(
         f"{file}:{mark.line + 1}:{mark.column + 1}",
         f"not valid YAML: {what} ({hint}){_source_line(file, mark.line, mark.column)}",
     )
+
+
+def _file_of(mark: Any, primary: Path) -> str:
+    return mark.name if mark.name and not str(mark.name).startswith("<") else str(primary)
+
+
+# YAML's names of what it found, in words
+_FOUND = {"'<scalar>'": "a value", "'<stream end>'": "the end of the file", "':'": "a key's ':'"}
+_QUOTES = {'"': 'double quote (")', "'": "single quote (')"}
+_FLOWS = {"while parsing a flow mapping": ("{", "}"), "while parsing a flow sequence": ("[", "]")}
+
+
+def _left_open(err: Any, file: str) -> tuple[Any, str] | None:
+    """(mark of the opening, what to say) when the error is a ``{``, ``[`` or quote left open, else None."""
+    context, problem = getattr(err, "context", None) or "", getattr(err, "problem", None) or ""
+    start, stop = getattr(err, "context_mark", None), getattr(err, "problem_mark", None)
+    if start is not None and context in _FLOWS:  # YAML names the collection it was reading: where it opened
+        opener, closer = _FLOWS[context]
+        found = problem.rsplit("but got ", 1)[-1]
+        at = f"on line {stop.line + 1}, column {stop.column + 1} " if stop is not None else ""
+        return start, (
+            f"this '{opener}' is never closed: {at}YAML expected ',' or '{closer}' and found "
+            f"{_FOUND.get(found, found)} (close it with '{closer}', or put a ',' between its entries)"
+        )
+    quoted = context.startswith("while scanning a quoted scalar")
+    if start is not None and quoted and "end of stream" in problem:
+        quote = _quote_at(file, start)
+        return start, f"this {quote} is never closed: the file ends inside it (close it where its value ends)"
+    if stop is not None:  # a quote closed by the next value's opening quote, lines later: YAML stops after it
+        opening = _quoted_to(file, stop)
+        if opening is not None:
+            quote = _quote_at(file, opening)
+            return opening, (
+                f"this {quote} is not closed on its line: YAML takes the next one, on line {stop.line + 1}, "
+                "as its end and cannot read what follows (close the quote on this line)"
+            )
+    return None
+
+
+def _quote_at(file: str, mark: Any) -> str:
+    try:
+        char = Path(file).read_text(errors="replace").splitlines()[mark.line][mark.column]
+    except (OSError, IndexError):
+        return "quote"
+    return _QUOTES.get(char, "quote")
+
+
+def _quoted_to(file: str, stop: Any) -> Any:
+    """The start of a quoted value that spans lines and ends on the line of ``stop`` (an unclosed quote that
+    took the next quote as its end), or None."""
+    try:
+        text = Path(file).read_text(errors="replace")
+    except OSError:
+        return None
+    found = None
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if token.start_mark.index >= stop.index:
+                break
+            quoted = isinstance(token, yaml.ScalarToken) and token.style in ('"', "'")
+            if quoted and token.start_mark.line < token.end_mark.line == stop.line:
+                found = token.start_mark
+    except yaml.YAMLError:
+        pass
+    return found
 
 
 def _source_line(file: str, line: int, column: int) -> str:
@@ -109,6 +187,65 @@ def undecodable_problem(err: UnicodeDecodeError, primary: Path) -> ConfigProblem
     return ConfigProblem(
         str(primary), f"a file its defaults list includes is not UTF-8 text ({err.reason}); save it as UTF-8"
     )
+
+
+def defaults_problem(err: Any, config_dir: Path, primary: Path) -> ConfigProblem:
+    """A ``defaults:`` entry Hydra cannot find (``MissingConfigException``: "In 'mine': Could not load
+    'basee'"), named by the file and line that list it, with the closest config of ``config_dir``."""
+    missing = str(getattr(err, "missing_cfg_file", "") or "").strip("/")
+    named_in = re.match(r"In '([^']+)'", str(err))
+    listing = config_dir / f"{named_in.group(1)}.yaml" if named_in else primary
+    line = _defaults_line(listing, missing)
+    where = f"{listing}:{line}" if line else str(listing)
+    group, _, option = missing.rpartition("/")
+    options = getattr(err, "options", None)
+    if options:  # an option of a config group (``- model: tinyy``): the group's own options
+        what = f"defaults: {group}: {option!r} is no config in {config_dir / group}"
+        close, known = _closest(option, options), list(options)
+    elif options == [] and group:  # the group itself is missing (``- modell: tiny``)
+        what = f"defaults: {group!r} is no config group (a folder) in {config_dir}"
+        known = sorted(str(d.relative_to(config_dir)) for d in config_dir.rglob("*") if d.is_dir())
+        close = _closest(group, known)
+    else:
+        what = f"defaults: {missing!r} is no config in {config_dir}"
+        known = sorted(str(f.relative_to(config_dir).with_suffix("")) for f in config_dir.rglob("*.yaml"))
+        close = _closest(missing, known)
+    fix = f"did you mean {close!r}?" if close else f"there are: {', '.join(known[:12]) or 'none'}"
+    return ConfigProblem(where, f"{what}; {fix} (an entry names a config there by its path, without .yaml)")
+
+
+def _closest(word: str, options: list[str]) -> str | None:
+    close = difflib.get_close_matches(word, [str(o) for o in options], n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _defaults_line(file: Path, missing: str) -> int | None:
+    """The line of ``file``'s defaults entry that names ``missing`` (``name``, ``/name``, ``group: option``,
+    ``override group: option``), else of its ``defaults:`` key; None when the file cannot be read."""
+    try:
+        root = yaml.compose(file.read_text(errors="replace"), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    for key, value in root.value:
+        if key.value != "defaults":
+            continue
+        for entry in value.value if isinstance(value, yaml.SequenceNode) else []:
+            if _names(entry, missing):
+                return int(entry.start_mark.line) + 1
+        return int(key.start_mark.line) + 1
+    return None
+
+
+def _names(entry: Any, missing: str) -> bool:
+    if isinstance(entry, yaml.ScalarNode):
+        return str(entry.value).strip("/") == missing or missing.endswith("/" + str(entry.value).strip("/"))
+    if isinstance(entry, yaml.MappingNode) and len(entry.value) == 1:
+        group, option = entry.value[0]
+        group_name = str(group.value).split()[-1].strip("/")  # "override model", "optional model"
+        return f"{group_name}/{option.value}" == missing or missing.endswith(f"/{group_name}/{option.value}")
+    return False
 
 
 def interpolation_problem(err: Any, overrides: list[str], primary: Path) -> ConfigProblem:

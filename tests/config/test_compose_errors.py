@@ -12,6 +12,7 @@ from roll_ma.config.compose import compose_raw
 from roll_ma.errors import RollMaError
 
 TINY = "math_selfplay_tiny"
+DQ = 'double quote (")'
 
 
 def _refusal(name: str, config_path: str | None = None, overrides: list[str] | None = None) -> ConfigError:
@@ -42,6 +43,85 @@ def test_a_yaml_mistake_names_the_file_line_and_column_and_shows_the_line(
     shown = text.splitlines()[line - 1] if line <= len(text.splitlines()) else None
     if shown:  # the line itself, a caret under the column
         assert shown.expandtabs(1) in problem.message and "^" in problem.message
+
+
+@pytest.mark.parametrize(
+    "text, line, column, words",
+    [
+        # YAML notices the open '{' on the next line, at its ':'; the problem is named where it opens
+        ("name: x\nmodel: {path: builtin:tiny\ntrainer:\n  max_steps: 2\n", 2, 8, "this '{' is never closed"),
+        ("name: x\nagents: [{name: a}, {name: b}\nseed: 1\n", 2, 9, "this '[' is never closed"),
+        ("agents:\n  - {name: a\n  - {name: b}\n", 2, 5, "this '{' is never closed"),
+        ("agents: [{name: a, {name: b}]\nseed: 1\n", 1, 10, "this '{' is never closed"),
+        ('name: x\nmodel:\n  path: "builtin:tiny\n  dtype: float32\n', 3, 9, f"this {DQ} is never closed"),
+        ("name: x\nmodel:\n  path: 'builtin:tiny\n", 3, 9, "this single quote (') is never closed"),
+        # the next value's opening quote closes it: YAML stops a line later, after that quote
+        ('name: x\nmodel:\n  path: "builtin:tiny\n  dtype: "f32"\n', 3, 9, f"this {DQ} is not closed"),
+    ],
+    ids=["brace", "bracket", "brace-in-list", "inner-brace", "double-quote", "single-quote", "quote-run-on"],
+)
+def test_an_unclosed_bracket_or_quote_is_named_where_it_opens(tmp_path, text, line, column, words):
+    (tmp_path / "mine.yaml").write_text(text)
+    problem = _refusal("mine", str(tmp_path)).problems[0]
+    assert problem.key == f"{tmp_path / 'mine.yaml'}:{line}:{column}", str(problem)
+    assert problem.message.startswith(f"not valid YAML: {words}"), problem.message
+    opening_line = text.splitlines()[line - 1]
+    assert f"\n      {opening_line}\n      {' ' * (column - 1)}^" in problem.message  # the caret under it
+
+
+def test_an_unclosed_brace_says_where_yaml_stopped_and_how_to_close_it(tmp_path):
+    (tmp_path / "mine.yaml").write_text("name: x\nmodel: {path: builtin:tiny\ntrainer:\n  max_steps: 2\n")
+    message = _refusal("mine", str(tmp_path)).problems[0].message
+    assert "on line 3, column 8 YAML expected ',' or '}' and found a key's ':'" in message
+    assert "close it with '}', or put a ',' between its entries" in message
+
+
+def _write_configs(folder, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+
+
+@pytest.mark.parametrize(
+    "entry, words",
+    [
+        ("basee", "defaults: 'basee' is no config in {dir}; did you mean 'base'?"),
+        ("/basee", "defaults: 'basee' is no config in {dir}; did you mean 'base'?"),
+        ("model: tinyy", "defaults: model: 'tinyy' is no config in {dir}/model; did you mean 'tiny'?"),
+        ("modell: tiny", "defaults: 'modell' is no config group (a folder) in {dir}; did you mean 'model'?"),
+        ("zzz", "defaults: 'zzz' is no config in {dir}; there are: base, mine, model/tiny"),
+    ],
+    ids=["name", "absolute", "group-option", "group", "nothing-close"],
+)
+def test_a_defaults_entry_that_names_no_config_is_named_by_file_and_line_with_the_closest(
+    tmp_path, entry, words
+):
+    _write_configs(
+        tmp_path,
+        {
+            "base.yaml": "seed: 1\n",
+            "model/tiny.yaml": "path: builtin:tiny\n",
+            "mine.yaml": f"name: mine\ndefaults:\n  - _self_\n  - {entry}\n",
+        },
+    )
+    problem = _refusal("mine", str(tmp_path)).problems[0]
+    assert problem.key == f"{tmp_path / 'mine.yaml'}:4", str(problem)  # the entry's own line
+    assert problem.message.startswith(words.format(dir=tmp_path)), problem.message
+    assert "Could not load" not in problem.message and "Config search path" not in problem.message
+
+
+def test_a_defaults_entry_of_an_included_file_names_that_file(tmp_path):
+    _write_configs(
+        tmp_path,
+        {
+            "base.yaml": "defaults:\n  - _self_\n  - commn\nseed: 1\n",
+            "common.yaml": "seed: 2\n",
+            "mine.yaml": "defaults:\n  - base\n  - _self_\n",
+        },
+    )
+    problem = _refusal("mine", str(tmp_path)).problems[0]
+    assert problem.key == f"{tmp_path / 'base.yaml'}:3"
+    assert "did you mean 'common'?" in problem.message
 
 
 def test_a_yaml_mistake_in_a_file_the_defaults_list_includes_names_that_file(tmp_path):
