@@ -13,16 +13,22 @@ result line (job.emit).
     python benchmarks/peers/run_roll_ma.py --agents 3 --model M --row roll_ma_unfused \
         --job benchmarks/peers/relay.yaml
     python benchmarks/peers/run_roll_ma.py --agents 3 --model /path/to/tiny --device cpu --smoke
+
+The run writes into a temporary folder, removed when it ends, and its lines do not name that folder (they
+say ``<temporary folder>``, and a line before them says why); ``--out-dir DIR`` keeps the run's folder
+(checkpoints, metrics, logs) there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # job.py; seat_game.py and pipeline_scaling.py
@@ -202,7 +208,48 @@ def run_config(
     return cfg
 
 
-def measure(job: Job, row: Row, n_agents: int, model: str, device: str, shared: bool) -> dict[str, Any]:
+TEMPORARY = "<temporary folder>"
+
+
+class _Unnamed:
+    """A text stream that writes ``folder`` as ``TEMPORARY``: the run's lines (its header, each checkpoint,
+    its last line) would otherwise name a folder that is gone when the runner exits."""
+
+    def __init__(self, stream: TextIO, folder: str):
+        self.stream, self.folder = stream, folder
+
+    def write(self, text: str) -> int:
+        self.stream.write(text.replace(self.folder, TEMPORARY))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, ...
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def run_folder(keep: str | None) -> Iterator[str]:
+    """The run's output folder: ``keep`` (--out-dir), kept; else a temporary one, removed at the end and
+    never named in what the run prints."""
+    if keep:
+        yield str(Path(keep).resolve())
+        return
+    with tempfile.TemporaryDirectory(prefix="peers_roll_ma_") as out_dir:
+        print(
+            f"[roll_ma] the run's folder is temporary, removed at its end ({TEMPORARY} below); "
+            "--out-dir DIR keeps it",
+            flush=True,
+        )
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _Unnamed(saved[0], out_dir), _Unnamed(saved[1], out_dir)
+        try:
+            yield out_dir
+        finally:
+            sys.stdout, sys.stderr = saved
+
+
+def measure(
+    job: Job, row: Row, n_agents: int, model: str, device: str, shared: bool, keep: str | None = None
+) -> dict[str, Any]:
     """Run the pipeline and read its metrics: step ends, its own phase timers, tokens, the GPU memory."""
     from pipeline_scaling import summarize_run
 
@@ -217,7 +264,7 @@ def measure(job: Job, row: Row, n_agents: int, model: str, device: str, shared: 
     )
     init_ray(env_vars={"PYTHONPATH": os.environ["PYTHONPATH"]})
     try:
-        with tempfile.TemporaryDirectory(prefix="peers_roll_ma_") as out_dir:
+        with run_folder(keep) as out_dir:
             run_training(run_config(job, row, n_agents, model, device, out_dir, shared))
             metrics = read_metrics(Path(out_dir) / "metrics.jsonl")
     finally:
@@ -251,6 +298,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--smoke", action="store_true", help="the job shrunk to a CPU-sized check (job.shrink_for_smoke)"
     )
+    p.add_argument(
+        "--out-dir",
+        help="keep the run's folder (checkpoints, metrics.jsonl, logs) here; default: a temporary folder, "
+        "removed at the end",
+    )
     args, job, row = parse_runner_args(p, argv, "roll_ma")
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -276,7 +328,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         **(gpu_identity() if args.device == "cuda" else {}),
     }
     return measure_and_emit(
-        result, lambda: measure(job, row, args.agents, args.model, args.device, args.shared)
+        result, lambda: measure(job, row, args.agents, args.model, args.device, args.shared, args.out_dir)
     )
 
 
