@@ -10,6 +10,10 @@ permissions. Everything is written into a temporary sibling directory first and 
 place after the marker, so a crash at any moment leaves either the previous complete
 checkpoint or the new one.
 
+Each checkpoint written and each unfinished one removed (the temporary of a write that was cut short,
+removed when the run resumes) is one line through the caller's ``log`` (the pipelines': the console and
+``logs/run.log``).
+
 Resume checks the newest complete checkpoint against its manifest (``choose_resume``: the one
 choice the RL loop, the phases and the pre-flight check share) and, if a file is missing,
 truncated or changed, moves it aside (``resume_checkpoint``) to ``damaged_step_NNNNNN`` (saying
@@ -44,6 +48,7 @@ from roll_ma.checkpoint_manifest import (
 from roll_ma.errors import RunStartError
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_TMP_DIR = re.compile(r"^\.tmp_step_(\d+)_")  # begin_checkpoint's temporaries
 SIGNATURE_FILE = "run_signature.json"  # the config's record: roll_ma/preflight/checkpoint_compat.py
 
 
@@ -173,10 +178,15 @@ def _fsync_tree(path: Path) -> None:
 
 
 def finish_checkpoint(
-    tmp: Path, step: int, state: dict[str, Any], keep_last: int, signature: dict[str, Any] | None = None
+    tmp: Path,
+    step: int,
+    state: dict[str, Any],
+    keep_last: int,
+    signature: dict[str, Any] | None = None,
+    log: Callable[[str], None] = print,
 ) -> Path:
     """Write the driver state, the run's signature (what resume compares with the config), manifest and
-    marker, then rename into place and prune old checkpoints."""
+    marker, then rename into place, say so through ``log`` (one line) and prune old checkpoints."""
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2, default=str))
     if signature is not None:
         (tmp / SIGNATURE_FILE).write_text(json.dumps(signature, indent=1, sort_keys=True))
@@ -188,17 +198,22 @@ def finish_checkpoint(
     if final.exists():  # a re-run of the same step after resume replaces the old copy
         shutil.rmtree(final)
     os.rename(tmp, final)  # atomic on POSIX: readers see the old set or the new one
-    prune(tmp.parent.parent, keep_last)
+    log(f"[roll_ma] checkpoint written: {final} (step {step})")
+    prune(tmp.parent.parent, keep_last, log)
     return final
 
 
-def prune(output_dir: str | Path, keep_last: int) -> None:
-    """Keep the newest ``keep_last`` complete checkpoints; remove temporaries of crashed writes."""
+def prune(output_dir: str | Path, keep_last: int, log: Callable[[str], None] = print) -> None:
+    """Keep the newest ``keep_last`` complete checkpoints; remove temporaries of crashed writes (each one
+    said through ``log``: the run had a checkpoint under way that it will now write again)."""
     done = complete_checkpoints(output_dir)
     for _, path in done[: max(0, len(done) - keep_last)]:
         shutil.rmtree(path, ignore_errors=True)
-    for p in checkpoints_dir(output_dir).glob(".tmp_step_*"):
+    for p in sorted(checkpoints_dir(output_dir).glob(".tmp_step_*")):
         shutil.rmtree(p, ignore_errors=True)
+        m = _TMP_DIR.match(p.name)
+        of_step = f" of step {int(m.group(1))}" if m else ""
+        log(f"[roll_ma] removed the unfinished checkpoint{of_step} (its write was cut short): {p}")
 
 
 def load_state(path: str | Path) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Options and ``key=value`` overrides may come in any order; ``--cfg [job|hydra|al
 and runs the pre-flight checks of a run (``roll_ma/cli_cfg.py``). A failure prints as a few lines (what,
 where, the fix; the log file with the full traceback for failures during the run) and the exit code says
 which kind: 2 the config or a check before the run, 1 the run itself, 130 interrupted (Ctrl-C), 143
-stopped by SIGTERM; both of the last print one line saying how to resume.
+stopped by SIGTERM, 129 stopped by SIGHUP (a closed terminal or ssh session); the last three print one line
+saying how to resume, also written to the run's ``logs/run.log`` (after a SIGHUP, the one place left to read
+it).
 """
 
 from __future__ import annotations
@@ -71,14 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; Ctrl-C or SIGTERM at any moment ends it with one line and exit 130 or 143."""
+    """The command line; Ctrl-C, SIGTERM or SIGHUP at any moment ends it with one line and exit 130, 143 or
+    129."""
+    from roll_ma.error_report import run_line
     from roll_ma.interrupts import exit_code, stop_signals, stopped_message
 
     with stop_signals():
         try:
             return _main(argv)
         except KeyboardInterrupt as err:  # before the run began (reading the config); run() says it after
-            print(f"[roll_ma] {stopped_message(err, None, 'auto')}", file=sys.stderr)
+            run_line(f"[roll_ma] {stopped_message(err, None, 'auto')}", None, sys.stderr)
             return exit_code(err)
 
 
@@ -141,17 +145,19 @@ def run(cfg: Any) -> int:
     import ray
 
     from roll_ma.config import ConfigError
-    from roll_ma.error_report import error_prefix, unexpected
+    from roll_ma.error_report import error_prefix, run_line, unexpected
     from roll_ma.errors import PreflightError, RollMaError
     from roll_ma.interrupts import exit_code, stop_behind, stopped_message
     from roll_ma.run import run_config
 
     ours = not ray.is_initialized()  # a Ray this run starts is stopped before its error is printed
 
-    def fail(message: Any, code: int, prefix: str | None = None) -> int:
+    def fail(message: Any, code: int, prefix: str | None = None, logged: bool = False) -> int:
         if ours and ray.is_initialized():  # why: actors' late log lines would otherwise follow the message
             ray.shutdown()
-        print(f"{prefix or error_prefix()} {message}", file=sys.stderr)
+        # logged: in run.log too (a stop's line; an error's traceback has its own log file)
+        log_to = cfg.trainer.output_dir if logged else None
+        run_line(f"{prefix or error_prefix()} {message}", log_to, sys.stderr)
         return code
 
     try:
@@ -165,9 +171,9 @@ def run(cfg: Any) -> int:
         return fail(err, 2)
     except RollMaError as err:  # the message says what, where and the fix, and names the log file
         return fail(err, 1)
-    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (roll_ma.interrupts): say how to resume
+    except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM or SIGHUP (roll_ma.interrupts): say how to resume
         message = stopped_message(err, cfg.trainer.output_dir, cfg.trainer.resume, _finished_line(cfg))
-        return fail(message, exit_code(err), "[roll_ma]")
+        return fail(message, exit_code(err), "[roll_ma]", logged=True)
     except Exception as err:  # noqa: BLE001 - an error roll_ma does not know: its short form and a log file
         return fail(unexpected(err, cfg.trainer.output_dir), 1)
     return 0

@@ -4,6 +4,9 @@ Workers' exceptions reach the driver as ``WorkerError`` (``distributed/watchdog.
 actor's traceback text with ``summarize``; the CLI and ``roll_ma.train`` then write the full tracebacks
 (the driver's and the workers') to ``<trainer.output_dir>/logs/error_<time>.log`` with ``attach_log``,
 and the message ends with that path. Nothing here prints colour codes: ``plain`` strips Ray's.
+
+``run_line`` prints one of the run's own lines (a checkpoint written, a stop) on the console and writes it
+to the run's log file too, with the time; a console that is gone (a closed terminal) is no failure.
 """
 
 from __future__ import annotations
@@ -144,6 +147,34 @@ def run_log(output_dir: str | os.PathLike | None) -> Path:
     """The run's log file, ``<output_dir>/logs/run.log``: what the workers print (engine, Ray, library logs;
     ``distributed/worker_output.py``), appended to by every run and resume in that directory."""
     return log_dir(output_dir) / "run.log"
+
+
+def run_line(line: str, output_dir: str | os.PathLike | None, stream: Any = None) -> None:
+    """``line`` (``[roll_ma] ...``) on the console (``stream``, stdout by default) and, when ``output_dir`` is
+    given and exists, in its ``logs/run.log`` as ``(driver HH:MM:SS) line``: among the workers' lines, with
+    its time (a run stopped before it made its folder gets none made for this line)."""
+    try:
+        print(line, file=stream or sys.stdout, flush=True)
+    except OSError:  # a closed terminal (EIO): what is written there from now on can never be read
+        _console_gone()
+    if output_dir is None or not os.path.isdir(output_dir):
+        return
+    try:
+        with open(run_log(output_dir), "a") as log:  # appended whole: the workers' lines go in between
+            log.write(f"(driver {datetime.datetime.now():%H:%M:%S}) {line}\n")
+    except OSError:  # the console has it; a log that cannot be written is the run's next error to report
+        pass
+
+
+def _console_gone() -> None:
+    """Point stdout and stderr at /dev/null: the text still buffered for a closed terminal would otherwise
+    fail again as Python exits (which then exits 120, not the run's code)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def log_text(err: BaseException) -> str:

@@ -1,14 +1,18 @@
-"""A run stopped from outside: Ctrl-C (SIGINT) and a scheduler's SIGTERM end the same way, at any moment.
+"""A run stopped from outside: Ctrl-C (SIGINT), a scheduler's SIGTERM and a closed terminal or ssh session
+(SIGHUP) end the same way, at any moment.
 
-Both unwind the driver as an exception (``KeyboardInterrupt``; ``Terminated`` for SIGTERM, a subclass of
-it), so the same ``finally`` blocks stop the workers, delete their shared-memory files and stop the Ray the
-run started; the CLI then prints one line saying how to resume and exits 130 (SIGINT) or 143 (SIGTERM).
+Each unwinds the driver as an exception (``KeyboardInterrupt``; ``Terminated`` for SIGTERM and ``HungUp``,
+a subclass of it, for SIGHUP), so the same ``finally`` blocks stop the workers, delete their shared-memory
+files and stop the Ray the run started; the CLI then prints one line saying how to resume (also written to
+the run's log file: after a SIGHUP the terminal is usually gone) and exits 128 + the signal: 130 (SIGINT),
+143 (SIGTERM) or 129 (SIGHUP). Left alone, a SIGHUP killed the driver outright, and the Ray agents it had
+started outlived it by a minute or more.
 
 - Which signal it was is recorded when it arrives: Ray turns any exception a signal handler raises inside
   its blocking calls (``ray.wait``, ``ray.get``) into a plain ``KeyboardInterrupt``, so the exception's
   type alone would report a SIGTERM as Ctrl-C.
-- After the first stop, a second SIGINT or SIGTERM (a scheduler repeating itself, a second Ctrl-C) is
-  ignored: the cleanup it would cut short is what leaves nothing running, and it is bounded.
+- After the first stop, a second SIGINT, SIGTERM or SIGHUP (a scheduler repeating itself, a second Ctrl-C)
+  is ignored: the cleanup it would cut short is what leaves nothing running, and it is bounded.
 - ``deferred_stops``: while Ray starts, a stop is only recorded and raised once ``ray.init`` returned;
   an exception inside it left a half-built Ray (a segmentation fault at exit, agents left running). A stop
   inside an import waits for the import to end the same way (a half-imported torch crashes when touched).
@@ -30,14 +34,28 @@ from typing import Any
 class Terminated(KeyboardInterrupt):
     """The run got SIGTERM: it stops like Ctrl-C (every cleanup runs), and the CLI exits 143."""
 
-    exit_code = 143
+    signum = signal.SIGTERM
+
+
+class HungUp(Terminated):
+    """The run got SIGHUP (its terminal or ssh session closed): it stops as for SIGTERM, and exits 129."""
+
+    signum = signal.SIGHUP
+
+
+# the handled signals: what the stop line calls each (SIGINT's own: a plain KeyboardInterrupt)
+STOPPED_BY: dict[int, str] = {
+    signal.SIGINT: "interrupted (Ctrl-C)",
+    signal.SIGTERM: "stopped by SIGTERM",
+    signal.SIGHUP: "stopped by SIGHUP (a closed terminal or ssh session)",
+}
 
 
 class _Stops:
     """This process's stop signals (signals are per process: state here, not in an object passed around)."""
 
     depth = 0  # nested ``stop_signals`` (the CLI's around roll_ma.train's): the outermost owns the handlers
-    received: int | None = None  # the first SIGINT / SIGTERM since the outermost one was entered
+    received: int | None = None  # the first SIGINT / SIGTERM / SIGHUP since the outermost one was entered
     deferred = False  # inside ``deferred_stops``: record, do not raise
 
 
@@ -56,8 +74,9 @@ def _on_stop(signum: int, frame: Any) -> None:
 def _ignore_further_stops() -> None:
     # why: a second signal must not cut the cleanup of the first short
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if signal.getsignal(signal.SIGINT) is _on_stop:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        if signal.getsignal(signum) is _on_stop:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def _importing(frame: Any) -> bool:
@@ -78,15 +97,18 @@ def _deliver_again(signum: int) -> None:
 
 
 def stop_error(signum: int) -> KeyboardInterrupt:
+    if signum == signal.SIGHUP:
+        return HungUp()
     return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
-    """Inside: SIGTERM raises ``Terminated`` and SIGINT ``KeyboardInterrupt`` in the main thread, once (see
-    the module's docstring). The caller's handlers are back afterwards.
+    """Inside: SIGTERM raises ``Terminated``, SIGHUP ``HungUp`` and SIGINT ``KeyboardInterrupt`` in the main
+    thread, once (see the module's docstring). The caller's handlers are back afterwards.
 
-    SIGINT is left alone where it is ignored (a shell's background job: it is not the job's to get).
+    SIGINT and SIGHUP are left alone where they are ignored (SIGINT in a shell's background job: it is not
+    the job's to get; SIGHUP under ``nohup``: the run is meant to outlive its terminal).
     ``roll_ma.distributed.ray_env.init_ray`` keeps Ray from replacing the SIGTERM handler."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
@@ -103,6 +125,9 @@ def stop_signals() -> Iterator[None]:
     previous_int = signal.getsignal(signal.SIGINT)
     if previous_int is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_stop)
+    previous_hup = signal.getsignal(signal.SIGHUP)
+    if previous_hup is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _on_stop)
     try:
         yield
     finally:
@@ -110,12 +135,14 @@ def stop_signals() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous_term if previous_term is not None else signal.SIG_DFL)
         if previous_int is signal.default_int_handler:
             signal.signal(signal.SIGINT, previous_int)
+        if previous_hup is not signal.SIG_IGN:
+            signal.signal(signal.SIGHUP, previous_hup if previous_hup is not None else signal.SIG_DFL)
 
 
 @contextlib.contextmanager
 def deferred_stops() -> Iterator[None]:
-    """Inside (``ray.init``): a SIGINT or SIGTERM is recorded only; leaving, it is raised as it would have
-    been. Outside ``stop_signals`` this changes nothing."""
+    """Inside (``ray.init``): a SIGINT, SIGTERM or SIGHUP is recorded only; leaving, it is raised as it would
+    have been. Outside ``stop_signals`` this changes nothing."""
     if _Stops.depth == 0 or _Stops.deferred or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -150,14 +177,19 @@ def stop_behind(err: BaseException | None) -> KeyboardInterrupt | None:
     return stop_error(_Stops.received)
 
 
-def received_sigterm(err: KeyboardInterrupt) -> bool:
-    """Whether the stop was a SIGTERM (``err`` may be Ray's plain ``KeyboardInterrupt`` standing for it)."""
-    return isinstance(err, Terminated) or _Stops.received == signal.SIGTERM
+def stop_signal(err: KeyboardInterrupt) -> int:
+    """The signal that stopped the run (``err`` may be Ray's plain ``KeyboardInterrupt`` standing for a
+    SIGTERM or SIGHUP: the signal recorded when it arrived says which)."""
+    if isinstance(err, Terminated):
+        return err.signum
+    if _Stops.received in (signal.SIGTERM, signal.SIGHUP):
+        return _Stops.received
+    return signal.SIGINT
 
 
 def exit_code(err: KeyboardInterrupt) -> int:
-    """128 + the signal: 143 for SIGTERM, 130 for Ctrl-C."""
-    return 143 if received_sigterm(err) else 130
+    """128 + the signal: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + stop_signal(err)
 
 
 def stopped_message(err: KeyboardInterrupt, output_dir: str | Path | None, resume: str,
@@ -166,7 +198,7 @@ def stopped_message(err: KeyboardInterrupt, output_dir: str | Path | None, resum
 
     ``output_dir`` None: stopped while the config was being read, before the run began. ``finished``: what
     the same command would say of a run whose checkpoint already holds all of it (stopped as it finished)."""
-    what = "stopped by SIGTERM" if received_sigterm(err) else "interrupted (Ctrl-C)"
+    what = STOPPED_BY[stop_signal(err)]
     if output_dir is None:
         return f"{what} before the run started; run the same command to start it"
     if finished:

@@ -9,12 +9,15 @@ A run opens it, loads what it needs, and leaves it however it ends::
     # left: every worker stopped, its GPU bundles released
 
 Resume (``trainer.resume=auto``) takes the newest checkpoint whose files all match its manifest
-(``roll_ma/checkpoint.py``); a damaged newer one is named, with the reason, and set aside.
+(``roll_ma/checkpoint.py``); a damaged newer one is named, with the reason, and set aside. What happens to
+checkpoints (written, resumed from, set aside, an unfinished one removed) is one line each on the console
+and in ``logs/run.log`` (``RunSession.say``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import time
 from dataclasses import dataclass
@@ -30,7 +33,7 @@ from roll_ma.config.schema import RunConfig
 from roll_ma.config.seats import resolve_seats
 from roll_ma.distributed.ray_env import init_ray
 from roll_ma.envs.registry import resolve_env_class
-from roll_ma.error_report import run_log
+from roll_ma.error_report import run_line, run_log
 from roll_ma.errors import RunStartError
 from roll_ma.interrupts import deferred_stops
 from roll_ma.pipelines.clusters import RunWorkers, build_workers, process_env
@@ -65,6 +68,10 @@ class RunSession:
             raise RuntimeError("the session's tracker opens in start_session; call it first")
         return self.opened_tracker
 
+    def say(self, line: str) -> None:
+        """One of the run's own lines (``[roll_ma] ...``): on the console and in ``logs/run.log``."""
+        run_line(line, self.out_dir)
+
     def __enter__(self) -> RunSession:
         return self
 
@@ -79,11 +86,12 @@ def open_session(cfg: RunConfig, reference_copies: bool = False, teacher_workers
     startup = StepTimer("startup")  # started now: startup/total is the time to the first step
     out_dir = Path(cfg.trainer.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    say = functools.partial(run_line, output_dir=out_dir)  # RunSession.say, before there is a session
     # the newest checkpoint that matches its manifest; damaged newer ones are reported and set aside
-    resume_from = ckpt.resume_checkpoint(out_dir) if cfg.trainer.resume == "auto" else None
+    resume_from = ckpt.resume_checkpoint(out_dir, say) if cfg.trainer.resume == "auto" else None
     if cfg.trainer.resume == "never":
         set_aside_previous_run(out_dir)
-    ckpt.prune(out_dir, cfg.trainer.keep_last)  # drops temporaries of a write that was killed
+    ckpt.prune(out_dir, cfg.trainer.keep_last, say)  # drops (and names) temporaries of a killed write
     signature = run_signature(cfg)  # before random_weights rewrites model.path
     if cfg.model.random_weights:
         # imported only here: it builds a model, which a run on real weights never needs

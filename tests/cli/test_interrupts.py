@@ -1,13 +1,17 @@
-"""roll_ma.interrupts in one process, no Ray: which signal stopped the run, once, and not inside ray.init."""
+"""roll_ma.interrupts in one process, no Ray: which signal stopped the run (Ctrl-C, SIGTERM, SIGHUP), once,
+and not inside ray.init."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 
 import pytest
 
-from roll_ma.interrupts import Terminated, deferred_stops, exit_code, stop_signals, stopped_message
+from roll_ma.interrupts import HungUp, Terminated, deferred_stops, exit_code, stop_signals, stopped_message
+
+HUP_LINE = "stopped by SIGHUP (a closed terminal or ssh session)"
 
 
 def _signal_self(signum: int) -> None:
@@ -32,6 +36,44 @@ def test_ctrl_c_is_130_and_a_second_signal_during_the_cleanup_is_ignored():
     assert not isinstance(stop.value, Terminated) and exit_code(stop.value) == 130
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handlers are back
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sighup_stops_like_sigterm_and_is_reported_as_sighup_exit_129():
+    # a closed terminal or ssh session: once the driver died of it at once (exit 129, no line, Ray left)
+    before = signal.getsignal(signal.SIGHUP)
+    with stop_signals():
+        with pytest.raises(HungUp) as stop:
+            _signal_self(signal.SIGHUP)
+        _signal_self(signal.SIGHUP)  # ignored, as a second SIGTERM is: the cleanup runs to its end
+        _signal_self(signal.SIGTERM)
+    assert isinstance(stop.value, Terminated) and exit_code(stop.value) == 129
+    assert signal.getsignal(signal.SIGHUP) is before  # the caller's handler is back
+    # what a ray.wait interrupted by our handler raises instead of HungUp
+    assert exit_code(KeyboardInterrupt()) == 129
+    assert stopped_message(KeyboardInterrupt(), None, "auto") == (
+        f"{HUP_LINE} before the run started; run the same command to start it"
+    )
+
+
+def test_a_sighup_inside_deferred_stops_is_raised_as_sighup_when_it_ends():
+    done = []
+    with stop_signals(), pytest.raises(HungUp):
+        with deferred_stops():  # ray.init: a SIGHUP there would leave a half-built Ray
+            _signal_self(signal.SIGHUP)
+            done.append("ray.init ran to its end")
+    assert done == ["ray.init ran to its end"]
+
+
+def test_an_ignored_sighup_stays_ignored():
+    # nohup: the run is meant to outlive its terminal
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with stop_signals():
+            _signal_self(signal.SIGHUP)
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def test_a_stop_inside_deferred_stops_is_raised_when_it_ends():
@@ -130,3 +172,28 @@ def test_a_stop_as_the_run_finishes_says_nothing_is_left_rather_than_resume(
                         f"already done in {tmp_path}; raise trainer.max_steps to continue")
     else:
         assert line.startswith("[roll_ma] stopped by SIGTERM; run the same command to resume from ")
+
+
+def test_a_sighup_during_the_run_is_one_line_on_the_console_and_in_run_log(tmp_path, monkeypatch, capsys):
+    # after a SIGHUP the terminal is usually gone: the run's log file is where the line can still be read
+    from checkpoint_helpers import finished_checkpoint
+
+    import roll_ma.run as run_module
+    from roll_ma.cli import run
+    from roll_ma.preflight.config_loader import load_config
+
+    overrides = [f"trainer.output_dir={tmp_path}", "trainer.max_steps=4"]
+    cfg = load_config("math_selfplay_tiny", overrides=overrides)
+
+    def stopped_after_step_1(_cfg):
+        finished_checkpoint(cfg, 1, {"planner": {}})
+        raise HungUp()
+
+    monkeypatch.setattr(run_module, "run_config", stopped_after_step_1)
+    assert run(cfg) == 129
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    last = tmp_path / "checkpoints" / "step_000001"
+    resume = f"run the same command to resume from {last} (trainer.resume=auto)"
+    assert line == f"[roll_ma] {HUP_LINE}; {resume}"
+    logged = (tmp_path / "logs" / "run.log").read_text().splitlines()[-1]
+    assert re.fullmatch(r"\(driver \d\d:\d\d:\d\d\) " + re.escape(line), logged), logged

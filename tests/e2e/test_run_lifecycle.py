@@ -2,8 +2,9 @@
 of its processes. Real subprocess runs of the tiny CPU config: through the CLI to success, Ctrl-C and
 SIGTERM (which ends like Ctrl-C: one line saying how to resume, exit 143) at any moment (mid-run, while Ray
 starts, inside an import, during a checkpoint write; to the driver as a scheduler sends it, or to its whole
-process group as ``timeout`` and a terminal do), and through ``roll_ma.train`` to success and to a failure,
-in a caller that lives on."""
+process group as ``timeout`` and a terminal do), SIGHUP (a closed terminal or ssh session: as SIGTERM, exit
+129, nothing of Ray left 15 s after), and through ``roll_ma.train`` to success and to a failure, in a
+caller that lives on."""
 
 from __future__ import annotations
 
@@ -51,14 +52,26 @@ def _cli(config_dir: Path, tag: str, patch: str = "") -> subprocess.Popen:
 
 
 def _send(proc: subprocess.Popen, how: str) -> None:
-    """What a terminal (Ctrl-C: the foreground process group), a scheduler (SIGTERM: the driver) or
-    ``timeout`` (SIGTERM: the group) sends."""
+    """What a terminal (Ctrl-C: the foreground process group), a scheduler (SIGTERM: the driver),
+    ``timeout`` (SIGTERM: the group) or a closed terminal's shell (SIGHUP: the job's group) sends."""
     if how == "ctrl_c":
         os.killpg(proc.pid, signal.SIGINT)
     elif how == "sigterm_group":
         os.killpg(proc.pid, signal.SIGTERM)
+    elif how == "sighup_group":
+        os.killpg(proc.pid, signal.SIGHUP)
     else:
         os.kill(proc.pid, signal.SIGTERM)
+
+
+# how -> (exit code, the stop line's start)
+ENDINGS = {
+    "ctrl_c": (130, "[roll_ma] interrupted (Ctrl-C)"),
+    "sigterm": (143, "[roll_ma] stopped by SIGTERM"),
+    "sigterm_group": (143, "[roll_ma] stopped by SIGTERM"),
+    "sighup_group": (129, "[roll_ma] stopped by SIGHUP (a closed terminal or ssh session)"),
+}
+HUP_GONE_S = 15.0  # SIGHUP's bound: nothing of the run's Ray is left this long after the driver exits
 
 
 def _stopped(proc: subprocess.Popen, how: str, seen: list[str], tag: str) -> str:
@@ -66,13 +79,13 @@ def _stopped(proc: subprocess.Popen, how: str, seen: list[str], tag: str) -> str
     and that no process of it is left."""
     rest, _ = proc.communicate(timeout=120)  # the issue's bound is 30 s; a loaded machine gets more
     log = "".join(seen) + rest
-    assert proc.returncode == (130 if how == "ctrl_c" else 143), log[-4000:]
-    what = "interrupted (Ctrl-C)" if how == "ctrl_c" else "stopped by SIGTERM"
+    code, what = ENDINGS[how]
+    assert proc.returncode == code, log[-4000:]
     last = log.rstrip().splitlines()[-1]
-    assert last.startswith(f"[roll_ma] {what}"), log[-4000:]
+    assert last.startswith(what), log[-4000:]
     for noise in ("Traceback", "SIGTERM received", "ImportError", "Segmentation fault", "GCS"):
         assert noise not in log, log[-4000:]
-    assert _wait_until_gone(tag) == {}
+    assert _wait_until_gone(tag, deadline_s=HUP_GONE_S if how.startswith("sighup") else 60.0) == {}
     return last
 
 
@@ -144,7 +157,7 @@ def test_a_finished_cli_run_leaves_nothing_behind(backend, tiny_model_dir, tmp_p
     assert _shm_entries(pids) == []
 
 
-@pytest.mark.parametrize("how", ["ctrl_c", "sigterm", "sigterm_group"])
+@pytest.mark.parametrize("how", ["ctrl_c", "sigterm", "sigterm_group", "sighup_group"])
 def test_an_interrupted_cli_run_says_how_to_resume_leaves_nothing_and_resumes(how, tiny_model_dir, tmp_path):
     # 8 steps of ~0.6 s: the signal lands mid-run on a loaded machine too (3 steps finished first once)
     config_dir, out = _config_dir(tmp_path, tiny_model_dir, steps=8), tmp_path / "out"
@@ -156,6 +169,54 @@ def test_an_interrupted_cli_run_says_how_to_resume_leaves_nothing_and_resumes(ho
     last = _stopped(proc, how, seen, tag)
     resume = rf"run the same command to resume from {re.escape(str(out / 'checkpoints'))}/step_00000[1-7]"
     assert re.fullmatch(rf"\[roll_ma\] [^;]+; {resume} \(trainer.resume=auto\)", last), last
+    assert _shm_entries(pids) == []
+
+    again = _cli(config_dir, uuid.uuid4().hex)
+    log, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, log[-4000:]
+    assert "resumed from" in log and steps_logged(out) == list(range(1, 9)), "every step exactly once"
+
+
+# the driver as a terminal runs it: its session's leader, the terminal its controlling one (a pty)
+ON_A_TERMINAL = ("import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+                 "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def _read_terminal(master: int, pattern: str) -> str:
+    """What the run wrote on its terminal, up to a line matching ``pattern``."""
+    wanted, text = re.compile(pattern), ""
+    while not wanted.search(text):
+        try:
+            chunk = os.read(master, 65536).decode(errors="replace")
+        except OSError:  # EIO: the run ended and closed its side
+            chunk = ""
+        if not chunk:
+            pytest.fail(f"the run ended before {pattern!r}:\n{text[-4000:]}")
+        text += chunk
+    return text
+
+
+def test_a_closed_terminal_stops_the_run_like_sigterm_leaves_nothing_and_resumes(tiny_model_dir, tmp_path):
+    # once: SIGHUP killed the driver outright (exit 129, no line) and two Ray agents outlived it by 60-106 s
+    config_dir, out = _config_dir(tmp_path, tiny_model_dir, steps=8), tmp_path / "out"
+    tag = uuid.uuid4().hex
+    master, terminal = os.openpty()
+    cli = [sys.executable, str(REPO / "start_pipeline.py"), "--config_path", str(config_dir), "-cn", "toy"]
+    proc = subprocess.Popen([sys.executable, "-c", ON_A_TERMINAL, *cli], cwd=REPO, start_new_session=True,
+                            env={**os.environ, TAG: tag}, stdin=terminal, stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    try:
+        seen = _read_terminal(master, r"step 2/8 ")  # step 1's checkpoint is written
+        pids = set(_processes(tag))
+    finally:
+        os.close(master)  # the terminal closes: the kernel sends SIGHUP to its session's leader, the driver
+    assert proc.wait(timeout=120) == 129, seen[-4000:]
+    # the terminal is gone with the stop line: the run's log file has it
+    last = (out / "logs" / "run.log").read_text().rstrip().splitlines()[-1]
+    resume = rf"run the same command to resume from {re.escape(str(out / 'checkpoints'))}/step_00000[1-7]"
+    stopped = r"\[roll_ma\] stopped by SIGHUP \(a closed terminal or ssh session\)"
+    assert re.fullmatch(rf"\(driver [\d:]+\) {stopped}; {resume} \(trainer.resume=auto\)", last), last
+    assert _wait_until_gone(tag, deadline_s=HUP_GONE_S) == {}
     assert _shm_entries(pids) == []
 
     again = _cli(config_dir, uuid.uuid4().hex)
@@ -245,18 +306,31 @@ ckpt.write_marker = slow_marker
 
 def test_sigterm_during_a_checkpoint_write_keeps_the_last_one_and_resumes(tiny_model_dir, tmp_path):
     config_dir, out = _config_dir(tmp_path, tiny_model_dir, steps=3), tmp_path / "out"
+    checkpoints = out / "checkpoints"
     tag, seen = uuid.uuid4().hex, []
     proc = _cli(config_dir, tag, patch=SLOW_SAVE)
     _read_until(proc, r"^writing checkpoint 2$", seen)
     _send(proc, "sigterm")
     last = _stopped(proc, "sigterm", seen, tag)
-    assert last.endswith(f"resume from {out / 'checkpoints' / 'step_000001'} (trainer.resume=auto)"), last
+    assert last.endswith(f"resume from {checkpoints / 'step_000001'} (trainer.resume=auto)"), last
+    written = f"[roll_ma] checkpoint written: {checkpoints / 'step_000001'} (step 1)"
+    (unfinished,) = checkpoints.glob(".tmp_step_000002_*")  # the write the SIGTERM cut short
 
     again = _cli(config_dir, uuid.uuid4().hex)
     log, _ = again.communicate(timeout=600)
     assert again.returncode == 0, log[-4000:]
-    assert f"resumed from {out / 'checkpoints' / 'step_000001'} (step 1)" in log, log[-4000:]
+    assert f"resumed from {checkpoints / 'step_000001'} (step 1)" in log, log[-4000:]
     assert steps_logged(out) == [1, 2, 3], "every step exactly once"
+    # each checkpoint written and the unfinished one removed: one line each, on the console and in run.log
+    removed = f"[roll_ma] removed the unfinished checkpoint of step 2 (its write was cut short): {unfinished}"
+    assert written in "".join(seen) and removed in log.splitlines(), log[-4000:]
+    assert not unfinished.exists()
+    logged = [line.split(") ", 1)[-1] for line in (out / "logs" / "run.log").read_text().splitlines()
+              if line.startswith("(driver ")]
+    assert logged == [  # the stop line too: after a SIGHUP the console is gone
+        written, last, removed, f"[roll_ma] resumed from {checkpoints / 'step_000001'} (step 1)",
+        *(f"[roll_ma] checkpoint written: {checkpoints / f'step_{n:06d}'} (step {n})" for n in (2, 3)),
+    ]
 
 
 CALLER = textwrap.dedent('''

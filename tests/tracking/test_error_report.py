@@ -291,3 +291,49 @@ def test_a_file_the_run_cannot_write_in_the_output_dir_names_trainer_output_dir(
                         f"[Errno 13] Permission denied: '{target}'")
     assert lines[2].startswith("  fix: make trainer.output_dir writable again")
     assert Path(failure.log_path).parent == tmp_path / "logs"
+
+
+def test_a_run_line_goes_to_the_console_and_with_its_time_to_run_log(tmp_path, capsys):
+    import re
+
+    from roll_ma.error_report import run_line
+
+    run_line("[roll_ma] checkpoint written: x (step 1)", tmp_path)
+    run_line("[roll_ma] stopped by SIGHUP", tmp_path / "never_made")  # a run stopped before its folder
+    said = ["[roll_ma] checkpoint written: x (step 1)", "[roll_ma] stopped by SIGHUP"]
+    assert capsys.readouterr().out.splitlines() == said
+    logged = (tmp_path / "logs" / "run.log").read_text().splitlines()
+    assert len(logged) == 1 and re.fullmatch(r"\(driver \d\d:\d\d:\d\d\) " + re.escape(said[0]), logged[0])
+    assert not (tmp_path / "never_made").exists()  # no folder made for one line
+
+
+# the driver's console is a pipe (``| tee run.txt``) whose reader died with the terminal: a line of the run
+# still in the pipe's buffer, then the stop line
+CONSOLE_GONE = """
+import sys
+from roll_ma.error_report import run_line
+
+print("step 3/8 ...")
+sys.stdin.readline()  # the test closes the console's reader, then says go
+run_line("[roll_ma] stopped by SIGHUP (a closed terminal or ssh session)", sys.argv[1], sys.stderr)
+sys.exit(129)
+"""
+
+
+def test_a_run_line_to_a_console_that_is_gone_is_in_run_log_and_the_exit_code_stays(tmp_path):
+    # the stop line's write failed (EPIPE; EIO on a closed terminal), and Python's last flush of what was
+    # left for the console turned the run's exit code into 120
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a console buffered as a pipe's
+    reader, console = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", CONSOLE_GONE, str(tmp_path)], stdin=subprocess.PIPE,
+                            stdout=console, stderr=console, text=True, env=env)
+    os.close(console)
+    os.close(reader)  # the console is gone
+    proc.communicate("go\n", timeout=60)
+    assert proc.returncode == 129
+    assert (tmp_path / "logs" / "run.log").read_text().rstrip().endswith(
+        ") [roll_ma] stopped by SIGHUP (a closed terminal or ssh session)")

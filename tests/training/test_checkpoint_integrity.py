@@ -144,3 +144,27 @@ def test_no_checkpoint_at_all_is_a_fresh_start(tmp_path):
     assert ckpt.resume_checkpoint(tmp_path, log=lambda line: pytest.fail(line)) is None
     os.makedirs(tmp_path / "checkpoints" / ".tmp_step_000001_abcd")  # a write that was killed
     assert ckpt.resume_checkpoint(tmp_path, log=lambda line: pytest.fail(line)) is None
+
+
+def test_each_checkpoint_written_is_one_line_with_its_path_and_step(tmp_path):
+    lines: list[str] = []
+    tmp = ckpt.begin_checkpoint(tmp_path, 3)
+    path = ckpt.finish_checkpoint(tmp, 3, {"planner": {}}, keep_last=2, log=lines.append)
+    assert lines == [f"[roll_ma] checkpoint written: {tmp_path / 'checkpoints' / 'step_000003'} (step 3)"]
+    assert path == tmp_path / "checkpoints" / "step_000003"
+
+
+def test_each_unfinished_checkpoint_removed_is_one_line_naming_its_step_and_folder(tmp_path):
+    # two writes that were killed (a temporary each), one complete checkpoint that stays
+    _write(tmp_path, 1)
+    killed = [tmp_path / "checkpoints" / name for name in (".tmp_step_000002_ab12cd34", ".tmp_step_000003_e")]
+    for folder in killed:
+        (folder / "trainer").mkdir(parents=True)
+    lines: list[str] = []
+    ckpt.prune(tmp_path, keep_last=5, log=lines.append)
+    assert lines == [
+        f"[roll_ma] removed the unfinished checkpoint of step {step} (its write was cut short): {folder}"
+        for step, folder in zip([2, 3], killed)
+    ]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000001"]
+    ckpt.prune(tmp_path, keep_last=5, log=lambda line: pytest.fail(line))  # nothing left to say

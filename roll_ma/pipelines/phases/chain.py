@@ -62,8 +62,8 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
         start, progress, results = 0, {}, {}
         if state is not None:
             start, progress, results = state["phase"], state["progress"], state["results"]
-            print(f"[roll_ma] resumed from {session.saved}: phase {start} of {len(phases)}, "
-                  f"step {session.start_step}", flush=True)
+            session.say(f"[roll_ma] resumed from {session.saved}: phase {start} of {len(phases)}, "
+                        f"step {session.start_step}")
         step = session.start_step
         ctx = PhaseContext(cfg, session.workers, session.planner, session.tracker, session.seats,
                            session.out_dir, step, results, session.signature, saved_step=step)

@@ -15,6 +15,7 @@ import numpy as np
 from roll_ma import checkpoint as ckpt
 from roll_ma.config.phase_plan import Phase
 from roll_ma.config.schema import RunConfig
+from roll_ma.error_report import run_line
 from roll_ma.inference.rollout_common import adapter_sync_dtype
 from roll_ma.packing import concat_padded
 from roll_ma.pipelines.clusters import RunWorkers
@@ -134,8 +135,12 @@ class PhaseContext:
             "results": self.results,
             "config": self.cfg.name,
         }
-        ckpt.finish_checkpoint(tmp, self.step, state, self.cfg.trainer.keep_last, self.signature)
+        ckpt.finish_checkpoint(tmp, self.step, state, self.cfg.trainer.keep_last, self.signature, self.say)
         self.saved_step = self.step
+
+    def say(self, line: str) -> None:
+        """One of the run's own lines: on the console and in ``logs/run.log`` (as ``RunSession.say``)."""
+        run_line(line, self.out_dir)
 
     def evaluate(self, label: str) -> dict[str, float]:
         metrics = evaluate(self.workers, self.planner, self.seats, self.cfg.env.eval_opponent, self.step)

@@ -66,7 +66,7 @@ def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, 
                                 initial_adapters=False,  # the first sync serves the trainer's
                                 reference_model=True)
         if resumed is not None:
-            print(f"[roll_ma] resumed from {session.saved} (step {session.start_step})", flush=True)
+            session.say(f"[roll_ma] resumed from {session.saved} (step {session.start_step})")
         run = prepare_rl_run(session, step_hook)
         take_step = choose_step(run)
         evaluate_before_training(run)

@@ -186,7 +186,7 @@ def save_checkpoint_if_due(run: RLRun, step: int) -> None:
     # the planner as before any rollout not yet trained on: a resume plays those episodes again
     session.saved = ckpt.finish_checkpoint(
         tmp, step, {"planner": run.rollouts.planner_state(), "config": cfg.name},
-        cfg.trainer.keep_last, session.signature,
+        cfg.trainer.keep_last, session.signature, session.say,
     )
 
 
