@@ -175,7 +175,7 @@ def test_a_runner_takes_its_rows_settings_and_refuses_another_frameworks_row(job
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, [*base, "--row", "trl_fastest"], "trl")
     rows_named = ("no row 'trl_fastest' (rows: roll_ma, roll_ma_before46, roll_ma_unfused, "
-                  "roll_ma_noprefix, roll_ma_level1, roll_ma_awake, trl,")
+                  "roll_ma_noprefix, roll_ma_level1, roll_ma_async, roll_ma_awake, trl,")
     assert rows_named in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, ["--agents", "4", "--agent", "0", "--model", "M"], "trl")
@@ -926,7 +926,7 @@ def test_the_plan_runs_n_first_then_each_repeat_of_every_row_in_the_order_given(
     ] * 3
     assert run_all.parse_rows(job, None) == [(name, None) for name in job.rows]
     rows_are = ("the job's rows are roll_ma, roll_ma_before46, roll_ma_unfused, "
-                "roll_ma_noprefix, roll_ma_level1, roll_ma_awake, trl")
+                "roll_ma_noprefix, roll_ma_level1, roll_ma_async, roll_ma_awake, trl")
     with pytest.raises(ValueError, match=rows_are):
         run_all.parse_rows(job, "roll_ma,deepspeed-chat")
 
