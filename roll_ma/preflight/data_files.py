@@ -54,9 +54,9 @@ class ChatFile:
 def chat_files(cfg: RunConfig) -> list[ChatFile]:
     """The SFT / DPO files of ``cfg``'s phases, each read and parsed (no tokenizer needed yet)."""
     from roll_ma.config.phase_plan import plan_phases
-    from roll_ma.config.run_plan import run_plan
+    from roll_ma.config.run_plan import rl_loop
 
-    if run_plan(cfg).rl:
+    if rl_loop(cfg):
         return []
     agents = [a.name for a in cfg.agents]
     files = []

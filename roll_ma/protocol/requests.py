@@ -67,10 +67,12 @@ class UpdateRequest:
     """One train step: what to optimise, at which step, and which policies take part.
 
     Args:
-        step: the run's step (``update_every`` of each agent, lr and entropy schedules).
+        step: the run's step (lr and entropy schedules).
         temperature: the rollout's sampling temperature (the policy loss scores at it).
         objective: ppo (the RL loop), sft or dpo (supervised phases).
-        policies: update only these adapters (the streamed sync updates one per call); None: every due one.
+        policies: update only these adapters (the streamed sync updates one per call); None: every one.
+        agents: the agents (ids) due at ``step``: the run plan's ``due_agents(step)``, so the train workers
+            apply no rule of their own; None: every trainable agent.
         critic_only: only the value critic trains (``critic.warmup_steps``); every agent waits.
         behavior_correction: the rows may come from older adapters (``rollout.max_staleness`` > 0): the
             decoupled PPO objective weighs them by pi_old / pi_rollout.
@@ -81,6 +83,7 @@ class UpdateRequest:
     temperature: float = 1.0
     objective: Objective = "ppo"
     policies: tuple[str, ...] | None = None
+    agents: tuple[int, ...] | None = None
     critic_only: bool = False
     behavior_correction: bool = False
     dpo: DPOSettings | None = None

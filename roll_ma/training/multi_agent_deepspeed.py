@@ -7,8 +7,8 @@ How it works:
    each engine's optimizer holds only that adapter's parameters.
 2. ``train_step`` partitions the batch by ``agent_id`` -> adapter and updates the adapters
    one after another in config order, each only from its own rows (agents sharing an
-   adapter update it together). Frozen agents and agents whose ``update_every`` does not
-   divide the step are skipped; their adapters and optimizer states stay untouched.
+   adapter update it together). Frozen agents and agents the request does not name as due (the run
+   plan's train cycle) are skipped; their adapters and optimizer states stay untouched.
 3. Data parallel: every rank receives the full batch and trains on its share of each
    mini-batch; metrics are all-reduced, so every rank returns the same numbers.
 
@@ -17,7 +17,6 @@ How it works:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import time
@@ -40,7 +39,7 @@ from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import PairReference, UpdateRequest
 from roll_ma.training.critic import CriticSet, critic_adapter_specs, critic_of_agents
 from roll_ma.training.ds_utils import barrier, setup_deepspeed, training_device
-from roll_ma.training.micro_batches import MicroBatching, prompt_sharing
+from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.training.objective_dpo import REF_KEYS, SIDES, side
 from roll_ma.training.objectives import objective_named
 from roll_ma.training.policy_engine import PolicyEngine
@@ -55,7 +54,7 @@ from roll_ma.training.train_backend import (
 )
 from roll_ma.training.update_loop import UpdateContext
 
-DEFAULT_UPDATE = UpdateRequest()  # a ppo update at step 0 of every due policy
+DEFAULT_UPDATE = UpdateRequest()  # a ppo update at step 0 of every trainable agent
 
 
 @dataclass(frozen=True)
@@ -91,10 +90,11 @@ class MultiAgentDeepSpeedStrategy:
                  train_cfg: TrainConfig, algo_cfg: AlgorithmConfig, seed: int = 0, rank: int = 0,
                  world_size: int = 1, reference_copies: bool = False, study_cfg: StudyConfig | None = None,
                  critic_cfg: CriticConfig | None = None):
-        # share_prompt_prefix=auto decided once, by the model's attention: the update, the critic and the
-        # scoring read true or false
-        sharing = prompt_sharing(train_cfg, model_cfg.attn_implementation)
-        train_cfg = dataclasses.replace(train_cfg, share_prompt_prefix=sharing)
+        # the update, the critic and the scoring read true or false, as the run plan decided it (padded rows
+        # share nothing: auto is off there whatever the attention)
+        if train_cfg.share_prompt_prefix == "auto" and train_cfg.remove_padding:
+            raise ValueError("train.share_prompt_prefix=auto reaches the trainer undecided: give it the run "
+                             "plan's choice (RunPlan.worker_train_config)")
         self.model_cfg, self.train_cfg, self.algo_cfg = model_cfg, train_cfg, algo_cfg
         self.study_cfg = study_cfg or StudyConfig()
         self.critic_cfg = critic_cfg or CriticConfig()
@@ -279,7 +279,7 @@ class MultiAgentDeepSpeedStrategy:
             metrics[prefix + "updated"] = 0.0
 
         for plan in plans:
-            due = [a for a in plan.agent_ids if ctx.step % self.agents[a].update_every == 0]
+            due = [a for a in plan.agent_ids if request.agents is None or a in request.agents]
             idx = np.nonzero(np.isin(agent_ids, due))[0]
             if len(idx) == 0:
                 continue

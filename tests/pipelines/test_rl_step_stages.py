@@ -153,10 +153,12 @@ class Together(Alone):
 
 
 def make_run(tmp_path: Path, stepped: frozenset[str] = frozenset({"alice", "bob"}),
-             placement: Alone | None = None, **sections) -> tuple[RLRun, dict]:
-    """A prepared run of agents alice and bob (first sync done) over the fakes, and the fakes by role."""
+             placement: Alone | None = None, bob: dict | None = None, **sections) -> tuple[RLRun, dict]:
+    """A prepared run of agents alice and bob (first sync done) over the fakes, and the fakes by role;
+    ``bob``: bob's own settings (``update_every``)."""
     sections.setdefault("algorithm", {"kl_coef": 0.0})
-    cfg = load(tmp_path, toy_config(tmp_path, "builtin:tiny", [{"name": "alice"}, {"name": "bob"}],
+    agents = [{"name": "alice"}, {"name": "bob", **(bob or {})}]
+    cfg = load(tmp_path, toy_config(tmp_path, "builtin:tiny", agents,
                                     trainer={"max_steps": 3, "eval_every": 0, "save_every": 0}, **sections))
     fakes = {"engine": Engine(), "trainer": Trainer(cfg, set(stepped)), "reference": Trainer(cfg, set())}
     reference = None
@@ -211,6 +213,17 @@ def test_during_the_critics_warmup_the_update_asks_for_the_critic_only_and_no_ad
     synchronous_step(run, 2)  # warm-up over: the agents train, and the engines get version 2
     assert not trainer.requests[-1].critic_only and trainer.requests[-1].step == 2
     assert engine.installs[-1] == (["alice", "bob"], 2) and run.served == {"alice": 2, "bob": 2}
+
+
+def test_the_agents_due_reach_the_train_workers_from_the_plan_the_driver_scores_the_idle_ones_by(tmp_path):
+    """bob trains every second step: the update request names the run plan's due agents (the train workers
+    apply no cycle of their own), and the driver's idle agents, whose rows it scores, are the rest."""
+    run, fakes = make_run(tmp_path, bob={"update_every": 2})
+    for step in (1, 2, 3):
+        synchronous_step(run, step)
+        assert fakes["trainer"].requests[-1].agents == run.plan.due_agents(step)
+    assert [r.agents for r in fakes["trainer"].requests] == [(0,), (0, 1), (0,)]
+    assert run.plan.idle_agents(1) == [1] and run.plan.idle_agents(2) == []
 
 
 def test_only_the_adapters_that_took_a_step_are_pushed_and_the_next_rollout_expects_their_versions(tmp_path):

@@ -6,7 +6,8 @@ import pytest
 import torch
 from train_helpers import all_finite, make_batch, on_policy
 
-from roll_ma.config.schema import AgentConfig
+from roll_ma.config.run_plan import run_plan
+from roll_ma.config.schema import AgentConfig, RunConfig
 from roll_ma.protocol.requests import UpdateRequest
 
 
@@ -64,11 +65,15 @@ def test_frozen_agent_never_changes_and_has_no_optimizer(make_strategy):
         s.optimizer_state("opponent")
 
 
-def test_update_every_two_skips_odd_steps(make_strategy):
-    s = make_strategy([AgentConfig(name="slow", update_every=2), "fast"])
+def test_the_update_trains_only_the_agents_its_request_names_as_due(make_strategy):
+    """The train workers apply no cycle of their own: the request carries the run plan's due agents."""
+    agents = [AgentConfig(name="slow", update_every=2), AgentConfig(name="fast")]
+    plan = run_plan(RunConfig(agents=agents))
+    s = make_strategy(agents)
     for step in (1, 2, 3):
         before = s.adapter_tensors()
-        metrics = s.train_step(on_policy(s, make_batch([0, 1, 0, 1], seed=step)), UpdateRequest(step=step))
+        request = UpdateRequest(step=step, agents=plan.due_agents(step))
+        metrics = s.train_step(on_policy(s, make_batch([0, 1, 0, 1], seed=step)), request)
         moved = not _equal(before["slow"], s.adapter_tensors()["slow"])
         assert moved == (step % 2 == 0) and metrics["agent/slow/updated"] == float(step % 2 == 0)
         assert metrics["agent/fast/updated"] == 1.0

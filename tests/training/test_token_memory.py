@@ -162,7 +162,8 @@ def test_token_budget_update_equals_row_update(make_strategy, remove_padding):
 
 def test_budget_keys_are_in_the_schema():
     cfg = TrainConfig(
-        max_tokens_per_micro_batch=4096, score_max_tokens_per_micro_batch=16384, remove_padding=True
+        max_tokens_per_micro_batch=4096, score_max_tokens_per_micro_batch=16384, remove_padding=True,
+        share_prompt_prefix=False,
     )
     assert MicroBatching.for_training(cfg).max_tokens == 4096
     assert MicroBatching.for_scoring(cfg).max_tokens == 16384
