@@ -1,4 +1,5 @@
-"""What a driver asks of a worker besides the batch: typed requests, passed next to the ``DataProto``.
+"""What a driver asks of a worker besides the batch: typed requests, passed next to the ``DataProto``; and
+what an update answers (``UpdateResult``: which agents and adapters took a step, and its metrics).
 
 The batch holds the data (its columns, per-batch facts such as ``pad_id``); how to treat it (which
 objective, which step, which policies, which reference, how to sample) travels as one of these frozen
@@ -17,7 +18,7 @@ What stays in ``meta_info`` is about the rows, not about what to do with them:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Objective = Literal["ppo", "sft", "dpo"]  # training/objectives.py: objective_named
@@ -92,3 +93,22 @@ class UpdateRequest:
         if self.objective == "dpo" and self.dpo is None:
             raise ValueError("a dpo update needs its loss settings: UpdateRequest(objective='dpo', "
                              "dpo=DPOSettings(beta=...))")
+
+
+@dataclass
+class UpdateResult:
+    """What one update did, typed: the pipeline reads which adapters to push and which rows' FLOPs count
+    from here, never from the names of its metrics.
+
+    Attributes:
+        metrics: what the console and ``metrics.jsonl`` show: ``agent/<name>/<metric>`` of every agent (its
+            ``updated`` 0 or 1 among them, for the user), ``timing/update/<adapter>``, ``train/tokens``, the
+            critic's and the worker's own (GPU memory).
+        stepped_agents: the agents (ids) whose adapter took an optimizer step.
+        updated_adapters: the adapters that took an optimizer step (in update order): only these change,
+            so only these are pushed to the rollout engines.
+    """
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    stepped_agents: tuple[int, ...] = ()
+    updated_adapters: tuple[str, ...] = ()

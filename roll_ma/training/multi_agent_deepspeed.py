@@ -36,7 +36,7 @@ from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.models.logprobs import choice_log_probs
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import PairReference, UpdateRequest
+from roll_ma.protocol.requests import PairReference, UpdateRequest, UpdateResult
 from roll_ma.training.critic import CriticSet, critic_adapter_specs, critic_of_agents
 from roll_ma.training.ds_utils import barrier, setup_deepspeed, training_device
 from roll_ma.training.micro_batches import MicroBatching
@@ -246,13 +246,14 @@ class MultiAgentDeepSpeedStrategy:
         return DataProto.from_dict({"values": values}, meta_info=data.meta_info)
 
     # ------------------------------------------------------------------ training
-    def train_step(self, data: DataProto, request: UpdateRequest = DEFAULT_UPDATE) -> dict[str, float]:
+    def train_step(self, data: DataProto, request: UpdateRequest = DEFAULT_UPDATE) -> UpdateResult:
         """Update every due policy from its agents' rows, by ``request.objective`` (ppo, sft, dpo:
-        ``training/objectives.py``); ``request``: the step, the policies, critic-only (the default: a ppo
-        update at step 0 of every due policy).
+        ``training/objectives.py``); ``request``: the step, the policies, the agents due, critic-only (the
+        default: a ppo update at step 0 of every trainable agent).
 
-        Returns ``agent/<name>/<metric>`` of every agent and ``timing/update/<adapter>`` (seconds) of
-        every adapter updated.
+        Returns the agents and adapters that took an optimizer step, and the metrics:
+        ``agent/<name>/<metric>`` of every agent and ``timing/update/<adapter>`` (seconds) of every adapter
+        updated.
         """
         self._require_model()
         ctx = UpdateContext(step=request.step, temperature=request.temperature, algo_cfg=self.algo_cfg,
@@ -269,6 +270,8 @@ class MultiAgentDeepSpeedStrategy:
             plans = []
         mine_agents = {a for p in plans for a in p.agent_ids} if only is not None else None
         metrics: dict[str, float] = {}
+        stepped_agents: list[int] = []
+        updated_adapters: list[str] = []
         for agent in self.agents:
             if mine_agents is not None and agent.agent_id not in mine_agents:
                 continue
@@ -287,14 +290,19 @@ class MultiAgentDeepSpeedStrategy:
             start = time.perf_counter()
             result = objective.update(updater, data.select_idxs(idx), agent_ids[idx], due, ctx)
             metrics[f"timing/update/{plan.name}"] = time.perf_counter() - start  # per adapter
+            stepped = result.optimizer_steps > 0
+            if stepped:
+                updated_adapters.append(plan.name)
             for agent_id, agent_metrics in result.agent_metrics.items():
                 if not (agent_ids[idx] == agent_id).any():
                     continue
                 prefix = f"agent/{self.agents[agent_id].name}/"
                 metrics.update({prefix + k: v for k, v in agent_metrics.items()})
                 metrics.update({prefix + "grad_norm": result.grad_norm, prefix + "lr": result.lr,
-                                prefix + "updated": float(result.optimizer_steps > 0),
+                                prefix + "updated": float(stepped),
                                 prefix + "skipped_nonfinite": float(result.skipped_nonfinite)})
+                if stepped:
+                    stepped_agents.append(agent_id)
         # the step's trainer tokens (every agent's prompt + response tokens, x epochs) and those the update
         # ran: fewer by each repeated prompt under train.share_prompt_prefix (the GPU table's figure)
         inputs = [v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/input_tokens")]
@@ -308,7 +316,7 @@ class MultiAgentDeepSpeedStrategy:
             # not timing/update/<adapter>: an agent may well be named "critic"
             metrics["timing/value_critic_update"] = time.perf_counter() - start
         self.weights.activate(None)
-        return metrics
+        return UpdateResult(metrics, tuple(sorted(stepped_agents)), tuple(updated_adapters))
 
     # ------------------------------------------------------------------ supervised phases
     def compute_pair_ref_log_probs(self, data: DataProto, reference: PairReference = "copy") -> DataProto:

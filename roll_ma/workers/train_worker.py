@@ -25,7 +25,7 @@ from roll_ma.config.schema import (
 from roll_ma.distributed.shm_transfer import SegmentOwner
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import PairReference, ScoreRequest, UpdateRequest
+from roll_ma.protocol.requests import PairReference, ScoreRequest, UpdateRequest, UpdateResult
 from roll_ma.training.train_backend import (
     DPOCapable,
     JointSearchCapable,
@@ -131,9 +131,11 @@ class TrainWorker(Worker):
         return out
 
     @register(Dispatch.ONE_TO_ALL)
-    def train_step(self, data: DataProto, request: UpdateRequest) -> dict[str, float]:
-        """One update of every due agent from the FULL batch (each rank takes its share); same metrics."""
-        metrics = self._strategy().train_step(data, request)
+    def train_step(self, data: DataProto, request: UpdateRequest) -> UpdateResult:
+        """One update of every due agent from the FULL batch (each rank takes its share); the same result
+        on every rank (what took a step, the metrics), with this worker's GPU memory in its metrics."""
+        result = self._strategy().train_step(data, request)
+        metrics = result.metrics
         if torch.cuda.is_available():
             peak, now = torch.cuda.max_memory_reserved(), torch.cuda.memory_reserved()
             free, total = torch.cuda.mem_get_info()
@@ -142,7 +144,7 @@ class TrainWorker(Worker):
             metrics["system/gpu_peak_gb_update"] = (total - free - now + peak) / 1024**3
             torch.cuda.reset_peak_memory_stats()
         _release_cached_gpu_memory()
-        return metrics
+        return result
 
     @register(Dispatch.DP_BALANCED)
     def compute_pair_ref_log_probs(self, data: DataProto, reference: PairReference) -> DataProto:
@@ -229,15 +231,14 @@ class TrainWorker(Worker):
     def train_and_export(self, data: DataProto, policy: str, request: UpdateRequest, dtype: str | None = None,
                          transport: str = "ray") -> list[Any]:
         """Update one policy (adapter) from its agents' rows, then export it if it changed: the streaming
-        sync's unit of work. Every rank trains; rank 0 returns ``[metrics, payload, seconds]`` (payload
-        as ``export_adapters``; None when the policy took no optimizer step), the others ``[metrics]``."""
-        metrics = self.train_step(data, dataclasses.replace(request, policies=(policy,)))
-        changed = any(k.endswith("/updated") and v > 0 for k, v in metrics.items())
+        sync's unit of work. Every rank trains; rank 0 returns ``[result, payload, seconds]`` (payload
+        as ``export_adapters``; None when the policy took no optimizer step), the others ``[result]``."""
+        result = self.train_step(data, dataclasses.replace(request, policies=(policy,)))
         if self.rank != 0:
-            return [metrics]
-        if not changed:
-            return [metrics, None, 0.0]
-        return [metrics, *self.export_adapters([policy], dtype, transport)]
+            return [result]
+        if policy not in result.updated_adapters:
+            return [result, None, 0.0]
+        return [result, *self.export_adapters([policy], dtype, transport)]
 
     def close(self) -> None:
         self._segments.release()  # exports no engine has read yet

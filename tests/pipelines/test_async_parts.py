@@ -15,7 +15,7 @@ from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.rl.adapter_sync import AdapterSync
 from roll_ma.pipelines.rl.rollout_queue import RolloutQueue
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import UpdateRequest
+from roll_ma.protocol.requests import UpdateRequest, UpdateResult
 from roll_ma.workers.clients import EnvClient, RolloutClient, TrainClient
 from roll_ma.workers.env_worker import EnvWorker
 from roll_ma.workers.rollout_worker import RolloutWorker
@@ -61,7 +61,8 @@ class _Events:
                 outer.requests.append(request)
                 outer.log.append(("update_start", policy))
                 outer.log.append(("update_end", policy))
-                return [{f"agent/{policy}/updated": 1.0}, {policy: f"packed {policy}"}, 0.001]
+                took = UpdateResult({f"agent/{policy}/updated": 1.0}, (), (policy,))
+                return [took, {policy: f"packed {policy}"}, 0.001]
 
             def node_id(self):
                 return "n0"

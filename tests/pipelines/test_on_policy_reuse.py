@@ -43,8 +43,8 @@ def test_reused_old_log_probs_learn_exactly_as_the_scoring_pass(make_strategy, z
         rows = _fresh_rows(two_pass, seed, with_ref=True)
         request = UpdateRequest(step=step)
         without_old = rows.select(batch_keys=[k for k in rows.batch.keys() if k != "old_log_probs"])
-        m_two = learning_metrics(two_pass.train_step(rows, request))
-        m_reused = learning_metrics(reused.train_step(without_old, request))
+        m_two = learning_metrics(two_pass.train_step(rows, request).metrics)
+        m_reused = learning_metrics(reused.train_step(without_old, request).metrics)
         for key, value in m_two.items():
             assert m_reused[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
         assert m_reused["agent/a0/policy_loss"] != 0.0 and m_reused["agent/a1/grad_norm"] > 0
@@ -108,7 +108,7 @@ def test_gap_metric_needs_rollout_log_probs_only(make_strategy):
     s = make_strategy(AGENTS)
     rows = make_batch([0, 1, 0, 1], seed=6)
     rows = rows.select(batch_keys=[k for k in rows.batch.keys() if k != "old_log_probs"])
-    metrics = s.train_step(rows)
+    metrics = s.train_step(rows).metrics
     assert not any(k.endswith("logprob_gap") for k in metrics)
     assert np.isfinite(metrics["agent/a0/policy_loss"]) and metrics["agent/a0/updated"] == 1.0
 

@@ -26,7 +26,7 @@ from roll_ma.pipelines.rl.step import synchronous_step
 from roll_ma.pipelines.session import RunSession
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import ScoreRequest, UpdateRequest
+from roll_ma.protocol.requests import ScoreRequest, UpdateRequest, UpdateResult
 from roll_ma.tracking import Tracker, read_metrics
 from roll_ma.workers.clients import EnvClient, ReferenceClient, RolloutClient, TrainClient
 from roll_ma.workers.env_worker import EnvWorker
@@ -131,11 +131,13 @@ class Trainer:
     def compute_values(self, data: DataProto) -> DataProto:
         return self._zeros("values", data)
 
-    def train_step(self, data: DataProto, request: UpdateRequest) -> dict[str, float]:
+    def train_step(self, data: DataProto, request: UpdateRequest) -> UpdateResult:
         self.requests.append(request)
         took = {n: float(n in self.stepped and not request.critic_only) for n in self.names}
-        return {**{f"agent/{n}/updated": v for n, v in took.items()},
-                **{f"agent/{n}/tokens": float(R * 8) for n in self.names}}
+        metrics = {**{f"agent/{n}/updated": v for n, v in took.items()},
+                   **{f"agent/{n}/tokens": float(R * 8) for n in self.names}}
+        stepped = tuple(i for i, n in enumerate(self.names) if took[n])
+        return UpdateResult(metrics, stepped, tuple(self.names[i] for i in stepped))
 
 
 class Alone:

@@ -40,9 +40,9 @@ def test_two_ranks_match_one_rank(ray_session, make_strategy, tiny_model_dir, ad
         batch.batch["old_log_probs"] = old
         batch.batch["ref_log_probs"] = cluster.compute_ref_log_probs(batch, scoring).batch["ref_log_probs"]
 
-        per_rank = [learning_metrics(m) for m in cluster.train_step(batch, request)]
+        per_rank = [learning_metrics(m.metrics) for m in cluster.train_step(batch, request)]
         assert per_rank[0] == per_rank[1]  # all-reduced: every rank reports the same numbers
-        want = learning_metrics(single.train_step(batch, request))
+        want = learning_metrics(single.train_step(batch, request).metrics)
         assert per_rank[0].keys() == want.keys()
         for key, value in want.items():
             assert per_rank[0][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
@@ -120,9 +120,9 @@ def test_two_ranks_train_the_critic_like_one_rank(ray_session, make_strategy, ti
 
         critics = single.critic.names
         before = single.adapter_tensors(critics)
-        per_rank = [learning_metrics(m) for m in cluster.train_step(batch, request)]
+        per_rank = [learning_metrics(m.metrics) for m in cluster.train_step(batch, request)]
         assert per_rank[0] == per_rank[1]  # all-reduced: every rank reports the same numbers
-        want = learning_metrics(single.train_step(batch, request))
+        want = learning_metrics(single.train_step(batch, request).metrics)
         assert per_rank[0].keys() == want.keys()
         assert all(want[f"critic/{name}/updated"] == 1.0 for name in critics)
         moved = single.adapter_tensors(critics)  # 2 ranks == 1 rank must not hold by neither moving

@@ -90,7 +90,7 @@ def test_update_loss_and_lora_gradients_equal_with_and_without_shared_prompts(
         s = make_strategy(["a0", "a1"], share_prompt_prefix=share, max_tokens_per_micro_batch=budget,
                           **SHARED)
         rows = on_policy(s, batch, ref=True)
-        metrics = s.train_step(rows)
+        metrics = s.train_step(rows).metrics
         results.append((metrics, list(gradients)))
     (plain_m, plain_g), (shared_m, shared_g) = results
     assert shared_forwards

@@ -149,7 +149,7 @@ def test_token_budget_update_equals_row_update(make_strategy, remove_padding):
     ):
         s = make_strategy(["a0", "a1"], **kwargs)
         rows = on_policy(s, batch)
-        metrics = s.train_step(rows)
+        metrics = s.train_step(rows).metrics
         results.append((snapshot(s), metrics, rows.batch["old_log_probs"]))
     (w_rows, m_rows, old_rows), (w_tok, m_tok, old_tok) = results
     torch.testing.assert_close(old_tok, old_rows, rtol=1e-4, atol=1e-5)

@@ -12,7 +12,7 @@ from train_helpers import LORA, make_batch
 
 from roll_ma.config.schema import AgentConfig, AlgorithmConfig, ModelConfig, StudyConfig, TrainConfig
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import ScoreRequest
+from roll_ma.protocol.requests import ScoreRequest, UpdateResult
 from roll_ma.training.deepspeed_train import DeepSpeedTrainStrategy
 from roll_ma.training.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
 from roll_ma.training.train_backend import DPOCapable, JointSearchCapable, PhaseCapable, TrainBackend
@@ -35,7 +35,7 @@ class CoreOnly:
     def compute_values(self, data: DataProto) -> DataProto:
         return self.inner.compute_values(data)
 
-    def train_step(self, data: DataProto) -> dict[str, float]:
+    def train_step(self, data: DataProto) -> UpdateResult:
         return self.inner.train_step(data)
 
     def adapter_tensors(self, adapters: list[str] | None = None, packed: bool = False,

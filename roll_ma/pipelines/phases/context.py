@@ -86,7 +86,7 @@ class PhaseContext:
         """One train step of ``objective`` on ``rows`` (each agent: one optimizer step on its rows)."""
         request = UpdateRequest(step=self.step + 1, temperature=1.0, objective=objective, dpo=dpo,
                                 agents=self.plan.due_agents(self.step + 1))
-        metrics = self.workers.train.train_step(rows, request)
+        metrics = self.workers.train.train_step(rows, request).metrics
         self.step += 1
         return metrics
 

@@ -22,7 +22,7 @@ from roll_ma.algorithms.joint_search import InfoSet, joint_policy_search
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.rl.run import RLRun
 from roll_ma.pipelines.rl.stages import record
-from roll_ma.pipelines.rl.step import push_and_evaluate, roll_out_and_update, updated_adapters
+from roll_ma.pipelines.rl.step import push_and_evaluate, roll_out_and_update
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.protocol import DataProto
 from roll_ma.workers.clients import TrainClient
@@ -39,7 +39,7 @@ class JointSearchStep:
         timer = StepTimer()
         with timer("step"):
             metrics, flops, trained = roll_out_and_update(run, step, timer)
-            changed = updated_adapters(run.cfg, trained)
+            changed = set(trained.updated_adapters)  # only these took an optimizer step
             if step % run.cfg.study.joint_search_every == 0:
                 with timer("joint_search"):
                     metrics.update(self.search.improve(run.workers.train, step))
