@@ -29,7 +29,7 @@ from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.seats import resolve_seats
 from roll_ma.distributed.ray_env import init_ray
-from roll_ma.envs.registry import resolve_env_class
+from roll_ma.envs.env_registry import resolve_env_class
 from roll_ma.error_report import run_log
 from roll_ma.errors import RunStartError
 from roll_ma.interrupts import deferred_stops

@@ -129,7 +129,7 @@ def _too_long(examples: list[Example], tokenizer: Any, max_prompt_tokens: int, m
 
 def problem_file_problems(cfg: RunConfig) -> list[str]:
     """Every bad row of ``env.data.source`` / ``eval_source`` when the env or workflow reads problems."""
-    from roll_ma.envs.registry import env_uses_problems
+    from roll_ma.envs.env_registry import env_uses_problems
 
     data = cfg.env.data
     try:

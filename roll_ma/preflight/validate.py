@@ -275,7 +275,7 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
             ConfigProblem("env.tools", "tools are handed to workflows; set env.workflow or remove env.tools")
         )
     try:
-        from roll_ma.envs.registry import ENVS
+        from roll_ma.envs.env_registry import ENVS
         from roll_ma.workers.env_worker import env_kwargs
     except ImportError:
         return None

@@ -73,7 +73,7 @@ def _merged(
 
 def _branching_env(cfg: RunConfig) -> bool:
     try:
-        from roll_ma.envs.registry import resolve_env_class
+        from roll_ma.envs.env_registry import resolve_env_class
 
         return bool(getattr(resolve_env_class(cfg.env.name), "supports_branching", False))
     except (ValueError, ImportError):

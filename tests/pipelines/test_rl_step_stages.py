@@ -20,7 +20,7 @@ from pipeline_helpers import load, toy_config
 from roll_ma.config.run_plan import run_plan
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.clusters import RunWorkers
-from roll_ma.pipelines.rl.run import RLRun, prepare_rl_run
+from roll_ma.pipelines.rl.rl_run import RLRun, prepare_rl_run
 from roll_ma.pipelines.rl.stages import roll_out, score, update_request
 from roll_ma.pipelines.rl.step import synchronous_step
 from roll_ma.pipelines.session import RunSession

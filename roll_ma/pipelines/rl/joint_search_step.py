@@ -20,7 +20,7 @@ import torch
 
 from roll_ma.algorithms.joint_search import InfoSet, joint_policy_search
 from roll_ma.config.schema import RunConfig
-from roll_ma.pipelines.rl.run import RLRun
+from roll_ma.pipelines.rl.rl_run import RLRun
 from roll_ma.pipelines.rl.stages import record
 from roll_ma.pipelines.rl.step import push_and_evaluate, roll_out_and_update
 from roll_ma.pipelines.step_timer import StepTimer
@@ -53,7 +53,7 @@ class JointSearch:
 
     def __init__(self, cfg: RunConfig, seats: list[str]):
         from roll_ma.envs.base import GameTreeEnv
-        from roll_ma.envs.registry import resolve_env_class
+        from roll_ma.envs.env_registry import resolve_env_class
         from roll_ma.models.loading import load_tokenizer
         from roll_ma.workers.env_worker import chat_prompt_ids, env_kwargs
 

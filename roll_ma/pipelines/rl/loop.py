@@ -44,7 +44,7 @@ from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.evaluation import evaluate
 from roll_ma.pipelines.rl.joint_search_step import JointSearch, JointSearchStep
-from roll_ma.pipelines.rl.run import RLRun, StepHook, prepare_rl_run
+from roll_ma.pipelines.rl.rl_run import RLRun, StepHook, prepare_rl_run
 from roll_ma.pipelines.rl.stages import save_checkpoint_if_due
 from roll_ma.pipelines.rl.step import synchronous_step
 from roll_ma.pipelines.rl.step_streamed import streamed_step

@@ -26,7 +26,7 @@ from roll_ma.metrics import (
 from roll_ma.packing import concat_padded
 from roll_ma.pipelines.evaluation import evaluate
 from roll_ma.pipelines.rl.on_policy import old_log_probs_pass_reason
-from roll_ma.pipelines.rl.run import RLRun
+from roll_ma.pipelines.rl.rl_run import RLRun
 from roll_ma.pipelines.step_timer import STAGES, StepTimer
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import ScoreRequest, UpdateRequest

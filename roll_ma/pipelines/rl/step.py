@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from roll_ma.metrics import update_mfu_metrics
-from roll_ma.pipelines.rl.run import RLRun
+from roll_ma.pipelines.rl.rl_run import RLRun
 from roll_ma.pipelines.rl.stages import (
     compute_advantages,
     evaluate_if_due,
