@@ -18,6 +18,7 @@ from roll_ma.preflight.validate_resources import gpus_per_worker
 from roll_ma.training.ds_utils import SHARERS_VAR
 from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.workers.clients import EnvClient, ReferenceClient, RefScorer, RolloutClient, TrainClient
+from roll_ma.workers.train_spec import TrainWorkerSpec
 
 
 @dataclass
@@ -134,7 +135,7 @@ def build_workers(cfg: RunConfig, plan: RunPlan, seats: list[str], reference_cop
             TrainWorker,
             cfg.train.num_workers,
             resources,
-            train_worker_kwargs(cfg, plan, reference_copies),
+            {"spec": train_worker_spec(cfg, plan, reference_copies)},
         )
         rollout = cluster(
             "rollout",
@@ -169,21 +170,21 @@ def build_workers(cfg: RunConfig, plan: RunPlan, seats: list[str], reference_cop
     return workers
 
 
-def train_worker_kwargs(cfg: RunConfig, plan: RunPlan, reference_copies: bool) -> dict[str, Any]:
+def train_worker_spec(cfg: RunConfig, plan: RunPlan, reference_copies: bool) -> TrainWorkerSpec:
     """What a train worker is built with (``reference_copies``: a frozen copy of each adapter, DPO): the
     train block as the plan resolved it (prompt sharing decided); which agents train at a step comes with
-    each update request (``RunPlan.due_agents``)."""
-    return {
-        "model_cfg": cfg.model,
-        "seed": cfg.seed,
-        "lora_cfg": cfg.lora,
-        "agents": cfg.agents,
-        "train_cfg": plan.worker_train_config(cfg.train),
-        "algo_cfg": cfg.algorithm,
-        "critic_cfg": cfg.critic,
-        "study_cfg": cfg.study,
-        "reference_copies": reference_copies,
-    }
+    each update request (``RunPlan.due_agents``). Every setting named: a forgotten one fails here."""
+    return TrainWorkerSpec(
+        model=cfg.model,
+        lora=cfg.lora,
+        agents=tuple(cfg.agents),
+        train=plan.worker_train_config(cfg.train),
+        algorithm=cfg.algorithm,
+        critic=cfg.critic,
+        study=cfg.study,
+        seed=cfg.seed,
+        reference_copies=reference_copies,
+    )
 
 
 def env_worker_kwargs(cfg: RunConfig, seats: list[str]) -> dict[str, Any]:

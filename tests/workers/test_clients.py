@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 from local_cluster import LocalCluster
+from train_helpers import worker_spec
 
+from roll_ma.config.schema import AgentConfig, ModelConfig
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import DPOSettings, ScoreRequest, UpdateRequest, UpdateResult
 from roll_ma.workers.clients import EnvClient, ReferenceClient, RolloutClient, TrainClient
@@ -50,7 +52,7 @@ def _rows(n=3):
 
 @pytest.fixture
 def train():
-    worker = TrainWorker("train")
+    worker = TrainWorker("train", spec=worker_spec(ModelConfig(), [AgentConfig(name="a0")]))
     worker.strategy = backend = RecordingBackend()
     cluster = LocalCluster(worker, TrainWorker, "train")
     yield TrainClient(cluster), backend, cluster
