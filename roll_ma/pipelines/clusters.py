@@ -18,7 +18,7 @@ from roll_ma.preflight.validate_resources import gpus_per_worker
 from roll_ma.training.ds_utils import SHARERS_VAR
 from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.workers.clients import EnvClient, ReferenceClient, RefScorer, RolloutClient, TrainClient
-from roll_ma.workers.train_spec import TrainWorkerSpec
+from roll_ma.workers.worker_specs import ReferenceWorkerSpec, TrainWorkerSpec
 
 
 @dataclass
@@ -144,8 +144,8 @@ def build_workers(cfg: RunConfig, plan: RunPlan, seats: list[str], reference_cop
             resources,
             {**common, "lora_cfg": cfg.lora, "agents": cfg.agents, "rollout_cfg": cfg.rollout},
         )
-        scoring = MicroBatching.for_scoring(plan.worker_train_config(cfg.train))
-        ref_kwargs = {**common, "batching": scoring}
+        scoring = MicroBatching.for_scoring(plan.worker_train_config(cfg.train))  # as the train workers score
+        ref_kwargs = {"spec": ReferenceWorkerSpec(model=cfg.model, batching=scoring)}
         reference = (
             cluster("reference", ReferenceWorker, ref_workers, resources, ref_kwargs) if ref_workers else None
         )

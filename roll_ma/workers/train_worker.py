@@ -24,7 +24,7 @@ from roll_ma.training.train_backend import (
     TrainBackend,
     missing_capability,
 )
-from roll_ma.workers.train_spec import TrainWorkerSpec
+from roll_ma.workers.worker_specs import TrainWorkerSpec
 
 # what each optional capability offers and which part of a config calls for it (its error names both)
 JOINT_SEARCH = ("JointSearchCapable", "score_choices, distill_choices", "study.joint_search_every > 0")

@@ -18,7 +18,7 @@ from roll_ma.config.schema import (
     TrainConfig,
 )
 from roll_ma.protocol import DataProto
-from roll_ma.workers.train_spec import TrainWorkerSpec
+from roll_ma.workers.worker_specs import TrainWorkerSpec
 
 PROMPT_LEN, RESPONSE_LEN, VOCAB = 6, 5, 512
 LORA = LoraConfig(rank=4, alpha=8.0, dropout=0.0)  # small, and no dropout: runs are deterministic

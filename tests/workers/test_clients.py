@@ -12,11 +12,13 @@ from train_helpers import worker_spec
 from roll_ma.config.schema import AgentConfig, ModelConfig
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import DPOSettings, ScoreRequest, UpdateRequest, UpdateResult
+from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.workers.clients import EnvClient, ReferenceClient, RolloutClient, TrainClient
 from roll_ma.workers.env_worker import EnvWorker
 from roll_ma.workers.reference_worker import ReferenceWorker
 from roll_ma.workers.rollout_worker import RolloutWorker
 from roll_ma.workers.train_worker import TrainWorker
+from roll_ma.workers.worker_specs import ReferenceWorkerSpec
 
 
 class RecordingBackend:
@@ -106,7 +108,7 @@ def test_the_reference_client_scores_at_the_requested_temperature():
             self.asked = request
             return DataProto.from_dict({"ref_log_probs": torch.zeros(len(data), 2)})
 
-    worker = Base("reference")
+    worker = Base("reference", spec=ReferenceWorkerSpec(ModelConfig(), MicroBatching(max_rows=4)))
     client = ReferenceClient(LocalCluster(worker, ReferenceWorker, "reference"))
     out = client.compute_ref_log_probs(_rows(2), ScoreRequest(temperature=0.3))
     assert worker.asked == ScoreRequest(temperature=0.3) and out.batch["ref_log_probs"].shape == (2, 2)

@@ -1,5 +1,5 @@
-"""A train worker is built from one typed spec: a missing, unknown or mistyped setting is refused where the
-spec is made, naming it; the worker fills in no default of its own."""
+"""A train or reference worker is built from one typed spec: a missing, unknown or mistyped setting is
+refused where the spec is made, naming it; the worker fills in no default of its own."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from roll_ma.config.schema import (
     StudyConfig,
     TrainConfig,
 )
-from roll_ma.workers.train_spec import TrainWorkerSpec
+from roll_ma.training.micro_batches import MicroBatching
+from roll_ma.workers.reference_worker import ReferenceWorker
 from roll_ma.workers.train_worker import TrainWorker
+from roll_ma.workers.worker_specs import ReferenceWorkerSpec, TrainWorkerSpec
 
 SETTINGS = {"model": ModelConfig(), "lora": LoraConfig(), "agents": [AgentConfig(name="a0")],
             "train": TrainConfig(), "algorithm": AlgorithmConfig(), "critic": CriticConfig(),
@@ -71,3 +73,15 @@ def test_a_worker_refuses_anything_but_a_spec():
         TrainWorker("train", spec=SETTINGS)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         TrainWorker("train", model_cfg=ModelConfig())  # type: ignore[call-arg]
+
+
+def test_a_reference_worker_takes_its_scoring_batching_and_nothing_it_does_not_read():
+    spec = ReferenceWorkerSpec.from_settings({"model": ModelConfig(), "batching": MicroBatching(max_rows=5)})
+    assert ReferenceWorker("reference", spec=spec).spec.batching.max_rows == 5
+    with pytest.raises(ValueError, match=r"reference worker spec: unknown setting 'micro_batch_size'; "
+                                         r"missing setting 'batching'"):
+        ReferenceWorkerSpec.from_settings({"model": ModelConfig(), "micro_batch_size": 5})
+    with pytest.raises(ValueError, match="batching must be a MicroBatching, got int"):
+        ReferenceWorkerSpec(ModelConfig(), 5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="built from a ReferenceWorkerSpec"):
+        ReferenceWorker("reference", spec={"model": ModelConfig()})  # type: ignore[arg-type]
