@@ -117,9 +117,9 @@ class RunPlan:
     critic_warmup_steps: int
     reference_needed: bool
     reference_workers: int
-    step_kind: StepKind = "synchronous"
-    shares_prompts: bool = False
-    agents: tuple[PlannedAgent, ...] = ()
+    step_kind: StepKind
+    shares_prompts: bool
+    agents: tuple[PlannedAgent, ...]
 
     def critic_only(self, step: int) -> bool:
         """Step ``step`` trains the critic alone (its warm-up): the agents' adapters wait."""
