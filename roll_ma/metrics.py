@@ -13,6 +13,7 @@ from roll_ma.config.schema import RunConfig
 from roll_ma.models.flops import ModelShape, forward_flops
 from roll_ma.packing import batch_prompt_groups, repeated_prompts, shared_prefix_lens
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import UpdateResult
 
 
 def _masked_mean(values: Any, mask: Any) -> float:
@@ -113,16 +114,15 @@ def mfu_metrics(flops: dict[str, float], seconds: dict[str, float], gpus: dict[s
     return out
 
 
-def update_mfu_metrics(cfg: RunConfig, batch: DataProto, metrics: dict[str, Any], times: dict[str, float],
+def update_mfu_metrics(cfg: RunConfig, batch: DataProto, update: UpdateResult, times: dict[str, float],
                        shape: ModelShape, gpus: dict[str, int], peak_flops: float,
                        shared_prompts: bool = False) -> dict[str, float]:
     """MFU of the agents' update: a LoRA update is two forwards' work (forward + backward to the
     activations, ``models/flops.py``; full fine-tuning three) over the rows of the agents that took a
-    step (each group's prompt once with ``shared_prompts``); the critic's own update
-    (``timing/value_critic_update``) is not in the seconds."""
-    stepped = [i for i, a in enumerate(cfg.agents) if metrics.get(f"agent/{a.name}/updated", 0.0) > 0]
-    rows = np.isin(batch.non_tensor["agent_id"].astype(int), stepped)
-    seconds = times.get("timing/update", 0.0) - metrics.get("timing/value_critic_update", 0.0)
+    step (``update.stepped_agents``; each group's prompt once with ``shared_prompts``); the critic's own
+    update (``timing/value_critic_update``) is not in the seconds."""
+    rows = np.isin(batch.non_tensor["agent_id"].astype(int), list(update.stepped_agents))
+    seconds = times.get("timing/update", 0.0) - update.metrics.get("timing/value_critic_update", 0.0)
     passes = 3.0 if cfg.train.full_finetune else 2.0  # full fine-tuning also computes weight gradients
     work = passes * forward_flops_of(batch, shape, rows, shared_prompts)
     return mfu_metrics({"update": work}, {"update": seconds}, gpus, peak_flops)

@@ -5,9 +5,9 @@ Importing this package imports neither OpenSpiel nor math_verify: built-in envs 
 """
 
 from roll_ma.envs.base import BUILTIN_POLICIES, MultiAgentEnv, StepResult, Turn
+from roll_ma.envs.env_registry import list_envs, make_env, register_env, resolve_env_class
 from roll_ma.envs.math_metrics import aggregate_math_metrics
 from roll_ma.envs.parsing import ActionParser, ParseResult, normalize_action
-from roll_ma.envs.registry import list_envs, make_env, register_env, resolve_env_class
 
 __all__ = [
     "BUILTIN_POLICIES",

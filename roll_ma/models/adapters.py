@@ -38,13 +38,13 @@ class AdapterSpec:
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """One agent as the workers see it: its id (row column agent_id), adapter and update rules."""
+    """One agent as the workers see it: its id (row column agent_id), adapter, frozen and lr (which agents
+    an update trains at a step comes with its request: ``RunPlan.due_agents``)."""
 
     agent_id: int
     name: str
     adapter: str
     frozen: bool = False
-    update_every: int = 1
     lr: float | None = None
 
 
@@ -70,7 +70,7 @@ def plan_adapters(
         if name in adapters and adapters[name] != spec:
             raise ValueError(f"agents sharing adapter {name!r} disagree on its LoRA settings")
         adapters.setdefault(name, spec)
-        agent_specs.append(AgentSpec(agent_id, agent.name, name, agent.frozen, agent.update_every, agent.lr))
+        agent_specs.append(AgentSpec(agent_id, agent.name, name, agent.frozen, agent.lr))
     return agent_specs, list(adapters.values())
 
 

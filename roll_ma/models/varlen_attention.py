@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
-NAME = "roll_ma_varlen"
+from roll_ma.config.run_plan import VARLEN_ATTENTION
+
+NAME = VARLEN_ATTENTION  # the name the run plan's prompt-sharing rule and the config checks read
 # implementations that read the rows' boundaries from cu_seq_lens_* (no mask needed for packed rows)
 PACKED_IMPLEMENTATIONS = (NAME, "flash_attention_2", "flash_attention_3")
 

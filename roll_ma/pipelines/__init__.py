@@ -26,12 +26,13 @@ def run_training(cfg, step_hook=None):  # noqa: ANN001 - thin lazy entry point
         return finished.result
     from roll_ma.config.run_plan import run_plan
 
-    if not run_plan(cfg).rl:
+    plan = run_plan(cfg)  # the run resolved once: the session, the workers and every step read this plan
+    if not plan.rl:
         if step_hook is not None:
             raise ValueError("step_hook is a hook of the RL loop; phase runs take none")
         from roll_ma.pipelines.phases.chain import run_phases
 
-        return run_phases(cfg)
+        return run_phases(cfg, plan)
     from roll_ma.pipelines.rl.loop import run_rl_loop
 
-    return run_rl_loop(cfg, step_hook=step_hook)
+    return run_rl_loop(cfg, plan, step_hook=step_hook)

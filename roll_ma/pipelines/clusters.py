@@ -3,13 +3,12 @@ the pipelines call each role through its typed client (``workers/clients.py``)."
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from roll_ma.config.run_plan import run_plan
-from roll_ma.config.schema import AgentConfig, RunConfig
+from roll_ma.config.run_plan import RunPlan, prompt_sharing_note
+from roll_ma.config.schema import RunConfig
 from roll_ma.distributed.cluster import Cluster, shutdown_clusters
 from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
 from roll_ma.distributed.resources import ResourceManager
@@ -17,8 +16,9 @@ from roll_ma.distributed.shm_transfer import remove_orphans
 from roll_ma.inference.infer_backend import SleepLevel
 from roll_ma.preflight.validate_resources import gpus_per_worker
 from roll_ma.training.ds_utils import SHARERS_VAR
-from roll_ma.training.micro_batches import MicroBatching, prompt_sharing
+from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.workers.clients import EnvClient, ReferenceClient, RefScorer, RolloutClient, TrainClient
+from roll_ma.workers.worker_specs import ReferenceWorkerSpec, TrainWorkerSpec
 
 
 @dataclass
@@ -72,18 +72,12 @@ def process_env(cfg: RunConfig) -> dict[str, str]:
     return env
 
 
-def reference_workers(cfg: RunConfig) -> int:
-    """Reference actors to start: reference.mode=worker, and a loss that reads reference log-probs (the KL
-    term, algorithm.kl_coef > 0). With kl_coef=0 no pass reads them, so no actor holds a model for them."""
-    return run_plan(cfg).reference_workers
-
-
-def cpu_sharers(cfg: RunConfig, role: str) -> int:
+def cpu_sharers(cfg: RunConfig, plan: RunPlan, role: str) -> int:
     """How many of the run's workers compute at the same time as one of ``role`` (CPU runs): each takes
     that share of its node's cores as torch / OpenMP threads (``ds_utils.use_cpu_threads``). The ranks of
     a role compute together; rollouts and the update also overlap with ``rollout.max_staleness`` > 0."""
     counts = {"train": cfg.train.num_workers, "rollout": cfg.rollout.num_workers,
-              "reference": reference_workers(cfg)}
+              "reference": plan.reference_workers}
     if cfg.rollout.max_staleness > 0 and role in ("train", "rollout"):
         return counts["train"] + counts["rollout"]
     return max(1, counts.get(role, 1))
@@ -94,16 +88,10 @@ def cpu_placement(cfg: RunConfig) -> ResourceManager:
     return ResourceManager.cpu_only(cfg.resources.num_cpus_per_worker, cfg.resources.role_resources)
 
 
-def agents_with_train_cycle(cfg: RunConfig) -> list[AgentConfig]:
-    """The agents as the train workers see them: train.train_cycle is the update_every of every agent
-    that does not set its own (update_every other than 1)."""
-    return [a if a.update_every != 1 else dataclasses.replace(a, update_every=cfg.train.train_cycle)
-            for a in cfg.agents]
-
-
-def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = False,
+def build_workers(cfg: RunConfig, plan: RunPlan, seats: list[str], reference_copies: bool = False,
                   teacher_workers: int = 0) -> RunWorkers:
-    """Create every actor (models are loaded by init_model calls, which the pipeline makes).
+    """Create every actor (models are loaded by init_model calls, which the pipeline makes); ``plan``: the
+    run's plan (reference actors, prompt sharing).
 
     ``reference_copies``: the train workers also hold a frozen copy of every trainable adapter (DPO).
     ``teacher_workers``: GPU bundles are reserved for a teacher's rollout workers, which
@@ -117,7 +105,9 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
     from roll_ma.workers.workflow_worker import WorkflowWorker
 
     remove_orphans()  # what a killed run on this machine left in /dev/shm (each worker sweeps its node too)
-    ref_workers = reference_workers(cfg)
+    # reference actors: reference.mode=worker, and a loss that reads reference log-probs (the KL term,
+    # algorithm.kl_coef > 0). With kl_coef=0 no pass reads them, so no actor holds a model for them
+    ref_workers = plan.reference_workers
     resources = ResourceManager.from_config(
         cfg.resources,
         {"rollout": cfg.rollout.num_workers, "train": cfg.train.num_workers, "reference": ref_workers,
@@ -126,11 +116,14 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
     )
     env = worker_env(cfg)
     common: dict[str, Any] = {"model_cfg": cfg.model, "seed": cfg.seed}
-    prompt_sharing(cfg.train, cfg.model.attn_implementation, say=True)  # one line where auto turns it off
+    note = prompt_sharing_note(cfg.train, cfg.model.attn_implementation)  # where auto turned itself off
+    if note:
+        print(note, flush=True)
     built: list[Cluster] = []
 
     def cluster(role: str, cls: type, n: int, res: ResourceManager, init_kwargs: dict) -> Cluster:
-        role_env = {**env, SHARERS_VAR: str(cpu_sharers(cfg, role))} if cfg.resources.num_gpus == 0 else env
+        cpu = cfg.resources.num_gpus == 0
+        role_env = {**env, SHARERS_VAR: str(cpu_sharers(cfg, plan, role))} if cpu else env
         built.append(Cluster(role, cls, n, res, env_vars=role_env, init_kwargs=init_kwargs,
                              start_timeout_s=cfg.resources.actor_start_timeout_s,
                              stall_timeout_s=cfg.trainer.stall_timeout_s, wait=False))
@@ -142,7 +135,7 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
             TrainWorker,
             cfg.train.num_workers,
             resources,
-            train_worker_kwargs(cfg, reference_copies),
+            {"spec": train_worker_spec(cfg, plan, reference_copies)},
         )
         rollout = cluster(
             "rollout",
@@ -151,8 +144,8 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
             resources,
             {**common, "lora_cfg": cfg.lora, "agents": cfg.agents, "rollout_cfg": cfg.rollout},
         )
-        scoring = MicroBatching.for_scoring(cfg.train, cfg.model.attn_implementation)
-        ref_kwargs = {**common, "batching": scoring}
+        scoring = MicroBatching.for_scoring(plan.worker_train_config(cfg.train))  # as the train workers score
+        ref_kwargs = {"spec": ReferenceWorkerSpec(model=cfg.model, batching=scoring)}
         reference = (
             cluster("reference", ReferenceWorker, ref_workers, resources, ref_kwargs) if ref_workers else None
         )
@@ -177,19 +170,21 @@ def build_workers(cfg: RunConfig, seats: list[str], reference_copies: bool = Fal
     return workers
 
 
-def train_worker_kwargs(cfg: RunConfig, reference_copies: bool) -> dict[str, Any]:
-    """What a train worker is built with (``reference_copies``: a frozen copy of each adapter, DPO)."""
-    return {
-        "model_cfg": cfg.model,
-        "seed": cfg.seed,
-        "lora_cfg": cfg.lora,
-        "agents": agents_with_train_cycle(cfg),
-        "train_cfg": cfg.train,
-        "algo_cfg": cfg.algorithm,
-        "critic_cfg": cfg.critic,
-        "study_cfg": cfg.study,
-        "reference_copies": reference_copies,
-    }
+def train_worker_spec(cfg: RunConfig, plan: RunPlan, reference_copies: bool) -> TrainWorkerSpec:
+    """What a train worker is built with (``reference_copies``: a frozen copy of each adapter, DPO): the
+    train block as the plan resolved it (prompt sharing decided); which agents train at a step comes with
+    each update request (``RunPlan.due_agents``). Every setting named: a forgotten one fails here."""
+    return TrainWorkerSpec(
+        model=cfg.model,
+        lora=cfg.lora,
+        agents=tuple(cfg.agents),
+        train=plan.worker_train_config(cfg.train),
+        algorithm=cfg.algorithm,
+        critic=cfg.critic,
+        study=cfg.study,
+        seed=cfg.seed,
+        reference_copies=reference_copies,
+    )
 
 
 def env_worker_kwargs(cfg: RunConfig, seats: list[str]) -> dict[str, Any]:

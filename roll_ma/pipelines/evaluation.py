@@ -32,8 +32,8 @@ def evaluate(
 
         return episode_env_metrics(_play(workers, planner, step, None, "eval"), "eval")
     if planner.uses_problems:
+        from roll_ma.envs.env_registry import resolve_env_class
         from roll_ma.envs.math_metrics import aggregate_math_metrics
-        from roll_ma.envs.registry import resolve_env_class
 
         # an env may report its own aggregate (reflection: p1@t1, m1@tK, p1@tK); math self-play's otherwise
         aggregate = getattr(resolve_env_class(planner.cfg.name), "aggregate_metrics", aggregate_math_metrics)

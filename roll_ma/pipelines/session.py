@@ -3,7 +3,7 @@
 
 A run opens it, loads what it needs, and leaves it however it ends::
 
-    with open_session(cfg) as session:   # output folder, Ray, seats, every worker started
+    with open_session(cfg, plan) as session:   # output folder, Ray, seats, every worker started
         state = start_session(session, train_steps=..., initial_adapters=..., reference_model=...)
         ...                              # the run's own work
     # left: every worker stopped, its GPU bundles released
@@ -28,11 +28,11 @@ from typing import Any
 import ray
 
 from roll_ma import checkpoint as ckpt
-from roll_ma.config.run_plan import RunPlan, run_plan
+from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.seats import resolve_seats
 from roll_ma.distributed.ray_env import init_ray
-from roll_ma.envs.registry import resolve_env_class
+from roll_ma.envs.env_registry import resolve_env_class
 from roll_ma.error_report import run_line, run_log
 from roll_ma.errors import RunStartError
 from roll_ma.interrupts import deferred_stops
@@ -49,7 +49,7 @@ class RunSession:
     """What a run works with from its start to its end; leaving it (``with``) stops the workers."""
 
     cfg: RunConfig  # as the workers run it (``model.random_weights``: model.path is the random model)
-    plan: RunPlan  # what the run does (RL or phases, critic, reference), derived once from cfg
+    plan: RunPlan  # what the run does (step, critic, reference, agents due), resolved once by run_training
     out_dir: Path
     signature: dict[str, Any]  # what every checkpoint records of the config (resume compares it)
     seats: list[str]
@@ -79,8 +79,10 @@ class RunSession:
         self.workers.shutdown()
 
 
-def open_session(cfg: RunConfig, reference_copies: bool = False, teacher_workers: int = 0) -> RunSession:
-    """Prepare the output folder, start Ray and every worker (models are loaded by ``start_session``).
+def open_session(cfg: RunConfig, plan: RunPlan, reference_copies: bool = False,
+                 teacher_workers: int = 0) -> RunSession:
+    """Prepare the output folder, start Ray and every worker (models are loaded by ``start_session``);
+    ``plan``: the run's plan (``config.run_plan``), which the session holds for every stage to read.
 
     ``reference_copies`` and ``teacher_workers``: as ``build_workers`` takes them (DPO, a teacher)."""
     startup = StepTimer("startup")  # started now: startup/total is the time to the first step
@@ -106,8 +108,8 @@ def open_session(cfg: RunConfig, reference_copies: bool = False, teacher_workers
     seats = resolve_seats(cfg, num_players(cfg))
     planner = EpisodePlanner(cfg.env, cfg.seed)
     with startup("workers"):
-        workers = build_workers(cfg, seats, reference_copies, teacher_workers)
-    return RunSession(cfg, run_plan(cfg), out_dir, signature, seats, planner, workers, startup, resume_from)
+        workers = build_workers(cfg, plan, seats, reference_copies, teacher_workers)
+    return RunSession(cfg, plan, out_dir, signature, seats, planner, workers, startup, resume_from)
 
 
 def start_session(

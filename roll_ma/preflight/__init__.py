@@ -67,12 +67,12 @@ def teacher_used(cfg: RunConfig) -> bool:
 def chat_template_need(cfg: RunConfig, files: list) -> str | None:  # noqa: ANN001 - data_files.ChatFile
     """What in this run renders prompts with the chat template (None: nothing does)."""
     from roll_ma.config.phase_plan import plan_phases
-    from roll_ma.config.run_plan import run_plan
+    from roll_ma.config.run_plan import rl_loop
 
     message_files = [f.path for f in files if f.uses_messages]
     if message_files:
         return f"the prompts given as messages in {message_files[0]}"
-    if not run_plan(cfg).rl:
+    if not rl_loop(cfg):
         playing = [p.name for p in plan_phases(cfg) if not _reads_file_only(p)]
         return f"phase {playing[0]!r} (it plays episodes)" if playing else None
     if cfg.env.workflow:

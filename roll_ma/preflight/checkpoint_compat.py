@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from roll_ma.checkpoint import SIGNATURE_FILE, choose_resume
-from roll_ma.config.run_plan import RL_OBJECTIVE, needs_critic, run_plan
+from roll_ma.config.run_plan import RL_OBJECTIVE, needs_critic, rl_loop
 from roll_ma.config.schema import RunConfig
 
 SIGNATURE_VERSION = 1
@@ -58,14 +58,14 @@ def run_signature(cfg: RunConfig) -> dict[str, Any]:
     if cfg.train.zero_stage > 0:
         sig["train.num_workers"] = cfg.train.num_workers
     sig["algorithm.advantage"] = cfg.algorithm.advantage
-    plan = run_plan(cfg)
-    if plan.uses_critic:
+    if needs_critic(cfg.algorithm.advantage):
         first = cfg.agent_lora(cfg.agents[0]) if cfg.agents else cfg.lora
         sig["critic.share"] = cfg.critic.share
         sig["critic.groups"] = [list(g) for g in cfg.critic.groups]
         sig["critic.rank"], sig["critic.alpha"] = cfg.critic.adapter_shape(first.rank, first.alpha)
         sig["critic.lr"] = cfg.critic.lr
-    sig["phases"] = [f"{p.name} ({p.objective})" for p in plan_phases(cfg)] if not plan.rl else [RL_OBJECTIVE]
+    phases = [f"{p.name} ({p.objective})" for p in plan_phases(cfg)]
+    sig["phases"] = [RL_OBJECTIVE] if rl_loop(cfg) else phases
     sig["train.lr_schedule"] = cfg.train.lr_schedule
     sig["train.warmup_steps"] = cfg.train.warmup_steps
     sig["trainer.max_steps"] = cfg.trainer.max_steps

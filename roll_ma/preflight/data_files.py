@@ -54,9 +54,9 @@ class ChatFile:
 def chat_files(cfg: RunConfig) -> list[ChatFile]:
     """The SFT / DPO files of ``cfg``'s phases, each read and parsed (no tokenizer needed yet)."""
     from roll_ma.config.phase_plan import plan_phases
-    from roll_ma.config.run_plan import run_plan
+    from roll_ma.config.run_plan import rl_loop
 
-    if run_plan(cfg).rl:
+    if rl_loop(cfg):
         return []
     agents = [a.name for a in cfg.agents]
     files = []
@@ -129,7 +129,7 @@ def _too_long(examples: list[Example], tokenizer: Any, max_prompt_tokens: int, m
 
 def problem_file_problems(cfg: RunConfig) -> list[str]:
     """Every bad row of ``env.data.source`` / ``eval_source`` when the env or workflow reads problems."""
-    from roll_ma.envs.registry import env_uses_problems
+    from roll_ma.envs.env_registry import env_uses_problems
 
     data = cfg.env.data
     try:

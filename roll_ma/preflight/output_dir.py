@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roll_ma.config.run_plan import run_plan
+from roll_ma.config.run_plan import rl_loop
 from roll_ma.config.schema import RunConfig
 
 KEY = "trainer.output_dir"
@@ -84,7 +84,7 @@ def finished_run(cfg: RunConfig) -> FinishedRun | None:
         return None
     step, path = chosen
     out = Path(cfg.trainer.output_dir)
-    if not run_plan(cfg).rl:
+    if not rl_loop(cfg):
         return _phases_done(cfg, step, path, out)
     if step < cfg.trainer.max_steps:
         return None

@@ -10,7 +10,7 @@ import inspect
 import os
 from pathlib import Path
 
-from roll_ma.config.run_plan import run_plan
+from roll_ma.config.run_plan import VARLEN_ATTENTION, rl_loop
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.seats import resolve_seats
 from roll_ma.config.typed import ConfigProblem, suggest
@@ -91,7 +91,7 @@ def _check_agents(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
             add(
                 f"agents[{i}].init_adapter", f"{agent.init_adapter} is not a directory holding a PEFT adapter"
             )
-    rl_only = run_plan(cfg).rl
+    rl_only = rl_loop(cfg)
     if all(a.frozen for a in cfg.agents) and rl_only:
         add("agents", "every agent is frozen: nothing would train; unfreeze one, or evaluate them with an "
                       "eval phase (phases: [{objective: eval}])")
@@ -141,7 +141,7 @@ def _check_train(cfg: RunConfig, check_local_gpus: bool, problems: list[ConfigPr
             "sharing a group's prompt needs packed rows: set train.remove_padding=true",
         )
     attention = cfg.model.attn_implementation
-    if cfg.train.share_prompt_prefix is True and attention not in (None, "roll_ma_varlen"):
+    if cfg.train.share_prompt_prefix is True and attention not in (None, VARLEN_ATTENTION):
         add(
             "train.share_prompt_prefix",
             f"sharing a group's prompt needs the default attention (roll_ma_varlen), not "
@@ -275,7 +275,7 @@ def _check_env(cfg: RunConfig, problems: list[ConfigProblem]) -> int | None:
             ConfigProblem("env.tools", "tools are handed to workflows; set env.workflow or remove env.tools")
         )
     try:
-        from roll_ma.envs.registry import ENVS
+        from roll_ma.envs.env_registry import ENVS
         from roll_ma.workers.env_worker import env_kwargs
     except ImportError:
         return None

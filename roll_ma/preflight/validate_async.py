@@ -3,7 +3,7 @@ starts: what it needs, and the settings it cannot run with."""
 
 from __future__ import annotations
 
-from roll_ma.config.run_plan import run_plan
+from roll_ma.config.run_plan import rl_loop
 from roll_ma.config.schema import RunConfig
 from roll_ma.config.typed import ConfigProblem
 from roll_ma.preflight.validate_backends import rollout_traits_or_none
@@ -40,6 +40,6 @@ def check_async(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
     if cfg.study.joint_search_every > 0:
         add("the joint policy search distills into every adapter between two steps, which an overlapping "
             "rollout would not see: use max_staleness=0 with study.joint_search_every")
-    if not run_plan(cfg).rl:
+    if not rl_loop(cfg):
         add("supervised phases (train.objective sft / dpo, phases) have no rollout to overlap: "
             "max_staleness applies to the RL loop (train.objective=ppo) only")

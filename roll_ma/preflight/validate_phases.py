@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from roll_ma.config.phase_plan import listed_phases
-from roll_ma.config.run_plan import run_plan, supervised_objective
+from roll_ma.config.run_plan import rl_loop, supervised_objective
 from roll_ma.config.schema import DPOConfig, RunConfig, SFTConfig
 from roll_ma.config.typed import ConfigProblem, suggest, to_dataclass
 from roll_ma.models.builtin import BUILTIN_MODELS
@@ -19,7 +19,7 @@ Settings = TypeVar("Settings", SFTConfig, DPOConfig)  # a phase's objective sett
 def check_phases(cfg: RunConfig, problems: list[ConfigProblem], looks_local) -> None:  # noqa: ANN001
     """Every problem of the phases, their data sources and the teacher (nothing when the run is RL only)."""
     add = lambda key, msg: problems.append(ConfigProblem(key, msg))  # noqa: E731
-    if run_plan(cfg).rl:
+    if rl_loop(cfg):
         return
     listed = listed_phases(cfg)
     names = [a.name for a in cfg.agents]
@@ -73,7 +73,7 @@ def _merged(
 
 def _branching_env(cfg: RunConfig) -> bool:
     try:
-        from roll_ma.envs.registry import resolve_env_class
+        from roll_ma.envs.env_registry import resolve_env_class
 
         return bool(getattr(resolve_env_class(cfg.env.name), "supports_branching", False))
     except (ValueError, ImportError):

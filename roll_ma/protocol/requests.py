@@ -1,4 +1,5 @@
-"""What a driver asks of a worker besides the batch: typed requests, passed next to the ``DataProto``.
+"""What a driver asks of a worker besides the batch: typed requests, passed next to the ``DataProto``; and
+what an update answers (``UpdateResult``: which agents and adapters took a step, and its metrics).
 
 The batch holds the data (its columns, per-batch facts such as ``pad_id``); how to treat it (which
 objective, which step, which policies, which reference, how to sample) travels as one of these frozen
@@ -17,7 +18,7 @@ What stays in ``meta_info`` is about the rows, not about what to do with them:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Objective = Literal["ppo", "sft", "dpo"]  # training/objectives.py: objective_named
@@ -67,10 +68,12 @@ class UpdateRequest:
     """One train step: what to optimise, at which step, and which policies take part.
 
     Args:
-        step: the run's step (``update_every`` of each agent, lr and entropy schedules).
+        step: the run's step (lr and entropy schedules).
         temperature: the rollout's sampling temperature (the policy loss scores at it).
         objective: ppo (the RL loop), sft or dpo (supervised phases).
-        policies: update only these adapters (the streamed sync updates one per call); None: every due one.
+        policies: update only these adapters (the streamed sync updates one per call); None: every one.
+        agents: the agents (ids) due at ``step``: the run plan's ``due_agents(step)``, so the train workers
+            apply no rule of their own; None: every trainable agent.
         critic_only: only the value critic trains (``critic.warmup_steps``); every agent waits.
         behavior_correction: the rows may come from older adapters (``rollout.max_staleness`` > 0): the
             decoupled PPO objective weighs them by pi_old / pi_rollout.
@@ -81,6 +84,7 @@ class UpdateRequest:
     temperature: float = 1.0
     objective: Objective = "ppo"
     policies: tuple[str, ...] | None = None
+    agents: tuple[int, ...] | None = None
     critic_only: bool = False
     behavior_correction: bool = False
     dpo: DPOSettings | None = None
@@ -89,3 +93,22 @@ class UpdateRequest:
         if self.objective == "dpo" and self.dpo is None:
             raise ValueError("a dpo update needs its loss settings: UpdateRequest(objective='dpo', "
                              "dpo=DPOSettings(beta=...))")
+
+
+@dataclass
+class UpdateResult:
+    """What one update did, typed: the pipeline reads which adapters to push and which rows' FLOPs count
+    from here, never from the names of its metrics.
+
+    Attributes:
+        metrics: what the console and ``metrics.jsonl`` show: ``agent/<name>/<metric>`` of every agent (its
+            ``updated`` 0 or 1 among them, for the user), ``timing/update/<adapter>``, ``train/tokens``, the
+            critic's and the worker's own (GPU memory).
+        stepped_agents: the agents (ids) whose adapter took an optimizer step.
+        updated_adapters: the adapters that took an optimizer step (in update order): only these change,
+            so only these are pushed to the rollout engines.
+    """
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    stepped_agents: tuple[int, ...] = ()
+    updated_adapters: tuple[str, ...] = ()

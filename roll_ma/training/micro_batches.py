@@ -6,11 +6,12 @@ longest), or the sum of the rows' lengths when they are packed without padding. 
 budget, rows are sorted by length and packed first-fit, so long rows go a few at a time and
 short rows many at a time, and similar lengths share a micro-batch (little padding).
 
-With ``train.share_prompt_prefix`` (``prompt_sharing``: by default wherever rows are packed) the rows of
-one group (same agent, and the same prompt or, samples of one history, a common prompt prefix:
-``packing.prompt_groups``) run their shared prompt once (``models/shared_prefix.py``): a budget counts it
-once (the caller gives each row's shared prefix and its rest: ``packing.shared_lengths``), and a group goes
-into one micro-batch whole when it fits (else into pieces that each carry it).
+With ``train.share_prompt_prefix`` (decided by the run plan: ``config/run_plan.py:prompt_sharing``; by
+default wherever rows are packed) the rows of one group (same agent, and the same prompt or, samples of
+one history, a common prompt prefix: ``packing.prompt_groups``) run their shared prompt once
+(``models/shared_prefix.py``): a budget counts it once (the caller gives each row's shared prefix and its
+rest: ``packing.shared_lengths``), and a group goes into one micro-batch whole when it fits (else into
+pieces that each carry it).
 
 Data parallel: every rank plans the same mini-batch the same way (it is a pure function of the
 rows), takes every ``world_size``-th micro-batch, and all ranks run the same number of
@@ -25,27 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from roll_ma.config.schema import TrainConfig
-from roll_ma.models.varlen_attention import NAME as VARLEN_ATTENTION
 from roll_ma.packing import balanced_shares, shared_prompt_tokens
-
-
-def prompt_sharing(cfg: TrainConfig, attention: str | None, say: bool = False) -> bool:
-    """Whether a group's prompt runs once (``train.share_prompt_prefix``) in packed rows (``train.
-    remove_padding``) under ``attention`` (``model.attn_implementation``; None: the default, roll_ma_varlen).
-    true as given (the config check refused it where it cannot run); false; auto: on under the default
-    attention, else off, and with ``say`` one printed line why (padded rows have no shared prompt to run
-    once: nothing to say)."""
-    setting = cfg.share_prompt_prefix
-    if setting is False or not cfg.remove_padding:
-        return False
-    if setting is True or attention in (None, VARLEN_ATTENTION):
-        return True
-    if say:
-        print(f"[roll_ma] train.share_prompt_prefix=auto: off, model.attn_implementation={attention} (a "
-              f"group's prompt runs once under the default attention, {VARLEN_ATTENTION}); every row runs "
-              "its own",
-              flush=True)
-    return False
 
 
 @dataclass(frozen=True)
@@ -68,17 +49,17 @@ class MicroBatching:
     share_prefix: bool = False
 
     @classmethod
-    def for_training(cls, cfg: TrainConfig, attention: str | None = None) -> MicroBatching:
-        """The update's batching; ``attention``: ``model.attn_implementation`` (``prompt_sharing``)."""
+    def for_training(cls, cfg: TrainConfig) -> MicroBatching:
+        """The update's batching (``cfg``: as the workers run it, ``share_prompt_prefix`` true or false:
+        ``RunPlan.worker_train_config``)."""
         return cls(cfg.micro_batch_size, cfg.max_tokens_per_micro_batch, cfg.remove_padding,
-                   cfg.logits_chunk_tokens, prompt_sharing(cfg, attention))
+                   cfg.logits_chunk_tokens, _shares(cfg))
 
     @classmethod
-    def for_scoring(cls, cfg: TrainConfig, attention: str | None = None) -> MicroBatching:
+    def for_scoring(cls, cfg: TrainConfig) -> MicroBatching:
         """Forward-only scoring (old and reference log-probs): its own, usually larger, budget."""
         budget = cfg.score_max_tokens_per_micro_batch or cfg.max_tokens_per_micro_batch
-        return cls(cfg.micro_batch_size, budget, cfg.remove_padding, cfg.logits_chunk_tokens,
-                   prompt_sharing(cfg, attention))
+        return cls(cfg.micro_batch_size, budget, cfg.remove_padding, cfg.logits_chunk_tokens, _shares(cfg))
 
     def sharing(self, groups: np.ndarray | None) -> bool:
         """Whether rows with these groups share their prompts (the switch on, packed rows, groups known)."""
@@ -208,3 +189,11 @@ def real_lengths(attention_mask: np.ndarray | object, response_len: int) -> tupl
     mask = np.asarray(attention_mask).astype(bool)
     split = mask.shape[1] - response_len
     return mask[:, :split].sum(1).astype(np.int64), mask[:, split:].sum(1).astype(np.int64)
+
+
+def _shares(cfg: TrainConfig) -> bool:
+    """The resolved ``share_prompt_prefix`` of a worker's train config (auto is decided by the run plan)."""
+    if cfg.share_prompt_prefix == "auto" and cfg.remove_padding:  # padded rows have no prompt to share
+        raise ValueError("train.share_prompt_prefix=auto reaches a worker undecided: give it the run plan's "
+                         "choice (RunPlan.worker_train_config)")
+    return cfg.share_prompt_prefix is True and cfg.remove_padding

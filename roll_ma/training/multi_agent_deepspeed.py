@@ -7,8 +7,8 @@ How it works:
    each engine's optimizer holds only that adapter's parameters.
 2. ``train_step`` partitions the batch by ``agent_id`` -> adapter and updates the adapters
    one after another in config order, each only from its own rows (agents sharing an
-   adapter update it together). Frozen agents and agents whose ``update_every`` does not
-   divide the step are skipped; their adapters and optimizer states stay untouched.
+   adapter update it together). Frozen agents and agents the request does not name as due (the run
+   plan's train cycle) are skipped; their adapters and optimizer states stay untouched.
 3. Data parallel: every rank receives the full batch and trains on its share of each
    mini-batch; metrics are all-reduced, so every rank returns the same numbers.
 
@@ -17,7 +17,6 @@ How it works:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import time
@@ -37,10 +36,10 @@ from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.models.logprobs import choice_log_probs
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import PairReference, UpdateRequest
+from roll_ma.protocol.requests import PairReference, UpdateRequest, UpdateResult
 from roll_ma.training.critic import CriticSet, critic_adapter_specs, critic_of_agents
 from roll_ma.training.ds_utils import barrier, setup_deepspeed, training_device
-from roll_ma.training.micro_batches import MicroBatching, prompt_sharing
+from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.training.objective_dpo import REF_KEYS, SIDES, side
 from roll_ma.training.objectives import objective_named
 from roll_ma.training.policy_engine import PolicyEngine
@@ -55,7 +54,7 @@ from roll_ma.training.train_backend import (
 )
 from roll_ma.training.update_loop import UpdateContext
 
-DEFAULT_UPDATE = UpdateRequest()  # a ppo update at step 0 of every due policy
+DEFAULT_UPDATE = UpdateRequest()  # a ppo update at step 0 of every trainable agent
 
 
 @dataclass(frozen=True)
@@ -91,10 +90,11 @@ class MultiAgentDeepSpeedStrategy:
                  train_cfg: TrainConfig, algo_cfg: AlgorithmConfig, seed: int = 0, rank: int = 0,
                  world_size: int = 1, reference_copies: bool = False, study_cfg: StudyConfig | None = None,
                  critic_cfg: CriticConfig | None = None):
-        # share_prompt_prefix=auto decided once, by the model's attention: the update, the critic and the
-        # scoring read true or false
-        sharing = prompt_sharing(train_cfg, model_cfg.attn_implementation)
-        train_cfg = dataclasses.replace(train_cfg, share_prompt_prefix=sharing)
+        # the update, the critic and the scoring read true or false, as the run plan decided it (padded rows
+        # share nothing: auto is off there whatever the attention)
+        if train_cfg.share_prompt_prefix == "auto" and train_cfg.remove_padding:
+            raise ValueError("train.share_prompt_prefix=auto reaches the trainer undecided: give it the run "
+                             "plan's choice (RunPlan.worker_train_config)")
         self.model_cfg, self.train_cfg, self.algo_cfg = model_cfg, train_cfg, algo_cfg
         self.study_cfg = study_cfg or StudyConfig()
         self.critic_cfg = critic_cfg or CriticConfig()
@@ -246,13 +246,14 @@ class MultiAgentDeepSpeedStrategy:
         return DataProto.from_dict({"values": values}, meta_info=data.meta_info)
 
     # ------------------------------------------------------------------ training
-    def train_step(self, data: DataProto, request: UpdateRequest = DEFAULT_UPDATE) -> dict[str, float]:
+    def train_step(self, data: DataProto, request: UpdateRequest = DEFAULT_UPDATE) -> UpdateResult:
         """Update every due policy from its agents' rows, by ``request.objective`` (ppo, sft, dpo:
-        ``training/objectives.py``); ``request``: the step, the policies, critic-only (the default: a ppo
-        update at step 0 of every due policy).
+        ``training/objectives.py``); ``request``: the step, the policies, the agents due, critic-only (the
+        default: a ppo update at step 0 of every trainable agent).
 
-        Returns ``agent/<name>/<metric>`` of every agent and ``timing/update/<adapter>`` (seconds) of
-        every adapter updated.
+        Returns the agents and adapters that took an optimizer step, and the metrics:
+        ``agent/<name>/<metric>`` of every agent and ``timing/update/<adapter>`` (seconds) of every adapter
+        updated.
         """
         self._require_model()
         ctx = UpdateContext(step=request.step, temperature=request.temperature, algo_cfg=self.algo_cfg,
@@ -269,6 +270,8 @@ class MultiAgentDeepSpeedStrategy:
             plans = []
         mine_agents = {a for p in plans for a in p.agent_ids} if only is not None else None
         metrics: dict[str, float] = {}
+        stepped_agents: list[int] = []
+        updated_adapters: list[str] = []
         for agent in self.agents:
             if mine_agents is not None and agent.agent_id not in mine_agents:
                 continue
@@ -279,7 +282,7 @@ class MultiAgentDeepSpeedStrategy:
             metrics[prefix + "updated"] = 0.0
 
         for plan in plans:
-            due = [a for a in plan.agent_ids if ctx.step % self.agents[a].update_every == 0]
+            due = [a for a in plan.agent_ids if request.agents is None or a in request.agents]
             idx = np.nonzero(np.isin(agent_ids, due))[0]
             if len(idx) == 0:
                 continue
@@ -287,14 +290,19 @@ class MultiAgentDeepSpeedStrategy:
             start = time.perf_counter()
             result = objective.update(updater, data.select_idxs(idx), agent_ids[idx], due, ctx)
             metrics[f"timing/update/{plan.name}"] = time.perf_counter() - start  # per adapter
+            stepped = result.optimizer_steps > 0
+            if stepped:
+                updated_adapters.append(plan.name)
             for agent_id, agent_metrics in result.agent_metrics.items():
                 if not (agent_ids[idx] == agent_id).any():
                     continue
                 prefix = f"agent/{self.agents[agent_id].name}/"
                 metrics.update({prefix + k: v for k, v in agent_metrics.items()})
                 metrics.update({prefix + "grad_norm": result.grad_norm, prefix + "lr": result.lr,
-                                prefix + "updated": float(result.optimizer_steps > 0),
+                                prefix + "updated": float(stepped),
                                 prefix + "skipped_nonfinite": float(result.skipped_nonfinite)})
+                if stepped:
+                    stepped_agents.append(agent_id)
         # the step's trainer tokens (every agent's prompt + response tokens, x epochs) and those the update
         # ran: fewer by each repeated prompt under train.share_prompt_prefix (the GPU table's figure)
         inputs = [v for k, v in metrics.items() if k.startswith("agent/") and k.endswith("/input_tokens")]
@@ -308,7 +316,7 @@ class MultiAgentDeepSpeedStrategy:
             # not timing/update/<adapter>: an agent may well be named "critic"
             metrics["timing/value_critic_update"] = time.perf_counter() - start
         self.weights.activate(None)
-        return metrics
+        return UpdateResult(metrics, tuple(sorted(stepped_agents)), tuple(updated_adapters))
 
     # ------------------------------------------------------------------ supervised phases
     def compute_pair_ref_log_probs(self, data: DataProto, reference: PairReference = "copy") -> DataProto:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import PairReference, UpdateRequest
+from roll_ma.protocol.requests import PairReference, UpdateRequest, UpdateResult
 
 
 class TrainBackend(Protocol):
@@ -44,8 +44,9 @@ class TrainBackend(Protocol):
         """(B, R) the critic's values (``algorithm.advantage=gae``)."""
         ...
 
-    def train_step(self, data: DataProto, request: UpdateRequest = ...) -> dict[str, float]:
-        """Update every trainable policy on its own rows as ``request`` says; returns the step's metrics."""
+    def train_step(self, data: DataProto, request: UpdateRequest = ...) -> UpdateResult:
+        """Update every trainable policy on its own rows as ``request`` says; returns what it updated and
+        the step's metrics."""
         ...
 
     def adapter_tensors(self, adapters: list[str] | None = None, packed: bool = False,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 from roll_ma.distributed.worker import Worker
 from roll_ma.inference.infer_backend import Generator, SleepLevel
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import PairReference, ScoreRequest, UpdateRequest
+from roll_ma.protocol.requests import PairReference, ScoreRequest, UpdateRequest, UpdateResult
 from roll_ma.workers.env_worker import EnvWorker, EpisodeSpec
 from roll_ma.workers.reference_worker import ReferenceWorker
 from roll_ma.workers.rollout_worker import RolloutWorker
@@ -87,19 +87,20 @@ class TrainClient(_Client):
         """``values`` (B, R): each row under its agent's critic."""
         return _submit(self.cluster, TrainWorker.compute_values, data).get()
 
-    def train_step(self, data: DataProto, request: UpdateRequest) -> dict[str, float]:
-        """One update as ``request`` says; the step's metrics (every rank reports the same: rank 0's)."""
+    def train_step(self, data: DataProto, request: UpdateRequest) -> UpdateResult:
+        """One update as ``request`` says; what it updated and its metrics (every rank reports the same:
+        rank 0's)."""
         return _submit(self.cluster, TrainWorker.train_step, data, request).get()[0]
 
     def train_and_export(self, data: DataProto | ObjectRef[DataProto], policy: str, request: UpdateRequest,
-                         dtype: str | None, transport: str) -> tuple[dict[str, float], Any, float]:
-        """Update ``policy`` alone, then export it if it changed: (metrics, payload or None, seconds).
+                         dtype: str | None, transport: str) -> tuple[UpdateResult, Any, float]:
+        """Update ``policy`` alone, then export it if it changed: (result, payload or None, seconds).
         ``data`` may be a ref of Ray's object store to a DataProto (put once for several policies)."""
         # not _submit: a ref reaches the worker as the DataProto it holds (Ray resolves top-level refs)
-        metrics, *export = self.cluster.dispatch(TrainWorker.train_and_export.__name__, data, policy, request,
-                                                 dtype, transport).get()[0]
-        payload, seconds = export  # rank 0 answers [metrics, payload, seconds]
-        return metrics, payload, float(seconds)
+        result, *export = self.cluster.dispatch(TrainWorker.train_and_export.__name__, data, policy, request,
+                                                dtype, transport).get()[0]
+        payload, seconds = export  # rank 0 answers [result, payload, seconds]
+        return result, payload, float(seconds)
 
     def compute_pair_ref_log_probs(self, data: DataProto, reference: PairReference) -> DataProto:
         """DPO pairs: ``ref_chosen_logps`` / ``ref_rejected_logps`` (N,) under ``reference``."""

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 def env_kwargs(env_cfg: EnvConfig, agents: list[AgentConfig], seats: list[str] | None) -> dict[str, Any]:
     """The env constructor's arguments: env.kwargs plus seats, per-agent prompts and role kinds."""
-    from roll_ma.envs.registry import resolve_env_class
+    from roll_ma.envs.env_registry import resolve_env_class
 
     params = inspect.signature(resolve_env_class(env_cfg.name).__init__).parameters
     kwargs = dict(env_cfg.kwargs)
@@ -120,7 +120,7 @@ class EnvWorker(Worker):
         action_choices: bool = False,
     ):
         super().__init__(role, rank, world_size, env_vars)
-        from roll_ma.envs.registry import resolve_env_class
+        from roll_ma.envs.env_registry import resolve_env_class
         from roll_ma.models.loading import load_tokenizer
 
         self.env_cfg, self.rollout_cfg, self.seed = env_cfg, rollout_cfg, seed
@@ -215,7 +215,7 @@ class EnvWorker(Worker):
 
     def _start_episodes(self, specs: list[EpisodeSpec], seat_map: list[str]) -> list[_Episode]:
         """A fresh env per episode, reset to its seed (and problem), in ``seat_map``'s seats."""
-        from roll_ma.envs.registry import make_env
+        from roll_ma.envs.env_registry import make_env
 
         kwargs = env_kwargs(self.env_cfg, self.agents, seat_map)
         if self._env_takes_tokenizer:

@@ -10,7 +10,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from roll_ma.config.schema import EnvConfig
-from roll_ma.envs.registry import env_uses_problems
+from roll_ma.envs.env_registry import env_uses_problems
 from roll_ma.workers.env_worker import EpisodeSpec
 
 if TYPE_CHECKING:

@@ -11,27 +11,23 @@ from typing import Any
 
 import torch
 
-from roll_ma.config.schema import ModelConfig
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import ScoreRequest
-
-DEFAULT_MICRO_BATCH = 16
+from roll_ma.workers.worker_specs import ReferenceWorkerSpec
 
 
 class ReferenceWorker(Worker):
-    """Holds only the frozen base weights; ``compute_ref_log_probs`` adds ``ref_log_probs`` (B, R)."""
+    """Holds only the frozen base weights; ``compute_ref_log_probs`` adds ``ref_log_probs`` (B, R). Built
+    from one ``ReferenceWorkerSpec`` (``spec``: the model, the scoring batching), nothing else."""
 
     def __init__(self, role: str, rank: int = 0, world_size: int = 1, env_vars: dict[str, str] | None = None,
-                 model_cfg: ModelConfig | None = None, seed: int = 0,
-                 micro_batch_size: int = DEFAULT_MICRO_BATCH, batching: Any = None):
+                 *, spec: ReferenceWorkerSpec):
+        if not isinstance(spec, ReferenceWorkerSpec):  # a dict of settings: ReferenceWorkerSpec.from_settings
+            raise TypeError(f"a reference worker is built from a ReferenceWorkerSpec, got "
+                            f"{type(spec).__name__}")
         super().__init__(role, rank, world_size, env_vars)
-        if micro_batch_size < 1:
-            raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
-        self.model_cfg = model_cfg or ModelConfig()
-        self.seed = seed
-        # a MicroBatching (the run's scoring budget, as the train worker scores) or plain rows
-        self.batching = batching if batching is not None else micro_batch_size
+        self.spec = spec
         self.model: Any = None
         self.device = torch.device("cpu")
 
@@ -43,7 +39,7 @@ class ReferenceWorker(Worker):
         if not torch.cuda.is_available():
             use_cpu_threads(self.world_size)  # oversubscribed threads slow every worker on the machine down
         self.device = training_device()
-        self.model = load_base_model(self.model_cfg, str(self.device), packed_rows=True)  # eval mode
+        self.model = load_base_model(self.spec.model, str(self.device), packed_rows=True)  # eval mode
         for p in self.model.parameters():
             p.requires_grad_(False)
 
@@ -54,5 +50,5 @@ class ReferenceWorker(Worker):
 
         if self.model is None:
             raise RuntimeError(f"{self.role} rank {self.rank}: call init_model() first")
-        log_probs, _ = score_rows(self.model, data, self.batching, self.device, request.temperature)
+        log_probs, _ = score_rows(self.model, data, self.spec.batching, self.device, request.temperature)
         return DataProto.from_dict({"ref_log_probs": log_probs}, meta_info=data.meta_info)

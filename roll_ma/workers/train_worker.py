@@ -8,24 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from roll_ma.config.schema import (
-    AgentConfig,
-    AlgorithmConfig,
-    CriticConfig,
-    LoraConfig,
-    ModelConfig,
-    StudyConfig,
-    TrainConfig,
-)
+from roll_ma.config.schema import StudyConfig
 from roll_ma.distributed.shm_transfer import SegmentOwner
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import PairReference, ScoreRequest, UpdateRequest
+from roll_ma.protocol.requests import PairReference, ScoreRequest, UpdateRequest, UpdateResult
 from roll_ma.training.train_backend import (
     DPOCapable,
     JointSearchCapable,
@@ -33,6 +24,7 @@ from roll_ma.training.train_backend import (
     TrainBackend,
     missing_capability,
 )
+from roll_ma.workers.worker_specs import TrainWorkerSpec
 
 # what each optional capability offers and which part of a config calls for it (its error names both)
 JOINT_SEARCH = ("JointSearchCapable", "score_choices, distill_choices", "study.joint_search_every > 0")
@@ -41,27 +33,19 @@ PHASES = ("PhaseCapable", "reset_optimizers", "phases")
 
 
 class TrainWorker(Worker):
-    """A train rank: ``init_model`` builds ``train_cfg.strategy``; the methods score, update, export, save.
+    """A train rank: ``init_model`` builds ``spec.train.strategy``; the methods score, update, export, save.
 
-    Reference log-probs with ``reference.mode=train_worker`` come from this worker with every
-    adapter disabled (``compute_ref_log_probs``): no second copy of the model.
+    Built from one ``TrainWorkerSpec`` (``spec``, every setting named; the driver makes it): nothing is
+    filled in with a default here. Reference log-probs with ``reference.mode=train_worker`` come from this
+    worker with every adapter disabled (``compute_ref_log_probs``): no second copy of the model.
     """
 
     def __init__(self, role: str, rank: int = 0, world_size: int = 1, env_vars: dict[str, str] | None = None,
-                 model_cfg: ModelConfig | None = None, lora_cfg: LoraConfig | None = None,
-                 agents: Sequence[AgentConfig] | None = None, train_cfg: TrainConfig | None = None,
-                 algo_cfg: AlgorithmConfig | None = None, seed: int = 0, reference_copies: bool = False,
-                 study_cfg: StudyConfig | None = None, critic_cfg: CriticConfig | None = None):
+                 *, spec: TrainWorkerSpec):
+        if not isinstance(spec, TrainWorkerSpec):  # a dict of settings: TrainWorkerSpec.from_settings
+            raise TypeError(f"a train worker is built from a TrainWorkerSpec, got {type(spec).__name__}")
         super().__init__(role, rank, world_size, env_vars)
-        self.reference_copies = reference_copies  # frozen adapter copies for DPO's reference
-        self.model_cfg = model_cfg or ModelConfig()
-        self.lora_cfg = lora_cfg or LoraConfig()
-        self.agents = list(agents) if agents is not None else [AgentConfig()]
-        self.train_cfg = train_cfg or TrainConfig()
-        self.algo_cfg = algo_cfg or AlgorithmConfig()
-        self.study_cfg = study_cfg or StudyConfig()
-        self.critic_cfg = critic_cfg or CriticConfig()  # the value critic (algorithm.advantage=gae)
-        self.seed = seed
+        self.spec = spec
         self.strategy: TrainBackend | None = None
         self._segments = SegmentOwner(self.node_id())  # shared-memory exports of adapters (same node)
 
@@ -74,14 +58,15 @@ class TrainWorker(Worker):
 
         if not torch.cuda.is_available():
             use_cpu_threads(self.world_size)  # oversubscribed threads slow every worker on the machine down
-        agent_specs, adapter_specs = plan_adapters(self.lora_cfg, self.agents)
-        cls = train_strategy_class(self.train_cfg.strategy)
+        spec = self.spec
+        agent_specs, adapter_specs = plan_adapters(spec.lora, spec.agents)
+        cls = train_strategy_class(spec.train.strategy)
         strategy: TrainBackend = cls(
-            self.model_cfg, agent_specs, adapter_specs, self.train_cfg, self.algo_cfg, self.seed, self.rank,
-            self.world_size, reference_copies=self.reference_copies, study_cfg=self.study_cfg,
-            critic_cfg=self.critic_cfg,
+            spec.model, agent_specs, adapter_specs, spec.train, spec.algorithm, spec.seed, self.rank,
+            self.world_size, reference_copies=spec.reference_copies, study_cfg=spec.study,
+            critic_cfg=spec.critic,
         )
-        check_capabilities(strategy, self.train_cfg.strategy, self.study_cfg, self.reference_copies)
+        check_capabilities(strategy, spec.train.strategy, spec.study, spec.reference_copies)
         strategy.initialize(total_steps=total_steps)
         self.strategy = strategy
 
@@ -93,19 +78,19 @@ class TrainWorker(Worker):
     def _phases(self) -> PhaseCapable:
         strategy = self._strategy()
         if not isinstance(strategy, PhaseCapable):
-            raise missing_capability(self.train_cfg.strategy, *PHASES)
+            raise missing_capability(self.spec.train.strategy, *PHASES)
         return strategy
 
     def _dpo(self) -> DPOCapable:
         strategy = self._strategy()
         if not isinstance(strategy, DPOCapable):
-            raise missing_capability(self.train_cfg.strategy, *DPO)
+            raise missing_capability(self.spec.train.strategy, *DPO)
         return strategy
 
     def _joint_search(self) -> JointSearchCapable:
         strategy = self._strategy()
         if not isinstance(strategy, JointSearchCapable):
-            raise missing_capability(self.train_cfg.strategy, *JOINT_SEARCH)
+            raise missing_capability(self.spec.train.strategy, *JOINT_SEARCH)
         return strategy
 
     @register(Dispatch.DP_BALANCED)
@@ -131,9 +116,11 @@ class TrainWorker(Worker):
         return out
 
     @register(Dispatch.ONE_TO_ALL)
-    def train_step(self, data: DataProto, request: UpdateRequest) -> dict[str, float]:
-        """One update of every due agent from the FULL batch (each rank takes its share); same metrics."""
-        metrics = self._strategy().train_step(data, request)
+    def train_step(self, data: DataProto, request: UpdateRequest) -> UpdateResult:
+        """One update of every due agent from the FULL batch (each rank takes its share); the same result
+        on every rank (what took a step, the metrics), with this worker's GPU memory in its metrics."""
+        result = self._strategy().train_step(data, request)
+        metrics = result.metrics
         if torch.cuda.is_available():
             peak, now = torch.cuda.max_memory_reserved(), torch.cuda.memory_reserved()
             free, total = torch.cuda.mem_get_info()
@@ -142,7 +129,7 @@ class TrainWorker(Worker):
             metrics["system/gpu_peak_gb_update"] = (total - free - now + peak) / 1024**3
             torch.cuda.reset_peak_memory_stats()
         _release_cached_gpu_memory()
-        return metrics
+        return result
 
     @register(Dispatch.DP_BALANCED)
     def compute_pair_ref_log_probs(self, data: DataProto, reference: PairReference) -> DataProto:
@@ -229,15 +216,14 @@ class TrainWorker(Worker):
     def train_and_export(self, data: DataProto, policy: str, request: UpdateRequest, dtype: str | None = None,
                          transport: str = "ray") -> list[Any]:
         """Update one policy (adapter) from its agents' rows, then export it if it changed: the streaming
-        sync's unit of work. Every rank trains; rank 0 returns ``[metrics, payload, seconds]`` (payload
-        as ``export_adapters``; None when the policy took no optimizer step), the others ``[metrics]``."""
-        metrics = self.train_step(data, dataclasses.replace(request, policies=(policy,)))
-        changed = any(k.endswith("/updated") and v > 0 for k, v in metrics.items())
+        sync's unit of work. Every rank trains; rank 0 returns ``[result, payload, seconds]`` (payload
+        as ``export_adapters``; None when the policy took no optimizer step), the others ``[result]``."""
+        result = self.train_step(data, dataclasses.replace(request, policies=(policy,)))
         if self.rank != 0:
-            return [metrics]
-        if not changed:
-            return [metrics, None, 0.0]
-        return [metrics, *self.export_adapters([policy], dtype, transport)]
+            return [result]
+        if policy not in result.updated_adapters:
+            return [result, None, 0.0]
+        return [result, *self.export_adapters([policy], dtype, transport)]
 
     def close(self) -> None:
         self._segments.release()  # exports no engine has read yet

@@ -150,15 +150,6 @@ def test_use_all_traj_false_keeps_each_agents_last_turn():
         ("e0", 2), ("e0", 3), ("e1", 0), ("e1", 1)]
 
 
-def test_train_cycle_is_the_default_update_every():
-    from roll_ma.config.schema import AgentConfig, RunConfig, TrainConfig
-    from roll_ma.pipelines.clusters import agents_with_train_cycle
-
-    cfg = RunConfig(agents=[AgentConfig(name="a"), AgentConfig(name="b", update_every=3)],
-                    train=TrainConfig(train_cycle=2))
-    assert [a.update_every for a in agents_with_train_cycle(cfg)] == [2, 3]
-
-
 def test_critic_per_group_shared_or_per_agent():
     from roll_ma.models.adapters import AgentSpec
     from roll_ma.training.critic import critic_of_agents

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from roll_ma.config.run_plan import run_plan
 from roll_ma.training.micro_batches import MicroBatching
 
 PEERS = Path(__file__).resolve().parents[2] / "benchmarks" / "peers"
@@ -294,7 +295,8 @@ def test_roll_ma_config_takes_every_setting_from_its_row(job, tiny_model_dir, tm
     # the defaults: the KV cache alone freed, a group's prompt once (auto: packed rows, default attention)
     assert cfg.rollout.sleep_level == "kv_cache" and cfg.rollout.backend == "vllm"
     assert cfg.train.share_prompt_prefix == "auto" and cfg.model.attn_implementation is None
-    assert MicroBatching.for_training(cfg.train).share_prefix
+    assert run_plan(cfg).shares_prompts
+    assert MicroBatching.for_training(run_plan(cfg).worker_train_config(cfg.train)).share_prefix
     # native keys, as roll_ma config keys
     assert (cfg.train.lora_compute_dtype, cfg.train.zero_stage) == ("model", 0)
     assert (cfg.rollout.micro_batch_size, cfg.rollout.per_row_seeds, cfg.env.decode_ahead) == (

@@ -1,13 +1,15 @@
 """The run plan says what each shipped example run does; no module but the plan and the registries reads
 ``algorithm.advantage`` / ``train.objective`` strings for what kind of run they make."""
 
+import dataclasses
 import re
 from pathlib import Path
 
 from example_configs import example_configs
 
 from roll_ma.config.compose import compose_raw, type_config
-from roll_ma.config.run_plan import RunPlan, run_plan
+from roll_ma.config.run_plan import RunPlan, prompt_sharing, run_plan
+from roll_ma.config.schema import AgentConfig, AgentLoraOverride, LoraConfig, RunConfig, TrainConfig
 from roll_ma.preflight.config_loader import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,8 +21,9 @@ def _plan(name: str, *overrides: str) -> RunPlan:
 
 def test_marft_tiny_is_ppo_with_a_critic_that_warms_up_two_steps_and_no_reference():
     plan = _plan("marft_tiny")
-    assert plan == RunPlan(rl=True, objectives=("ppo",), uses_critic=True, critic_warmup_steps=2,
-                           reference_needed=False, reference_workers=0)
+    assert dataclasses.replace(plan, agents=()) == RunPlan(
+        rl=True, objectives=("ppo",), uses_critic=True, critic_warmup_steps=2, reference_needed=False,
+        reference_workers=0, step_kind="synchronous", shares_prompts=plan.shares_prompts, agents=())
     assert [plan.critic_only(step) for step in (1, 2, 3)] == [True, True, False]
 
 
@@ -32,8 +35,9 @@ def test_marft_reasoner_actor_reads_the_base_for_its_kl_on_the_train_worker():
 
 def test_grpo_runs_have_no_critic_and_a_reference_only_with_a_kl_term():
     tiny = _plan("math_selfplay_tiny")  # kl_coef 0
-    assert tiny == RunPlan(rl=True, objectives=("ppo",), uses_critic=False, critic_warmup_steps=0,
-                           reference_needed=False, reference_workers=0)
+    assert dataclasses.replace(tiny, agents=()) == RunPlan(
+        rl=True, objectives=("ppo",), uses_critic=False, critic_warmup_steps=0, reference_needed=False,
+        reference_workers=0, step_kind="synchronous", shares_prompts=tiny.shares_prompts, agents=())
     assert not tiny.critic_only(1)
     hanabi = _plan("tiny_hanabi_selfplay")  # kl_coef 0.05, the base on the train worker
     assert (hanabi.uses_critic, hanabi.reference_needed, hanabi.reference_workers) == (False, True, 0)
@@ -64,6 +68,52 @@ def test_every_example_has_a_plan():
     for name in example_configs():
         plan = _plan(name)
         assert plan.rl == (plan.objectives == ("ppo",)), name
+
+
+def test_the_step_kind_is_chosen_once_from_staleness_and_the_joint_search():
+    assert _plan("math_selfplay_tiny").step_kind == "synchronous"
+    assert _plan("math_selfplay_tiny", "rollout.max_staleness=1").step_kind == "streamed"
+    assert _plan("math_reflection_tiny").step_kind == "phases"
+    joint = RunConfig()
+    joint.study.joint_search_every = 2
+    assert run_plan(joint).step_kind == "joint_search"
+    joint.rollout.max_staleness = 1  # the checks refuse the pair; the plan never raises
+    assert run_plan(joint).step_kind == "streamed"
+
+
+def test_the_agents_carry_their_train_cycle_and_lora_settings():
+    cfg = RunConfig(agents=[AgentConfig(name="a"), AgentConfig(name="b", update_every=3, adapter="shared"),
+                            AgentConfig(name="c", frozen=True, lora=AgentLoraOverride(rank=4))],
+                    train=TrainConfig(train_cycle=2), lora=LoraConfig(rank=16))
+    agents = run_plan(cfg).agents
+    assert [(a.agent_id, a.name, a.adapter) for a in agents] == [(0, "a", "a"), (1, "b", "shared"),
+                                                                  (2, "c", "c")]
+    assert [a.update_every for a in agents] == [2, 3, 2]  # train.train_cycle where an agent sets none
+    assert [a.lora.rank for a in agents] == [16, 16, 4]  # its overrides on the lora block
+    assert [a.frozen for a in agents] == [False, False, True]
+
+
+def test_the_agents_due_at_a_step_are_one_rule_of_the_plan():
+    """Frozen agents never, an agent only on its cycle, none while the critic warms up; the idle agents are
+    the rest (the driver scores their rows), the due ones go to the train workers in the update request."""
+    cfg = RunConfig(agents=[AgentConfig(name="a"), AgentConfig(name="b", frozen=True),
+                            AgentConfig(name="c", update_every=2)])
+    plan = run_plan(cfg)
+    assert [plan.due_agents(step) for step in (1, 2, 3, 4)] == [(0,), (0, 2), (0,), (0, 2)]
+    assert plan.idle_agents(1) == [1, 2] and plan.idle_agents(2) == [1]
+    cfg.algorithm.advantage, cfg.critic.warmup_steps = "gae", 2
+    warm = run_plan(cfg)
+    assert warm.due_agents(2) == () and warm.idle_agents(2) == [0, 1, 2] and warm.due_agents(4) == (0, 2)
+
+
+def test_prompt_sharing_is_decided_once_for_the_workers():
+    packed = RunConfig(train=TrainConfig(remove_padding=True))
+    plan = run_plan(packed)
+    assert plan.shares_prompts and plan.worker_train_config(packed.train).share_prompt_prefix is True
+    assert prompt_sharing(packed.train, None) is plan.shares_prompts  # the rule the checks read
+    packed.model.attn_implementation = "sdpa"
+    assert run_plan(packed).worker_train_config(packed.train).share_prompt_prefix is False
+    assert run_plan(RunConfig()).worker_train_config(TrainConfig()).share_prompt_prefix is False  # padded
 
 
 # what kind of run a config makes, worked out from its strings: the plan's job alone

@@ -81,6 +81,7 @@ def test_a_cluster_that_fails_to_start_is_killed_when_waited_for(ray_session):
 def test_a_run_asks_for_every_role_before_waiting_for_any(monkeypatch, tmp_path):
     # build_workers with a recording Cluster: every role's actors are asked for (wait=False) before the run
     # waits for the first of them, then it waits for each role once
+    from roll_ma.config.run_plan import run_plan
     from roll_ma.pipelines import clusters
     from roll_ma.preflight.config_loader import load_config
 
@@ -99,7 +100,7 @@ def test_a_run_asks_for_every_role_before_waiting_for_any(monkeypatch, tmp_path)
     monkeypatch.setattr(clusters, "Cluster", Recording)
     monkeypatch.setattr(clusters, "placement_report", lambda workers: None)  # it would ask the actors' nodes
     cfg = load_config("math_selfplay_tiny", None, [f"trainer.output_dir={tmp_path}"])
-    clusters.build_workers(cfg, ["solver", "critic", "refiner"])
+    clusters.build_workers(cfg, run_plan(cfg), ["solver", "critic", "refiner"])
     asks = [role for what, role in events if what == "ask"]
     assert events == [("ask", role) for role in asks] + [("wait", role) for role in asks]
     assert {"train", "rollout", "env"} <= set(asks)

@@ -70,7 +70,7 @@ def test_env_from_a_file(tmp_path, monkeypatch):
     import roll_ma.pipelines.rl.loop as loop
     from roll_ma.pipelines import run_training
 
-    monkeypatch.setattr(loop, "run_rl_loop", lambda cfg, step_hook=None: cfg)
+    monkeypatch.setattr(loop, "run_rl_loop", lambda cfg, plan, step_hook=None: cfg)
     assert run_training(cfg).env.name == f"{(tmp_path / 'my_envs.py').resolve()}:MyHanabi"
     with pytest.raises(ConfigError, match="has no 'Nope'"):
         load_config("tiny_hanabi_selfplay", overrides=["env.name=my_envs.py:Nope"])

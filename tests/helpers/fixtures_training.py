@@ -62,6 +62,7 @@ def make_strategy(tiny_model_dir: str, adapter_init_dir: Callable[[str], str]) -
     ``agents``: AgentConfig objects or names; each gets its adapter from ``adapter_init_dir``. ``model``:
     ModelConfig keys beside the tiny model's path and dtype.
     """
+    from roll_ma.config.run_plan import prompt_sharing
     from roll_ma.models.adapters import plan_adapters
     from roll_ma.training import train_strategy_class
 
@@ -77,6 +78,9 @@ def make_strategy(tiny_model_dir: str, adapter_init_dir: Callable[[str], str]) -
         train_cfg = TrainConfig(strategy=strategy, zero_stage=zero_stage, **train_kwargs)
         cls = train_strategy_class(strategy)
         model_cfg = ModelConfig(path=tiny_model_dir, dtype=dtype, **(model or {}))
+        if "share_prompt_prefix" not in train_kwargs:  # decided as a run's plan decides it for its workers
+            sharing = prompt_sharing(train_cfg, model_cfg.attn_implementation)
+            train_cfg = dataclasses.replace(train_cfg, share_prompt_prefix=sharing)
         s = cls(model_cfg, agent_specs, adapter_specs, train_cfg, algo or AlgorithmConfig(), seed=seed,
                 reference_copies=reference_copies, study_cfg=study, critic_cfg=critic)
         s.initialize()

@@ -8,8 +8,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_ma.config.schema import LoraConfig
+from roll_ma.config.schema import (
+    AgentConfig,
+    AlgorithmConfig,
+    CriticConfig,
+    LoraConfig,
+    ModelConfig,
+    StudyConfig,
+    TrainConfig,
+)
 from roll_ma.protocol import DataProto
+from roll_ma.workers.worker_specs import TrainWorkerSpec
 
 PROMPT_LEN, RESPONSE_LEN, VOCAB = 6, 5, 512
 LORA = LoraConfig(rank=4, alpha=8.0, dropout=0.0)  # small, and no dropout: runs are deterministic
@@ -96,3 +105,12 @@ def make_group_batch(agents: int = 2, groups: int = 2, samples: int = 4, seed: i
     if branch_tokens:
         non_tensor["group_id"] = [f"{a}/{g}" for a, g in rows]
     return DataProto.from_dict(tensors, non_tensor, meta)
+
+
+def worker_spec(model: ModelConfig, agents: Sequence[AgentConfig], **settings: Any) -> TrainWorkerSpec:
+    """A train worker's spec for a test: ``model`` and ``agents``, the suite's small LoRA, every other block
+    at its schema default unless ``settings`` names it (``train=TrainConfig(...)``, ``seed=3``, ...)."""
+    defaults: dict[str, Any] = {"lora": LORA, "train": TrainConfig(), "algorithm": AlgorithmConfig(),
+                                "critic": CriticConfig(), "study": StudyConfig(), "seed": 0,
+                                "reference_copies": False}
+    return TrainWorkerSpec.from_settings({**defaults, "model": model, "agents": agents, **settings})

@@ -13,6 +13,7 @@ from roll_ma.config.schema import AgentConfig, RunConfig
 from roll_ma.metrics import forward_flops_of, mfu_metrics, update_mfu_metrics
 from roll_ma.models.flops import ModelShape, forward_flops, peak_flops
 from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import UpdateResult
 
 QWEN25_7B = SimpleNamespace(num_hidden_layers=28, hidden_size=3584, num_attention_heads=28,
                             num_key_value_heads=4, intermediate_size=18944, vocab_size=152064)
@@ -55,7 +56,8 @@ def test_update_mfu_counts_two_forwards_of_the_agents_that_stepped():
     rows = _rows([0, 1, 1])
     one_row = forward_flops(TINY, np.array([3]), np.array([2]))
     assert forward_flops_of(rows, TINY) == 3 * one_row
-    metrics = {"agent/a/updated": 1.0, "agent/b/updated": 0.0, "timing/value_critic_update": 1.0}
+    # which agents stepped is the update's typed answer (no metric name is read for it)
+    metrics = UpdateResult({"timing/value_critic_update": 1.0}, stepped_agents=(0,), updated_adapters=("a",))
     out = update_mfu_metrics(cfg, rows, metrics, {"timing/update": 3.0}, TINY, {"update": 1}, peak_flops=1.0)
     # a's row only (b took no step), over 3 s less the critic's own 1 s
     assert out["system/mfu/update"] == pytest.approx(2 * one_row / 2.0)
@@ -88,7 +90,7 @@ def test_shared_prompts_count_each_groups_prompt_once():
     assert forward_flops_of(rows, TINY, only_first, shared_prompts=True) == (
         forward_flops_of(rows, TINY, only_first) - forward_flops(TINY, np.array([2]), np.array([0])))
     cfg = RunConfig(agents=[AgentConfig(name="a"), AgentConfig(name="b")])
-    stepped = {"agent/a/updated": 1.0, "agent/b/updated": 1.0}
+    stepped = UpdateResult({}, stepped_agents=(0, 1), updated_adapters=("a", "b"))
     shared = update_mfu_metrics(cfg, rows, stepped, {"timing/update": 1.0}, TINY, {"update": 1}, 1.0, True)
     assert shared["system/mfu/update"] == pytest.approx(2 * by_hand)
 

@@ -73,7 +73,7 @@ def test_bf16_updates_keep_each_agent_to_its_own_fp32_adapter(make_strategy, zer
     assert any(isinstance(m, InputDtypeLinear) for m in s.weights.model.modules())
     before = s.adapter_tensors()
     batch = on_policy(s, make_batch([1] * 4, seed=3))
-    metrics = s.train_step(batch)
+    metrics = s.train_step(batch).metrics
     after = s.adapter_tensors()
     assert metrics["agent/a1/updated"] == 1.0 and all_finite(metrics)
     assert all(t.dtype == torch.float32 for t in after["a1"].values())

@@ -15,7 +15,7 @@ from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.rl.adapter_sync import AdapterSync
 from roll_ma.pipelines.rl.rollout_queue import RolloutQueue
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import UpdateRequest
+from roll_ma.protocol.requests import UpdateRequest, UpdateResult
 from roll_ma.workers.clients import EnvClient, RolloutClient, TrainClient
 from roll_ma.workers.env_worker import EnvWorker
 from roll_ma.workers.rollout_worker import RolloutWorker
@@ -61,7 +61,8 @@ class _Events:
                 outer.requests.append(request)
                 outer.log.append(("update_start", policy))
                 outer.log.append(("update_end", policy))
-                return [{f"agent/{policy}/updated": 1.0}, {policy: f"packed {policy}"}, 0.001]
+                took = UpdateResult({f"agent/{policy}/updated": 1.0}, (), (policy,))
+                return [took, {policy: f"packed {policy}"}, 0.001]
 
             def node_id(self):
                 return "n0"
@@ -159,6 +160,7 @@ def test_async_config_checks():
 def test_cpu_actors_start_with_passive_openmp_waits_and_threads_split_by_the_workers_computing_at_once(
     monkeypatch,
 ):
+    from roll_ma.config.run_plan import run_plan
     from roll_ma.pipelines.clusters import cpu_sharers, process_env
     from roll_ma.preflight.config_loader import load_config
 
@@ -170,8 +172,9 @@ def test_cpu_actors_start_with_passive_openmp_waits_and_threads_split_by_the_wor
     assert process_env(async_cpu) == process_env(sync) == {"OMP_WAIT_POLICY": "PASSIVE"}
     assert process_env(async_gpu) == {}
     # sync: the train ranks compute together, the rollout in turn; async: both at once
-    assert (cpu_sharers(sync, "train"), cpu_sharers(sync, "rollout")) == (2, 1)
-    assert cpu_sharers(async_cpu, "train") == cpu_sharers(async_cpu, "rollout") == 2
+    sync_plan, async_plan = run_plan(sync), run_plan(async_cpu)
+    assert (cpu_sharers(sync, sync_plan, "train"), cpu_sharers(sync, sync_plan, "rollout")) == (2, 1)
+    assert cpu_sharers(async_cpu, async_plan, "train") == cpu_sharers(async_cpu, async_plan, "rollout") == 2
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's own setting wins
     assert process_env(async_cpu) == {}
 
@@ -196,14 +199,15 @@ def test_a_cpu_worker_takes_its_share_of_the_cores_this_process_may_use(monkeypa
 
 
 def test_a_reference_worker_starts_only_where_a_loss_reads_its_log_probs():
+    from roll_ma.config.run_plan import run_plan
     from roll_ma.config.schema import RunConfig
-    from roll_ma.pipelines.clusters import cpu_sharers, reference_workers
+    from roll_ma.pipelines.clusters import cpu_sharers
 
     cfg = RunConfig()
     cfg.reference.mode, cfg.reference.num_workers = "worker", 2
     cfg.algorithm.kl_coef = 0.01
-    assert reference_workers(cfg) == 2 and cpu_sharers(cfg, "reference") == 2
+    assert run_plan(cfg).reference_workers == 2 and cpu_sharers(cfg, run_plan(cfg), "reference") == 2
     cfg.algorithm.kl_coef = 0.0  # no KL term: nothing reads reference log-probs, no actor holds a model
-    assert reference_workers(cfg) == 0 and cpu_sharers(cfg, "reference") == 1
+    assert run_plan(cfg).reference_workers == 0 and cpu_sharers(cfg, run_plan(cfg), "reference") == 1
     cfg.reference.mode, cfg.algorithm.kl_coef = "train_worker", 0.01  # the train workers give them
-    assert reference_workers(cfg) == 0
+    assert run_plan(cfg).reference_workers == 0

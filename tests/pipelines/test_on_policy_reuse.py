@@ -15,6 +15,7 @@ import pytest
 import torch
 from train_helpers import learning_metrics, make_batch, on_policy, snapshot
 
+from roll_ma.config.run_plan import run_plan
 from roll_ma.config.schema import AgentConfig, AlgorithmConfig, LoraConfig, RunConfig
 from roll_ma.metrics import logprob_gap_metrics
 from roll_ma.pipelines.rl.on_policy import old_log_probs_pass_reason
@@ -42,8 +43,8 @@ def test_reused_old_log_probs_learn_exactly_as_the_scoring_pass(make_strategy, z
         rows = _fresh_rows(two_pass, seed, with_ref=True)
         request = UpdateRequest(step=step)
         without_old = rows.select(batch_keys=[k for k in rows.batch.keys() if k != "old_log_probs"])
-        m_two = learning_metrics(two_pass.train_step(rows, request))
-        m_reused = learning_metrics(reused.train_step(without_old, request))
+        m_two = learning_metrics(two_pass.train_step(rows, request).metrics)
+        m_reused = learning_metrics(reused.train_step(without_old, request).metrics)
         for key, value in m_two.items():
             assert m_reused[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
         assert m_reused["agent/a0/policy_loss"] != 0.0 and m_reused["agent/a1/grad_norm"] > 0
@@ -75,9 +76,14 @@ def _cfg(**sections) -> RunConfig:
     return cfg
 
 
+def _reason(cfg: RunConfig, num_rows: int = 64) -> str | None:
+    """Why a step of ``num_rows`` rows of ``cfg`` scores pi_old in a pass of its own (its plan's agents)."""
+    return old_log_probs_pass_reason(cfg, run_plan(cfg), num_rows)
+
+
 def test_the_pass_runs_exactly_when_pi_old_differs_from_the_update_forward():
-    assert old_log_probs_pass_reason(_cfg(), num_rows=64) is None
-    assert old_log_probs_pass_reason(_cfg(train={"mini_batch_size": 64}), num_rows=64) is None
+    assert _reason(_cfg()) is None
+    assert _reason(_cfg(train={"mini_batch_size": 64})) is None
     cases = {
         "reuse_update_log_probs=false": _cfg(train={"reuse_update_log_probs": False}),
         "max_staleness": _cfg(rollout={"max_staleness": 1}),
@@ -87,14 +93,14 @@ def test_the_pass_runs_exactly_when_pi_old_differs_from_the_update_forward():
         "dropout": _cfg(lora=dataclasses.asdict(LoraConfig(dropout=0.05))),
     }
     for expected, cfg in cases.items():
-        reason = old_log_probs_pass_reason(cfg, num_rows=64)
+        reason = _reason(cfg)
         assert reason is not None and expected in reason, (expected, reason)
     per_agent = _cfg()
     per_agent.agents[1] = dataclasses.replace(
         per_agent.agents[1], lora=dataclasses.replace(per_agent.agents[1].lora, dropout=0.1))
-    assert "dropout" in old_log_probs_pass_reason(per_agent, num_rows=64)
+    assert "dropout" in _reason(per_agent)
     # kl in the reward with a zero coefficient adds nothing before the update
-    assert old_log_probs_pass_reason(_cfg(algorithm={"kl_coef": 0.0, "kl_mode": "reward"}), 64) is None
+    assert _reason(_cfg(algorithm={"kl_coef": 0.0, "kl_mode": "reward"})) is None
 
 
 def test_gap_metric_needs_rollout_log_probs_only(make_strategy):
@@ -102,7 +108,7 @@ def test_gap_metric_needs_rollout_log_probs_only(make_strategy):
     s = make_strategy(AGENTS)
     rows = make_batch([0, 1, 0, 1], seed=6)
     rows = rows.select(batch_keys=[k for k in rows.batch.keys() if k != "old_log_probs"])
-    metrics = s.train_step(rows)
+    metrics = s.train_step(rows).metrics
     assert not any(k.endswith("logprob_gap") for k in metrics)
     assert np.isfinite(metrics["agent/a0/policy_loss"]) and metrics["agent/a0/updated"] == 1.0
 
@@ -110,14 +116,13 @@ def test_gap_metric_needs_rollout_log_probs_only(make_strategy):
 def test_agents_the_update_leaves_alone_are_scored_for_their_gap():
     """Their trainer-vs-rollout gap cannot come from the update: frozen agents, agents not due this step
     (their own update_every, or train.train_cycle), and every agent while the critic warms up."""
-    from roll_ma.pipelines.rl.on_policy import agents_taking_no_step
-
     cfg = _cfg()
     cfg.agents = [AgentConfig(name="a"), AgentConfig(name="b", frozen=True),
                   AgentConfig(name="c", update_every=2)]
-    assert agents_taking_no_step(cfg, step=1) == [1, 2]
-    assert agents_taking_no_step(cfg, step=2) == [1]
-    cycle = _cfg(train={"train_cycle": 3})
-    assert agents_taking_no_step(cycle, step=3) == [] and agents_taking_no_step(cycle, step=4) == [0, 1]
-    warm = _cfg(algorithm={"advantage": "gae"}, critic={"warmup_steps": 2})
-    assert agents_taking_no_step(warm, step=2) == [0, 1] and agents_taking_no_step(warm, step=3) == []
+    plan = run_plan(cfg)
+    assert plan.idle_agents(step=1) == [1, 2]
+    assert plan.idle_agents(step=2) == [1]
+    cycle = run_plan(_cfg(train={"train_cycle": 3}))
+    assert cycle.idle_agents(step=3) == [] and cycle.idle_agents(step=4) == [0, 1]
+    warm = run_plan(_cfg(algorithm={"advantage": "gae"}, critic={"warmup_steps": 2}))
+    assert warm.idle_agents(step=2) == [0, 1] and warm.idle_agents(step=3) == []

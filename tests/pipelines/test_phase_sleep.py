@@ -27,7 +27,7 @@ def _context(level, colocated: bool) -> tuple[PhaseContext, Engine]:
     cfg = SimpleNamespace(rollout=SimpleNamespace(sleep_level=level))
     workers = SimpleNamespace(rollout=engine, colocated=lambda: colocated)
     workers.engine_sleep = lambda level: RunWorkers.engine_sleep(workers, level)  # the run's own rule
-    return PhaseContext(cfg, workers, None, None, [], None), engine  # type: ignore[arg-type]
+    return PhaseContext(cfg, None, workers, None, None, [], None), engine  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("level", "colocated", "expected"), [

@@ -20,13 +20,13 @@ from pipeline_helpers import load, toy_config
 from roll_ma.config.run_plan import run_plan
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.clusters import RunWorkers
-from roll_ma.pipelines.rl.run import RLRun, prepare_rl_run
+from roll_ma.pipelines.rl.rl_run import RLRun, prepare_rl_run
 from roll_ma.pipelines.rl.stages import roll_out, score, update_request
 from roll_ma.pipelines.rl.step import synchronous_step
 from roll_ma.pipelines.session import RunSession
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import ScoreRequest, UpdateRequest
+from roll_ma.protocol.requests import ScoreRequest, UpdateRequest, UpdateResult
 from roll_ma.tracking import Tracker, read_metrics
 from roll_ma.workers.clients import EnvClient, ReferenceClient, RolloutClient, TrainClient
 from roll_ma.workers.env_worker import EnvWorker
@@ -131,11 +131,13 @@ class Trainer:
     def compute_values(self, data: DataProto) -> DataProto:
         return self._zeros("values", data)
 
-    def train_step(self, data: DataProto, request: UpdateRequest) -> dict[str, float]:
+    def train_step(self, data: DataProto, request: UpdateRequest) -> UpdateResult:
         self.requests.append(request)
         took = {n: float(n in self.stepped and not request.critic_only) for n in self.names}
-        return {**{f"agent/{n}/updated": v for n, v in took.items()},
-                **{f"agent/{n}/tokens": float(R * 8) for n in self.names}}
+        metrics = {**{f"agent/{n}/updated": v for n, v in took.items()},
+                   **{f"agent/{n}/tokens": float(R * 8) for n in self.names}}
+        stepped = tuple(i for i, n in enumerate(self.names) if took[n])
+        return UpdateResult(metrics, stepped, tuple(self.names[i] for i in stepped))
 
 
 class Alone:
@@ -153,10 +155,12 @@ class Together(Alone):
 
 
 def make_run(tmp_path: Path, stepped: frozenset[str] = frozenset({"alice", "bob"}),
-             placement: Alone | None = None, **sections) -> tuple[RLRun, dict]:
-    """A prepared run of agents alice and bob (first sync done) over the fakes, and the fakes by role."""
+             placement: Alone | None = None, bob: dict | None = None, **sections) -> tuple[RLRun, dict]:
+    """A prepared run of agents alice and bob (first sync done) over the fakes, and the fakes by role;
+    ``bob``: bob's own settings (``update_every``)."""
     sections.setdefault("algorithm", {"kl_coef": 0.0})
-    cfg = load(tmp_path, toy_config(tmp_path, "builtin:tiny", [{"name": "alice"}, {"name": "bob"}],
+    agents = [{"name": "alice"}, {"name": "bob", **(bob or {})}]
+    cfg = load(tmp_path, toy_config(tmp_path, "builtin:tiny", agents,
                                     trainer={"max_steps": 3, "eval_every": 0, "save_every": 0}, **sections))
     fakes = {"engine": Engine(), "trainer": Trainer(cfg, set(stepped)), "reference": Trainer(cfg, set())}
     reference = None
@@ -211,6 +215,17 @@ def test_during_the_critics_warmup_the_update_asks_for_the_critic_only_and_no_ad
     synchronous_step(run, 2)  # warm-up over: the agents train, and the engines get version 2
     assert not trainer.requests[-1].critic_only and trainer.requests[-1].step == 2
     assert engine.installs[-1] == (["alice", "bob"], 2) and run.served == {"alice": 2, "bob": 2}
+
+
+def test_the_agents_due_reach_the_train_workers_from_the_plan_the_driver_scores_the_idle_ones_by(tmp_path):
+    """bob trains every second step: the update request names the run plan's due agents (the train workers
+    apply no cycle of their own), and the driver's idle agents, whose rows it scores, are the rest."""
+    run, fakes = make_run(tmp_path, bob={"update_every": 2})
+    for step in (1, 2, 3):
+        synchronous_step(run, step)
+        assert fakes["trainer"].requests[-1].agents == run.plan.due_agents(step)
+    assert [r.agents for r in fakes["trainer"].requests] == [(0,), (0, 1), (0,)]
+    assert run.plan.idle_agents(1) == [1] and run.plan.idle_agents(2) == []
 
 
 def test_only_the_adapters_that_took_a_step_are_pushed_and_the_next_rollout_expects_their_versions(tmp_path):

@@ -43,8 +43,8 @@ def test_save_load_is_bit_exact_and_training_continues_identically(make_strategy
     for step in (3, 4):
         batch = make_batch([0, 1, 0, 1], seed=30 + step)
         request = UpdateRequest(step=step)
-        m1 = s.train_step(on_policy(s, batch), request)
-        m2 = fresh.train_step(on_policy(fresh, batch), request)
+        m1 = s.train_step(on_policy(s, batch), request).metrics
+        m2 = fresh.train_step(on_policy(fresh, batch), request).metrics
         assert learning_metrics(m1) == learning_metrics(m2)
     after, fresh_after = s.adapter_tensors(), fresh.adapter_tensors()
     assert all(torch.equal(after[a][k], fresh_after[a][k]) for a in AGENTS for k in after[a])

@@ -75,7 +75,7 @@ def test_shared_critic_learns_from_both_agents_rows_and_agents_wait_in_warmup(ma
     for step, agent in enumerate([0, 1]):  # rows of the reasoner only, then of the actor only
         batch = _batch(s, [agent] * 4, seed=step)
         before, agents_before = _critic_state(s, "value_critic"), s.adapter_tensors()
-        metrics = s.train_step(batch, WARMUP)
+        metrics = s.train_step(batch, WARMUP).metrics
         after = _critic_state(s, "value_critic")
         assert _all_moved(before, after), f"the shared critic did not move on {AGENTS[agent]}'s rows"
         assert metrics["critic/value_critic/updated"] == 1.0
@@ -102,7 +102,7 @@ def test_per_agent_critics_move_only_on_their_agents_rows(make_strategy, zero_st
         batch = _batch(s, [agent] * 4, seed=step)
         before = {a: _critic_state(s, n) for a, n in names.items()}
         opt_before = s.optimizer_state(names[other])
-        metrics = s.train_step(batch, BOTH)
+        metrics = s.train_step(batch, BOTH).metrics
         assert _all_moved(before[trained], _critic_state(s, names[trained]))
         assert _equal(before[other], _critic_state(s, names[other])), \
             f"{other}'s critic moved on {trained}'s rows"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from train_helpers import LORA, learning_metrics, make_batch
+from train_helpers import learning_metrics, make_batch, worker_spec
 
 from roll_ma.config.schema import AgentConfig, AlgorithmConfig, ModelConfig, TrainConfig
 from roll_ma.protocol.requests import ScoreRequest, UpdateRequest
@@ -25,9 +25,9 @@ def test_two_ranks_match_one_rank(ray_session, make_strategy, tiny_model_dir, ad
     from roll_ma.workers.train_worker import TrainWorker
 
     agents = [AgentConfig(name=n, init_adapter=adapter_init_dir(n)) for n in ("a0", "a1", "a2")]
-    cluster = Cluster("train", TrainWorker, 2, env_vars={"DS_ACCELERATOR": "cpu"}, init_kwargs=dict(
-        model_cfg=ModelConfig(path=tiny_model_dir), lora_cfg=LORA, agents=agents,
-        train_cfg=TrainConfig(zero_stage=zero_stage, **TRAIN), algo_cfg=ALGO, seed=0))
+    train = TrainConfig(zero_stage=zero_stage, **TRAIN)
+    spec = worker_spec(ModelConfig(path=tiny_model_dir), agents, train=train, algorithm=ALGO)
+    cluster = Cluster("train", TrainWorker, 2, env_vars={"DS_ACCELERATOR": "cpu"}, init_kwargs={"spec": spec})
     try:
         cluster.init_model()
         single = make_strategy(agents, algo=ALGO, zero_stage=zero_stage, **TRAIN)
@@ -40,9 +40,9 @@ def test_two_ranks_match_one_rank(ray_session, make_strategy, tiny_model_dir, ad
         batch.batch["old_log_probs"] = old
         batch.batch["ref_log_probs"] = cluster.compute_ref_log_probs(batch, scoring).batch["ref_log_probs"]
 
-        per_rank = [learning_metrics(m) for m in cluster.train_step(batch, request)]
+        per_rank = [learning_metrics(m.metrics) for m in cluster.train_step(batch, request)]
         assert per_rank[0] == per_rank[1]  # all-reduced: every rank reports the same numbers
-        want = learning_metrics(single.train_step(batch, request))
+        want = learning_metrics(single.train_step(batch, request).metrics)
         assert per_rank[0].keys() == want.keys()
         for key, value in want.items():
             assert per_rank[0][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
@@ -72,9 +72,9 @@ def test_two_ranks_distill_like_one_rank(ray_session, make_strategy, tiny_model_
     from roll_ma.workers.train_worker import TrainWorker
 
     agents = [AgentConfig(name=n, init_adapter=adapter_init_dir(n)) for n in ("a0", "a1")]
-    cluster = Cluster("train", TrainWorker, 2, env_vars={"DS_ACCELERATOR": "cpu"}, init_kwargs=dict(
-        model_cfg=ModelConfig(path=tiny_model_dir), lora_cfg=LORA, agents=agents,
-        train_cfg=TrainConfig(zero_stage=zero_stage, lr=1e-2), seed=0))
+    train = TrainConfig(zero_stage=zero_stage, lr=1e-2)
+    spec = worker_spec(ModelConfig(path=tiny_model_dir), agents, train=train)
+    cluster = Cluster("train", TrainWorker, 2, env_vars={"DS_ACCELERATOR": "cpu"}, init_kwargs={"spec": spec})
     try:
         cluster.init_model()
         single = make_strategy(agents, zero_stage=zero_stage, lr=1e-2)
@@ -103,9 +103,9 @@ def test_two_ranks_train_the_critic_like_one_rank(ray_session, make_strategy, ti
     agents = [AgentConfig(name=n, init_adapter=adapter_init_dir(n)) for n in ("a0", "a1", "a2")]
     algo = AlgorithmConfig(advantage="gae")
     critic = CriticConfig(share=share, lr=1e-2)
-    cluster = Cluster("train", TrainWorker, 2, env_vars={"DS_ACCELERATOR": "cpu"}, init_kwargs=dict(
-        model_cfg=ModelConfig(path=tiny_model_dir), lora_cfg=LORA, agents=agents,
-        train_cfg=TrainConfig(zero_stage=zero_stage, **TRAIN), algo_cfg=algo, critic_cfg=critic, seed=0))
+    train = TrainConfig(zero_stage=zero_stage, **TRAIN)
+    spec = worker_spec(ModelConfig(path=tiny_model_dir), agents, train=train, algorithm=algo, critic=critic)
+    cluster = Cluster("train", TrainWorker, 2, env_vars={"DS_ACCELERATOR": "cpu"}, init_kwargs={"spec": spec})
     try:
         cluster.init_model()
         single = make_strategy(agents, algo=algo, zero_stage=zero_stage, critic=critic, **TRAIN)
@@ -120,9 +120,9 @@ def test_two_ranks_train_the_critic_like_one_rank(ray_session, make_strategy, ti
 
         critics = single.critic.names
         before = single.adapter_tensors(critics)
-        per_rank = [learning_metrics(m) for m in cluster.train_step(batch, request)]
+        per_rank = [learning_metrics(m.metrics) for m in cluster.train_step(batch, request)]
         assert per_rank[0] == per_rank[1]  # all-reduced: every rank reports the same numbers
-        want = learning_metrics(single.train_step(batch, request))
+        want = learning_metrics(single.train_step(batch, request).metrics)
         assert per_rank[0].keys() == want.keys()
         assert all(want[f"critic/{name}/updated"] == 1.0 for name in critics)
         moved = single.adapter_tensors(critics)  # 2 ranks == 1 rank must not hold by neither moving

@@ -15,7 +15,7 @@ def test_single_adapter_policy_trains_from_every_agent(make_strategy):
     agents = [AgentConfig(name="p0", adapter="policy"), AgentConfig(name="p1", adapter="policy")]
     s = make_strategy(agents, strategy="deepspeed_train", zero_stage=1)
     before = s.adapter_tensors()["policy"]
-    metrics = s.train_step(on_policy(s, make_batch([0, 1, 1, 0], seed=50)))
+    metrics = s.train_step(on_policy(s, make_batch([0, 1, 1, 0], seed=50))).metrics
     after = s.adapter_tensors()["policy"]
     assert all(not torch.equal(before[k], after[k]) for k in before)
     assert metrics["agent/p0/updated"] == 1.0 and metrics["agent/p1/updated"] == 1.0 and all_finite(metrics)
@@ -32,7 +32,7 @@ def test_full_finetune_moves_base_weights(make_strategy, tmp_path):
     assert not hasattr(s.model, "peft_config")  # no adapters at all
     before = {n: p.detach().clone() for n, p in s.model.named_parameters()}
     batch = on_policy(s, make_batch([0, 1, 0, 0], seed=51))
-    metrics = s.train_step(batch)
+    metrics = s.train_step(batch).metrics
     moved = [n for n, p in s.model.named_parameters() if not torch.equal(before[n], p)]
     assert len(moved) == len(before)  # every weight trains (the frozen agent's rows add nothing)
     assert metrics["agent/player/updated"] == 1.0 and metrics["agent/fixed/updated"] == 0.0

@@ -54,7 +54,7 @@ def test_micro_batch_of_empty_replies_adds_nothing(make_strategy, gradients, pac
     kept = full.select_idxs([0, 1, 4])
     for batch in (full, kept):
         s = make_strategy(["a0"], max_tokens_per_micro_batch=8, remove_padding=packed)
-        metrics = s.train_step(on_policy(s, batch, ref=True))
+        metrics = s.train_step(on_policy(s, batch, ref=True)).metrics
         assert metrics["agent/a0/tokens"] == float(kept.batch["response_mask"].sum())
     assert_same_gradients(*gradients)
 

@@ -31,7 +31,7 @@ def test_update_touches_only_its_agent(make_strategy, zero_stage):
     for step, k in enumerate(ORDER):
         batch = on_policy(s, make_batch([k] * 4, seed=step))
         weights, states = s.adapter_tensors(), _opt_states(s)
-        metrics = s.train_step(batch, UpdateRequest(step=step))
+        metrics = s.train_step(batch, UpdateRequest(step=step)).metrics
         new_weights, new_states = s.adapter_tensors(), _opt_states(s)
         trained = AGENTS[k]
         assert metrics[f"agent/{trained}/updated"] == 1.0 and all_finite(metrics)

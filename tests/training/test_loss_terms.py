@@ -44,7 +44,7 @@ def test_action_entropy_bonus_spreads_the_choice_among_legal_answers(make_strate
     # zero advantages: the bonus is the only force, so the measured choice entropy must rise
     rows = _with_choices(make_batch([0, 0, 0, 0], seed=3, advantage=0.0), [[20, 21], [20, 22], [23]])
     s = make_strategy(["a0"], study=StudyConfig(action_entropy_coef=1.0))
-    measured = [s.train_step(on_policy(s, rows), UpdateRequest(step=t))["agent/a0/action_entropy"]
+    measured = [s.train_step(on_policy(s, rows), UpdateRequest(step=t)).metrics["agent/a0/action_entropy"]
                 for t in (1, 2, 3, 4)]
     assert 0.0 < measured[0] and all(a < b for a, b in zip(measured, measured[1:]))
     assert measured[-1] <= math.log(3)
@@ -56,7 +56,7 @@ def test_action_entropy_bonus_decays_with_the_entropy_schedule(make_strategy):
     def after(algo: AlgorithmConfig, step: int, study: StudyConfig | None = None
               ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         s = make_strategy(["a0"], algo=algo, study=study)
-        metrics = s.train_step(on_policy(s, rows), UpdateRequest(step=step))
+        metrics = s.train_step(on_policy(s, rows), UpdateRequest(step=step)).metrics
         return s.adapter_tensors()["a0"], metrics
 
     def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:

@@ -22,7 +22,7 @@ def test_schedule_shapes():
 
 def test_each_adapter_warms_up_on_its_own_clock(make_strategy):
     s = make_strategy(["a0", "a1"], lr=1e-2, warmup_steps=2)
-    m = s.train_step(on_policy(s, make_batch([0, 0], seed=80)))
+    m = s.train_step(on_policy(s, make_batch([0, 0], seed=80))).metrics
     assert m["agent/a0/lr"] == pytest.approx(5e-3)
-    m = s.train_step(on_policy(s, make_batch([0, 1], seed=81)), UpdateRequest(step=1))
+    m = s.train_step(on_policy(s, make_batch([0, 1], seed=81)), UpdateRequest(step=1)).metrics
     assert m["agent/a0/lr"] == pytest.approx(1e-2) and m["agent/a1/lr"] == pytest.approx(5e-3)

@@ -6,7 +6,8 @@ import pytest
 import torch
 from train_helpers import all_finite, make_batch, on_policy
 
-from roll_ma.config.schema import AgentConfig
+from roll_ma.config.run_plan import run_plan
+from roll_ma.config.schema import AgentConfig, RunConfig
 from roll_ma.protocol.requests import UpdateRequest
 
 
@@ -19,7 +20,7 @@ def test_zero_advantage_agent_does_not_move(make_strategy):
     batch = make_batch([0, 1, 0, 1, 0, 1], seed=1)
     batch.batch["advantages"][torch.tensor([0, 2, 4])] = 0.0  # a0: no signal (no kl, no entropy terms)
     before = s.adapter_tensors()
-    metrics = s.train_step(on_policy(s, batch))
+    metrics = s.train_step(on_policy(s, batch)).metrics
     after = s.adapter_tensors()
     assert _equal(before["a0"], after["a0"])
     assert not _equal(before["a1"], after["a1"])
@@ -40,7 +41,7 @@ def test_rows_of_one_agent_never_reach_another(make_strategy):
 def test_shared_adapter_updates_from_union_of_rows(make_strategy):
     rows = make_batch([0, 1, 0, 1, 1, 0], seed=3)
     pair = make_strategy([AgentConfig(name="p0", adapter="shared"), AgentConfig(name="p1", adapter="shared")])
-    metrics = pair.train_step(on_policy(pair, rows))
+    metrics = pair.train_step(on_policy(pair, rows)).metrics
     union = make_strategy([AgentConfig(name="u", adapter="shared")])
     union_rows = rows.select()
     union_rows.non_tensor["agent_id"] = [0] * len(rows)
@@ -56,28 +57,38 @@ def test_frozen_agent_never_changes_and_has_no_optimizer(make_strategy):
     s = make_strategy(["a0", AgentConfig(name="opponent", frozen=True)])
     before = s.adapter_tensors()
     for step in range(2):
-        metrics = s.train_step(on_policy(s, make_batch([0, 1, 1, 0], seed=step)), UpdateRequest(step=step))
+        rows = on_policy(s, make_batch([0, 1, 1, 0], seed=step))
+        result = s.train_step(rows, UpdateRequest(step=step))
+        metrics = result.metrics
         assert metrics["agent/opponent/updated"] == 0.0 and metrics["agent/opponent/rows"] == 2
+        assert result.updated_adapters == ("a0",) and result.stepped_agents == (0,)
     assert _equal(before["opponent"], s.adapter_tensors()["opponent"])
     assert not _equal(before["a0"], s.adapter_tensors()["a0"])
     with pytest.raises(KeyError):
         s.optimizer_state("opponent")
 
 
-def test_update_every_two_skips_odd_steps(make_strategy):
-    s = make_strategy([AgentConfig(name="slow", update_every=2), "fast"])
+def test_the_update_trains_only_the_agents_its_request_names_as_due(make_strategy):
+    """The train workers apply no cycle of their own: the request carries the run plan's due agents."""
+    agents = [AgentConfig(name="slow", update_every=2), AgentConfig(name="fast")]
+    plan = run_plan(RunConfig(agents=agents))
+    s = make_strategy(agents)
     for step in (1, 2, 3):
         before = s.adapter_tensors()
-        metrics = s.train_step(on_policy(s, make_batch([0, 1, 0, 1], seed=step)), UpdateRequest(step=step))
+        request = UpdateRequest(step=step, agents=plan.due_agents(step))
+        result = s.train_step(on_policy(s, make_batch([0, 1, 0, 1], seed=step)), request)
         moved = not _equal(before["slow"], s.adapter_tensors()["slow"])
-        assert moved == (step % 2 == 0) and metrics["agent/slow/updated"] == float(step % 2 == 0)
-        assert metrics["agent/fast/updated"] == 1.0
+        assert moved == (step % 2 == 0) and result.metrics["agent/slow/updated"] == float(step % 2 == 0)
+        assert result.metrics["agent/fast/updated"] == 1.0
+        # the typed answer the pipeline pushes and counts from: the same agents, no metric name parsed
+        assert result.stepped_agents == ((0, 1) if step % 2 == 0 else (1,))
+        assert result.updated_adapters == (("slow", "fast") if step % 2 == 0 else ("fast",))
 
 
 def test_no_rows_and_one_row(make_strategy):
     s = make_strategy(["a0", "a1", "a2"])
     before = s.adapter_tensors()
-    metrics = s.train_step(on_policy(s, make_batch([2, 0, 2, 2], seed=4)))  # a0: one row, a1: none
+    metrics = s.train_step(on_policy(s, make_batch([2, 0, 2, 2], seed=4))).metrics  # a0: one row, a1: none
     assert all_finite(metrics)
     assert metrics["agent/a1/rows"] == 0 and metrics["agent/a1/updated"] == 0.0
     assert _equal(before["a1"], s.adapter_tensors()["a1"]) and s.optimizer_state("a1")["global_steps"] == 0
@@ -86,7 +97,7 @@ def test_no_rows_and_one_row(make_strategy):
         assert f"agent/a0/{name}" in metrics
     # wall-clock seconds of each adapter that was updated, and only of those
     assert {k for k in metrics if k.startswith("timing/update/")} == {"timing/update/a0", "timing/update/a2"}
-    empty = s.train_step(make_batch([], seed=5))  # a batch with no rows at all
+    empty = s.train_step(make_batch([], seed=5)).metrics  # a batch with no rows at all
     assert all_finite(empty) and all(empty[f"agent/{a}/rows"] == 0 for a in ("a0", "a1", "a2"))
 
 
@@ -98,7 +109,7 @@ def test_micro_batch_size_does_not_change_the_update(make_strategy, zero_stage):
         # eps=1e-3 keeps Adam's first step proportional to the gradient; at eps=1e-8 it is ~lr * sign(g),
         # which turns float rounding of near-zero gradient entries (summation order) into lr-sized jumps
         s = make_strategy(["a0"], zero_stage=zero_stage, micro_batch_size=micro, eps=1e-3)
-        metrics = s.train_step(on_policy(s, rows))
+        metrics = s.train_step(on_policy(s, rows)).metrics
         results.append((s.adapter_tensors()["a0"], metrics))
     (w1, m1), (w8, m8) = results
     assert max((w1[k] - w8[k]).abs().max().item() for k in w1) <= 1e-6
@@ -112,7 +123,7 @@ def test_overflowed_gradient_skips_the_step_and_keeps_weights(make_strategy):
     batch = on_policy(s, make_batch([0, 0, 0, 1], seed=5))
     batch.batch["advantages"][0, 0] = float("inf")  # one poisoned token of agent a0
     before = s.adapter_tensors()
-    metrics = s.train_step(batch)
+    metrics = s.train_step(batch).metrics
     after = s.adapter_tensors()
     assert metrics["agent/a0/skipped_nonfinite"] == 1.0 and metrics["agent/a0/updated"] == 0.0
     assert all(torch.equal(before["a0"][k], after["a0"][k]) for k in before["a0"])

@@ -12,7 +12,8 @@ from train_helpers import make_group_batch, on_policy
 
 import roll_ma.models.logprobs as logprobs
 from roll_ma.config import ConfigError
-from roll_ma.config.schema import TrainConfig
+from roll_ma.config.run_plan import prompt_sharing, prompt_sharing_note, run_plan
+from roll_ma.config.schema import ModelConfig, RunConfig, TrainConfig
 from roll_ma.packing import (
     pack_sequences,
     prompt_groups,
@@ -21,7 +22,7 @@ from roll_ma.packing import (
     shared_prompt_tokens,
 )
 from roll_ma.preflight.config_loader import load_config
-from roll_ma.training.micro_batches import MicroBatching, prompt_sharing, real_lengths
+from roll_ma.training.micro_batches import MicroBatching, real_lengths
 from roll_ma.training.policy_engine import PolicyEngine
 
 SHARED = {"remove_padding": True, "logits_chunk_tokens": 5}
@@ -89,7 +90,7 @@ def test_update_loss_and_lora_gradients_equal_with_and_without_shared_prompts(
         s = make_strategy(["a0", "a1"], share_prompt_prefix=share, max_tokens_per_micro_batch=budget,
                           **SHARED)
         rows = on_policy(s, batch, ref=True)
-        metrics = s.train_step(rows)
+        metrics = s.train_step(rows).metrics
         results.append((metrics, list(gradients)))
     (plain_m, plain_g), (shared_m, shared_g) = results
     assert shared_forwards
@@ -179,32 +180,45 @@ def test_sharing_needs_packed_rows():
     assert MicroBatching.for_scoring(cfg.train).share_prefix
 
 
-def test_sharing_is_on_by_default_wherever_rows_are_packed(capsys):
+def test_sharing_is_on_by_default_wherever_rows_are_packed():
     assert TrainConfig().share_prompt_prefix == "auto"
     assert not MicroBatching.for_scoring(TrainConfig()).share_prefix  # padded rows: nothing to share
     packed = TrainConfig(remove_padding=True)
     for attention in (None, "roll_ma_varlen"):
-        assert MicroBatching.for_training(packed, attention).share_prefix
-        assert MicroBatching.for_scoring(packed, attention).share_prefix
-    assert not prompt_sharing(dataclasses.replace(packed, share_prompt_prefix=False), None, say=True)
-    assert capsys.readouterr().out == ""  # off as asked, or padded: nothing to say
+        assert prompt_sharing(packed, attention)
+    off = dataclasses.replace(packed, share_prompt_prefix=False)
+    assert not prompt_sharing(off, None)
+    assert prompt_sharing_note(off, "sdpa") is None and prompt_sharing_note(TrainConfig(), "sdpa") is None
     # another attention cannot share: auto runs it off, with one line saying so; true is refused
-    assert not MicroBatching.for_training(packed, "sdpa").share_prefix
-    assert not prompt_sharing(packed, "sdpa", say=True)
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1
-    assert "train.share_prompt_prefix=auto: off, model.attn_implementation=sdpa" in out
+    assert not prompt_sharing(packed, "sdpa")
+    note = prompt_sharing_note(packed, "sdpa")
+    assert note is not None and "\n" not in note
+    assert "train.share_prompt_prefix=auto: off, model.attn_implementation=sdpa" in note
     sdpa = ["train.remove_padding=true", "model.attn_implementation=sdpa"]
     assert load_config("math_selfplay_tiny", overrides=sdpa).train.share_prompt_prefix == "auto"
     with pytest.raises(ConfigError, match="needs the default attention"):
         load_config("math_selfplay_tiny", overrides=[*sdpa, "train.share_prompt_prefix=true"])
 
 
-def test_the_trainer_decides_auto_once_by_its_model_attention(make_strategy):
+def test_the_workers_run_what_the_run_plan_decided_and_refuse_auto_undecided(make_strategy):
+    """The run plan decides auto once (by the model's attention); the workers' batching reads its choice,
+    and a trainer or batching handed auto with packed rows refuses it (it would decide again)."""
+    packed = TrainConfig(remove_padding=True)
     for attention, shared in ((None, True), ("sdpa", False)):
-        s = make_strategy(["a0", "a1"], remove_padding=True, model={"attn_implementation": attention})
-        assert s.train_cfg.share_prompt_prefix is shared  # the update, critic and scoring read this bool
+        cfg = RunConfig(train=packed, model=ModelConfig(attn_implementation=attention))
+        plan = run_plan(cfg)
+        assert plan.shares_prompts is shared
+        worker_train = plan.worker_train_config(cfg.train)
+        assert worker_train.share_prompt_prefix is shared
+        assert MicroBatching.for_training(worker_train).share_prefix is shared
+        assert MicroBatching.for_scoring(worker_train).share_prefix is shared
+        s = make_strategy(["a0", "a1"], remove_padding=True, share_prompt_prefix=shared,
+                          model={"attn_implementation": attention})
         assert s.updaters["a0"].batching.share_prefix is shared
+    with pytest.raises(ValueError, match="share_prompt_prefix=auto reaches a worker undecided"):
+        MicroBatching.for_training(packed)
+    with pytest.raises(ValueError, match="share_prompt_prefix=auto reaches the trainer undecided"):
+        make_strategy(["a0"], remove_padding=True, share_prompt_prefix="auto")
 
 
 def test_large_groups_fill_the_budget_in_pieces():

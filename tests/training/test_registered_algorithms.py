@@ -51,13 +51,14 @@ def test_a_registered_estimator_and_policy_loss_train_the_policy(make_strategy):
     batch = add_advantages(scored_turns(tripled, seed=3), algo)
     assert batch.batch["advantages"][:, 0].tolist() == [1.0, -1.0, 1.0, -1.0]
     before = tripled.adapter_tensors()["a0"]
-    m = tripled.train_step(batch, UpdateRequest(step=1))
+    m = tripled.train_step(batch, UpdateRequest(step=1)).metrics
     assert CALLS[0] == "estimator" and "loss" in CALLS
     assert m["agent/a0/updated"] == 1.0
     after = tripled.adapter_tensors()["a0"]
     assert any(not torch.equal(before[k], after[k]) for k in before)
     # the same rows under the default loss: the registered one reported 3x its policy loss
-    m_default = default.train_step(add_advantages(scored_turns(default, seed=3), algo), UpdateRequest(step=1))
+    rows = add_advantages(scored_turns(default, seed=3), algo)
+    m_default = default.train_step(rows, UpdateRequest(step=1)).metrics
     assert m["agent/a0/policy_loss"] == pytest.approx(3.0 * m_default["agent/a0/policy_loss"], rel=1e-5)
 
 

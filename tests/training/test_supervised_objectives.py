@@ -68,7 +68,7 @@ def test_sft_and_dpo_touch_only_their_agent(make_strategy, zero_stage):
     for step, (objective, k) in enumerate([("sft", 0), ("dpo", 1), ("sft", 1), ("dpo", 0), ("dpo", 1)]):
         batch = sft_batch([k] * 4, seed=step) if objective == "sft" else dpo_batch(s, [k] * 4, seed=step)
         weights, states = s.adapter_tensors(ALL), {a: s.optimizer_state(a) for a in AGENTS}
-        metrics = s.train_step(batch, sft() if objective == "sft" else dpo())
+        metrics = s.train_step(batch, sft() if objective == "sft" else dpo()).metrics
         new_weights, new_states = s.adapter_tensors(ALL), {a: s.optimizer_state(a) for a in AGENTS}
         trained, other = AGENTS[k], AGENTS[1 - k]
         assert metrics[f"agent/{trained}/updated"] == 1.0 and all_finite(metrics)
@@ -96,7 +96,7 @@ def test_dpo_starts_at_the_reference_and_its_margin_grows(make_strategy):
     batch = dpo_batch(s, [0] * 8, seed=7)
     margins, accuracies = [], []
     for step in range(6):
-        m = s.train_step(batch, dpo(step, beta=0.5))
+        m = s.train_step(batch, dpo(step, beta=0.5)).metrics
         margins.append(m["agent/a0/rewards/margins"])
         accuracies.append(m["agent/a0/rewards/accuracies"])
         if step == 0:
@@ -143,7 +143,7 @@ def test_sft_lowers_the_nll_and_reset_gives_a_fresh_optimizer(make_strategy):
     batch = sft_batch([0] * 6 + [1] * 6, seed=5)
     losses = []
     for step in range(4):
-        losses.append(s.train_step(batch, sft(step))["agent/a0/sft_loss"])
+        losses.append(s.train_step(batch, sft(step)).metrics["agent/a0/sft_loss"])
     assert losses[-1] < losses[0]
     before = s.adapter_tensors()
     state = s.optimizer_state("a0")
@@ -152,7 +152,7 @@ def test_sft_lowers_the_nll_and_reset_gives_a_fresh_optimizer(make_strategy):
     fresh = s.optimizer_state("a0")
     assert fresh["exp_avg"] == [] and fresh["scheduler_steps"] == 0 and fresh["lr"] == pytest.approx(5e-3 / 2)
     assert all(_all_equal(before[a], s.adapter_tensors()[a]) for a in AGENTS)  # weights untouched
-    m = s.train_step(batch, sft())  # and it trains on from there
+    m = s.train_step(batch, sft()).metrics  # and it trains on from there
     assert m["agent/a0/updated"] == 1.0 and s.optimizer_state("a0")["scheduler_steps"] == 1
 
 
@@ -176,10 +176,10 @@ def test_rpo_adds_the_chosen_nll(make_strategy):
     lp = rpo.compute_log_probs(chosen).batch["old_log_probs"]
     mask = chosen.batch["response_mask"]
     nll = float(-(lp * mask).sum() / mask.sum())  # token mean over every chosen token
-    m = rpo.train_step(batch, dpo(rpo_alpha=1.0))
+    m = rpo.train_step(batch, dpo(rpo_alpha=1.0)).metrics
     assert m["agent/a0/nll_loss"] == pytest.approx(nll, rel=1e-5)
     assert m["agent/a0/dpo_loss"] == pytest.approx(math.log(2), abs=1e-6)  # the DPO part alone
-    m_plain = plain.train_step(batch, dpo(rpo_alpha=0.0))
+    m_plain = plain.train_step(batch, dpo(rpo_alpha=0.0)).metrics
     assert "agent/a0/nll_loss" not in m_plain
     a, b = plain.adapter_tensors(["a0"])["a0"], rpo.adapter_tensors(["a0"])["a0"]
     assert any(not torch.equal(a[k], b[k]) for k in a)  # the NLL term changed the update

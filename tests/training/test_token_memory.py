@@ -149,7 +149,7 @@ def test_token_budget_update_equals_row_update(make_strategy, remove_padding):
     ):
         s = make_strategy(["a0", "a1"], **kwargs)
         rows = on_policy(s, batch)
-        metrics = s.train_step(rows)
+        metrics = s.train_step(rows).metrics
         results.append((snapshot(s), metrics, rows.batch["old_log_probs"]))
     (w_rows, m_rows, old_rows), (w_tok, m_tok, old_tok) = results
     torch.testing.assert_close(old_tok, old_rows, rtol=1e-4, atol=1e-5)
@@ -162,7 +162,8 @@ def test_token_budget_update_equals_row_update(make_strategy, remove_padding):
 
 def test_budget_keys_are_in_the_schema():
     cfg = TrainConfig(
-        max_tokens_per_micro_batch=4096, score_max_tokens_per_micro_batch=16384, remove_padding=True
+        max_tokens_per_micro_batch=4096, score_max_tokens_per_micro_batch=16384, remove_padding=True,
+        share_prompt_prefix=False,
     )
     assert MicroBatching.for_training(cfg).max_tokens == 4096
     assert MicroBatching.for_scoring(cfg).max_tokens == 16384

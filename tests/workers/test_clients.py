@@ -7,14 +7,18 @@ from __future__ import annotations
 import pytest
 import torch
 from local_cluster import LocalCluster
+from train_helpers import worker_spec
 
+from roll_ma.config.schema import AgentConfig, ModelConfig
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import DPOSettings, ScoreRequest, UpdateRequest
+from roll_ma.protocol.requests import DPOSettings, ScoreRequest, UpdateRequest, UpdateResult
+from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.workers.clients import EnvClient, ReferenceClient, RolloutClient, TrainClient
 from roll_ma.workers.env_worker import EnvWorker
 from roll_ma.workers.reference_worker import ReferenceWorker
 from roll_ma.workers.rollout_worker import RolloutWorker
 from roll_ma.workers.train_worker import TrainWorker
+from roll_ma.workers.worker_specs import ReferenceWorkerSpec
 
 
 class RecordingBackend:
@@ -30,7 +34,8 @@ class RecordingBackend:
 
     def train_step(self, data, request):
         self.calls.append(("train_step", {"request": request}))
-        return {f"agent/{p}/updated": 1.0 for p in request.policies or ("a0",)}
+        policies = request.policies or ("a0",)
+        return UpdateResult({f"agent/{p}/updated": 1.0 for p in policies}, (0,), tuple(policies))
 
     def compute_pair_ref_log_probs(self, data, reference="copy"):
         self.calls.append(("compute_pair_ref_log_probs", {"reference": reference}))
@@ -49,7 +54,7 @@ def _rows(n=3):
 
 @pytest.fixture
 def train():
-    worker = TrainWorker("train")
+    worker = TrainWorker("train", spec=worker_spec(ModelConfig(), [AgentConfig(name="a0")]))
     worker.strategy = backend = RecordingBackend()
     cluster = LocalCluster(worker, TrainWorker, "train")
     yield TrainClient(cluster), backend, cluster
@@ -60,8 +65,8 @@ def test_an_update_request_reaches_the_backend_as_sent_and_not_through_meta_info
     client, backend, cluster = train
     rows = _rows()
     request = UpdateRequest(step=3, temperature=0.7, critic_only=True)
-    metrics = client.train_step(rows, request)
-    assert metrics == {"agent/a0/updated": 1.0}  # rank 0's metrics, not the list of every rank's
+    result = client.train_step(rows, request)
+    assert result == UpdateResult({"agent/a0/updated": 1.0}, (0,), ("a0",))  # rank 0's, not every rank's
     assert backend.calls == [("train_step", {"request": request})]
     assert cluster.calls[0][0] == "train_step" and rows.meta_info == {}
 
@@ -79,11 +84,11 @@ def test_score_requests_carry_the_temperature_and_the_reference_pass_turns_the_a
 def test_train_and_export_updates_only_its_policy_and_keeps_the_rest_of_the_request(train):
     client, backend, _ = train
     request = UpdateRequest(step=5, behavior_correction=True)
-    metrics, payload, seconds = client.train_and_export(_rows(), "alice", request, None, "shm")
+    result, payload, seconds = client.train_and_export(_rows(), "alice", request, None, "shm")
     ((name, got),) = backend.calls
     assert name == "train_step" and got["request"] == UpdateRequest(step=5, behavior_correction=True,
                                                                      policies=("alice",))
-    assert metrics == {"agent/alice/updated": 1.0} and payload == {"alice": "packed alice"}
+    assert result.updated_adapters == ("alice",) and payload == {"alice": "packed alice"}
     assert isinstance(seconds, float)  # rank 0's export time, read as a number (its size is a benchmark's)
 
 
@@ -103,7 +108,7 @@ def test_the_reference_client_scores_at_the_requested_temperature():
             self.asked = request
             return DataProto.from_dict({"ref_log_probs": torch.zeros(len(data), 2)})
 
-    worker = Base("reference")
+    worker = Base("reference", spec=ReferenceWorkerSpec(ModelConfig(), MicroBatching(max_rows=4)))
     client = ReferenceClient(LocalCluster(worker, ReferenceWorker, "reference"))
     out = client.compute_ref_log_probs(_rows(2), ScoreRequest(temperature=0.3))
     assert worker.asked == ScoreRequest(temperature=0.3) and out.batch["ref_log_probs"].shape == (2, 2)

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import torch
-from train_helpers import LORA, make_batch
+from train_helpers import make_batch, worker_spec
 
-from roll_ma.config.schema import AgentConfig, AlgorithmConfig, ModelConfig, TrainConfig
+from roll_ma.config.schema import AgentConfig, ModelConfig, TrainConfig
 from roll_ma.protocol.requests import ScoreRequest
+from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.workers.reference_worker import ReferenceWorker
 from roll_ma.workers.train_worker import TrainWorker
+from roll_ma.workers.worker_specs import ReferenceWorkerSpec
 
 
 def test_reference_worker_equals_train_worker_with_adapters_off(tiny_model_dir, adapter_init_dir):
     model_cfg = ModelConfig(path=tiny_model_dir)
     agents = [AgentConfig(name=n, init_adapter=adapter_init_dir(n)) for n in ("a0", "a1")]
-    train = TrainWorker("train", model_cfg=model_cfg, lora_cfg=LORA, agents=agents,
-                        train_cfg=TrainConfig(micro_batch_size=3), algo_cfg=AlgorithmConfig(), seed=0)
+    train = TrainWorker("train", spec=worker_spec(model_cfg, agents, train=TrainConfig(micro_batch_size=3)))
     train.init_model()
-    ref = ReferenceWorker("reference", model_cfg=model_cfg, seed=0, micro_batch_size=5)
+    ref = ReferenceWorker("reference", spec=ReferenceWorkerSpec(model_cfg, MicroBatching(max_rows=5)))
     ref.init_model()
     batch = make_batch([0, 1, 1, 0, 1, 0, 0], seed=60)
     request = ScoreRequest(temperature=0.7)

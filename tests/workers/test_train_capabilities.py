@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import torch
-from train_helpers import LORA, make_batch
+from train_helpers import make_batch, worker_spec
 
-from roll_ma.config.schema import AgentConfig, AlgorithmConfig, ModelConfig, StudyConfig, TrainConfig
+from roll_ma.config.schema import AgentConfig, ModelConfig, StudyConfig, TrainConfig
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import ScoreRequest
+from roll_ma.protocol.requests import ScoreRequest, UpdateResult
 from roll_ma.training.deepspeed_train import DeepSpeedTrainStrategy
 from roll_ma.training.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
 from roll_ma.training.train_backend import DPOCapable, JointSearchCapable, PhaseCapable, TrainBackend
@@ -35,7 +35,7 @@ class CoreOnly:
     def compute_values(self, data: DataProto) -> DataProto:
         return self.inner.compute_values(data)
 
-    def train_step(self, data: DataProto) -> dict[str, float]:
+    def train_step(self, data: DataProto) -> UpdateResult:
         return self.inner.train_step(data)
 
     def adapter_tensors(self, adapters: list[str] | None = None, packed: bool = False,
@@ -57,8 +57,8 @@ def test_the_built_in_backends_have_every_capability(backend):
 
 def test_a_core_only_backend_scores_and_refuses_each_capability_by_name(tiny_model_dir, adapter_init_dir):
     agents = [AgentConfig(name=n, init_adapter=adapter_init_dir(n)) for n in ("a0", "a1")]
-    worker = TrainWorker("train", model_cfg=ModelConfig(path=tiny_model_dir), lora_cfg=LORA, agents=agents,
-                         train_cfg=TrainConfig(micro_batch_size=3), algo_cfg=AlgorithmConfig(), seed=0)
+    spec = worker_spec(ModelConfig(path=tiny_model_dir), agents, train=TrainConfig(micro_batch_size=3))
+    worker = TrainWorker("train", spec=spec)
     worker.init_model()
     batch = make_batch([0, 1, 1, 0], seed=61)
     full = worker.compute_log_probs(batch, ScoreRequest()).batch["old_log_probs"]

@@ -30,6 +30,7 @@ from typing import Any
 
 from roll_ma import checkpoint as ckpt
 from roll_ma.config.phase_plan import Phase, needs_reference_copies, needs_teacher, plan_phases
+from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.phases.context import PhaseContext, headline
 from roll_ma.pipelines.phases.dpo import run_dpo_phase
@@ -48,11 +49,12 @@ def phase_runners() -> dict[str, Callable[[PhaseContext, Phase, dict[str, Any]],
     return {"eval": run_eval_phase, "sft": run_sft_phase, "dpo": run_dpo_phase}
 
 
-def run_phases(cfg: RunConfig) -> dict[str, Any]:
-    """Run ``cfg``'s phases (or its one ``train.objective`` phase); returns the eval results by phase."""
+def run_phases(cfg: RunConfig, plan: RunPlan) -> dict[str, Any]:
+    """Run ``cfg``'s phases (or its one ``train.objective`` phase; ``plan``: its run plan); returns the eval
+    results by phase."""
     phases = plan_phases(cfg)
     teacher_workers = cfg.teacher.rollout.num_workers if needs_teacher(phases) else 0
-    with open_session(cfg, needs_reference_copies(phases), teacher_workers) as session:
+    with open_session(cfg, plan, needs_reference_copies(phases), teacher_workers) as session:
         cfg = session.cfg
         agents = [a.name for a in cfg.agents]
         print(f"[roll_ma] {cfg.name}: phases {[p.name for p in phases]}, agents {agents}, "
@@ -65,8 +67,8 @@ def run_phases(cfg: RunConfig) -> dict[str, Any]:
             session.say(f"[roll_ma] resumed from {session.saved}: phase {start} of {len(phases)}, "
                         f"step {session.start_step}")
         step = session.start_step
-        ctx = PhaseContext(cfg, session.workers, session.planner, session.tracker, session.seats,
-                           session.out_dir, step, results, session.signature, saved_step=step)
+        ctx = PhaseContext(cfg, session.plan, session.workers, session.planner, session.tracker,
+                           session.seats, session.out_dir, step, results, session.signature, saved_step=step)
         with session.startup("first_sync"):
             ctx.sync()  # the rollout serves what the trainer holds (the checkpoint's adapters on resume)
         print(startup_line(session.startup.total()), flush=True)

@@ -14,6 +14,7 @@ import numpy as np
 
 from roll_ma import checkpoint as ckpt
 from roll_ma.config.phase_plan import Phase
+from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
 from roll_ma.error_report import run_line
 from roll_ma.inference.rollout_common import adapter_sync_dtype
@@ -30,6 +31,7 @@ class PhaseContext:
     """What every phase works with: the config, the workers, the data cursor, the step, checkpoints."""
 
     cfg: RunConfig
+    plan: RunPlan  # the run's plan: which agents each train step updates
     workers: RunWorkers
     planner: Any
     tracker: Any
@@ -83,8 +85,9 @@ class PhaseContext:
     def train(self, rows: DataProto, objective: Objective, dpo: DPOSettings | None = None
               ) -> dict[str, float]:
         """One train step of ``objective`` on ``rows`` (each agent: one optimizer step on its rows)."""
-        request = UpdateRequest(step=self.step + 1, temperature=1.0, objective=objective, dpo=dpo)
-        metrics = self.workers.train.train_step(rows, request)
+        request = UpdateRequest(step=self.step + 1, temperature=1.0, objective=objective, dpo=dpo,
+                                agents=self.plan.due_agents(self.step + 1))
+        metrics = self.workers.train.train_step(rows, request).metrics
         self.step += 1
         return metrics
 

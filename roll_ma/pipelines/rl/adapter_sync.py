@@ -89,7 +89,7 @@ class AdapterSync:
             for name in adapters:
                 part, payload, pack_s = self.train.train_and_export(batch_ref, name, request, self.dtype,
                                                                     self.transport)
-                metrics.update(part)
+                metrics.update(part.metrics)
                 if payload is not None:  # it changed: out to every engine at once, without waiting
                     call = self.rollout.async_update_adapters(payload, version)
                     pending.append((name, call, payload))

@@ -20,9 +20,9 @@ import torch
 
 from roll_ma.algorithms.joint_search import InfoSet, joint_policy_search
 from roll_ma.config.schema import RunConfig
-from roll_ma.pipelines.rl.run import RLRun
+from roll_ma.pipelines.rl.rl_run import RLRun
 from roll_ma.pipelines.rl.stages import record
-from roll_ma.pipelines.rl.step import push_and_evaluate, roll_out_and_update, updated_adapters
+from roll_ma.pipelines.rl.step import push_and_evaluate, roll_out_and_update
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.protocol import DataProto
 from roll_ma.workers.clients import TrainClient
@@ -39,7 +39,7 @@ class JointSearchStep:
         timer = StepTimer()
         with timer("step"):
             metrics, flops, trained = roll_out_and_update(run, step, timer)
-            changed = updated_adapters(run.cfg, trained)
+            changed = set(trained.updated_adapters)  # only these took an optimizer step
             if step % run.cfg.study.joint_search_every == 0:
                 with timer("joint_search"):
                     metrics.update(self.search.improve(run.workers.train, step))
@@ -53,7 +53,7 @@ class JointSearch:
 
     def __init__(self, cfg: RunConfig, seats: list[str]):
         from roll_ma.envs.base import GameTreeEnv
-        from roll_ma.envs.registry import resolve_env_class
+        from roll_ma.envs.env_registry import resolve_env_class
         from roll_ma.models.loading import load_tokenizer
         from roll_ma.workers.env_worker import chat_prompt_ids, env_kwargs
 

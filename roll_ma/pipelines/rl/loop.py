@@ -40,10 +40,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.evaluation import evaluate
 from roll_ma.pipelines.rl.joint_search_step import JointSearch, JointSearchStep
-from roll_ma.pipelines.rl.run import RLRun, StepHook, prepare_rl_run
+from roll_ma.pipelines.rl.rl_run import RLRun, StepHook, prepare_rl_run
 from roll_ma.pipelines.rl.stages import save_checkpoint_if_due
 from roll_ma.pipelines.rl.step import synchronous_step
 from roll_ma.pipelines.rl.step_streamed import streamed_step
@@ -52,13 +53,14 @@ from roll_ma.pipelines.step_timer import startup_line
 from roll_ma.tracking import eval_change_line, initial_eval_summary, plot_rewards, read_metrics
 
 
-def run_rl_loop(cfg: RunConfig, step_hook: StepHook | None = None) -> dict[str, Any]:
-    """Train ``cfg.agents`` in ``cfg.env`` for ``cfg.trainer.max_steps`` steps; returns the last metrics.
+def run_rl_loop(cfg: RunConfig, plan: RunPlan, step_hook: StepHook | None = None) -> dict[str, Any]:
+    """Train ``cfg.agents`` in ``cfg.env`` for ``cfg.trainer.max_steps`` steps (``plan``: the run's plan);
+    returns the last metrics.
 
     ``step_hook(workers, step)``, if given, runs after each step's work and its result is added to that
     step's metrics (benchmarks use it to probe the workers; training never needs it).
     """
-    with open_session(cfg) as session:
+    with open_session(cfg, plan) as session:
         cfg = session.cfg
         print(header_line(session), flush=True)
         # lr decay horizon in optimizer steps per adapter (exact when each step is one mini-batch)
@@ -93,13 +95,15 @@ def last_lines(session: RunSession, plot: Path | None) -> list[str]:
 
 
 def choose_step(run: RLRun) -> Callable[[RLRun, int], dict[str, Any]]:
-    """The step variant this run takes, once: streamed one step ahead, synchronous with a joint search
-    (the search's game tree built here), or synchronous."""
-    cfg = run.cfg
-    if cfg.rollout.max_staleness > 0:
+    """The step variant the run plan names (``RunPlan.step_kind``): streamed one step ahead, synchronous
+    with a joint search (the search's game tree built here), or synchronous."""
+    kind = run.plan.step_kind
+    if kind == "streamed":
         return streamed_step
-    if cfg.study.joint_search_every > 0:
-        return JointSearchStep(JointSearch(cfg, run.session.seats))
+    if kind == "joint_search":
+        return JointSearchStep(JointSearch(run.cfg, run.session.seats))
+    if kind != "synchronous":
+        raise ValueError(f"the RL loop has no step for a run plan of step kind {kind!r}")
     return synchronous_step
 
 

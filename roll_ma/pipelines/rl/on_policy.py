@@ -9,13 +9,13 @@ scoring pass is then a forward over every token for nothing (~12 s of an 88 s 7B
 
 from __future__ import annotations
 
-from roll_ma.config.run_plan import run_plan
+from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
-from roll_ma.pipelines.clusters import agents_with_train_cycle
 
 
-def old_log_probs_pass_reason(cfg: RunConfig, num_rows: int) -> str | None:
-    """Why this step must score pi_old before the update (None: the update provides it).
+def old_log_probs_pass_reason(cfg: RunConfig, plan: RunPlan, num_rows: int) -> str | None:
+    """Why this step must score pi_old before the update (None: the update provides it); ``plan``: the
+    run's plan (each agent's LoRA settings).
 
     ``num_rows``: rows of the step's batch (a mini-batch smaller than a policy's rows means
     several optimizer steps, after the first of which the weights no longer are pi_old).
@@ -30,15 +30,7 @@ def old_log_probs_pass_reason(cfg: RunConfig, num_rows: int) -> str | None:
         return "train.mini_batch_size below the step's rows (several optimizer steps)"
     if cfg.algorithm.kl_coef > 0 and cfg.algorithm.kl_mode == "reward":
         return "algorithm.kl_mode=reward (the advantages need pi_old before the update)"
-    if any(cfg.agent_lora(a).dropout > 0 for a in cfg.agents):  # the update's forward is not the scoring one
+    if any(a.lora.dropout > 0 for a in plan.agents):  # the update's forward is not the scoring one
         return "LoRA dropout > 0"
     return None
 
-
-def agents_taking_no_step(cfg: RunConfig, step: int) -> list[int]:
-    """Agents (ids) whose adapters this step's update leaves alone: frozen, not due (``update_every``,
-    ``train.train_cycle``), or waiting out the critic's warm-up. The update reports the trainer-vs-rollout
-    gap of the agents it trains; these agents' rows are scored for theirs."""
-    warming_up = run_plan(cfg).critic_only(step)
-    return [i for i, a in enumerate(agents_with_train_cycle(cfg))
-            if a.frozen or warming_up or step % a.update_every != 0]

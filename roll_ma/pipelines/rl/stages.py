@@ -25,8 +25,8 @@ from roll_ma.metrics import (
 )
 from roll_ma.packing import concat_padded
 from roll_ma.pipelines.evaluation import evaluate
-from roll_ma.pipelines.rl.on_policy import agents_taking_no_step, old_log_probs_pass_reason
-from roll_ma.pipelines.rl.run import RLRun
+from roll_ma.pipelines.rl.on_policy import old_log_probs_pass_reason
+from roll_ma.pipelines.rl.rl_run import RLRun
 from roll_ma.pipelines.step_timer import STAGES, StepTimer
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import ScoreRequest, UpdateRequest
@@ -80,7 +80,8 @@ def score(run: RLRun, batch: DataProto, step: int, timer: StepTimer
     if run.plan.reference_needed:
         with timer("reference"):
             batch = batch.union(run.workers.ref_source.compute_ref_log_probs(batch, request))
-    if old_log_probs_pass_reason(cfg, len(batch)) is not None:  # else the update's own forward gives pi_old
+    # without a reason for a pass of its own, the update's own forward gives pi_old
+    if old_log_probs_pass_reason(cfg, run.plan, len(batch)) is not None:
         with timer("old_log_probs"):
             batch = batch.union(run.workers.train.compute_log_probs(batch, request))
         flops["old_log_probs"] = scored_flops
@@ -97,9 +98,10 @@ def score(run: RLRun, batch: DataProto, step: int, timer: StepTimer
 def _score_idle_agents(run: RLRun, batch: DataProto, step: int, timer: StepTimer,
                        flops: dict[str, float]) -> dict[str, float]:
     """The update reports the trainer-vs-rollout gap of the agents it trains; the rows of the agents it
-    leaves alone this step are scored for theirs."""
+    leaves alone this step (frozen, not due, or waiting out the critic's warm-up: ``RunPlan.idle_agents``)
+    are scored for theirs."""
     agent_ids = batch.non_tensor["agent_id"].astype(int)
-    idle = np.nonzero(np.isin(agent_ids, agents_taking_no_step(run.cfg, step)))[0]
+    idle = np.nonzero(np.isin(agent_ids, run.plan.idle_agents(step)))[0]
     if not len(idle):
         return {}
     with timer("old_log_probs"):
@@ -125,11 +127,12 @@ def compute_advantages(run: RLRun, batch: DataProto, step: int, timer: StepTimer
 
 
 def update_request(run: RLRun, step: int, behavior_correction: bool) -> UpdateRequest:
-    """What the step's update asks of the train workers: a ppo update at ``step``; during
-    ``critic.warmup_steps`` (GAE) only the critic trains (the agents' adapters are not pushed);
-    ``behavior_correction``: rows of older adapters train with the decoupled objective (the streamed step)."""
+    """What the step's update asks of the train workers: a ppo update at ``step`` of the agents the run
+    plan says are due (``RunPlan.due_agents``); during ``critic.warmup_steps`` (GAE) only the critic trains
+    (the agents' adapters are not pushed); ``behavior_correction``: rows of older adapters train with the
+    decoupled objective (the streamed step)."""
     cfg = run.cfg
-    return UpdateRequest(step=step, temperature=cfg.rollout.temperature,
+    return UpdateRequest(step=step, temperature=cfg.rollout.temperature, agents=run.plan.due_agents(step),
                          critic_only=run.plan.critic_only(step), behavior_correction=behavior_correction)
 
 

@@ -9,11 +9,11 @@ between the update and the sync.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from roll_ma.config.schema import RunConfig
 from roll_ma.metrics import update_mfu_metrics
-from roll_ma.pipelines.rl.run import RLRun
+from roll_ma.pipelines.rl.rl_run import RLRun
 from roll_ma.pipelines.rl.stages import (
     compute_advantages,
     evaluate_if_due,
@@ -25,7 +25,7 @@ from roll_ma.pipelines.rl.stages import (
 )
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.protocol import DataProto
-from roll_ma.protocol.requests import UpdateRequest
+from roll_ma.protocol.requests import UpdateRequest, UpdateResult
 
 STALE_ERROR = (
     "the rollout used a stale adapter ({rows} rows did not use the version pushed after the last "
@@ -38,14 +38,14 @@ def synchronous_step(run: RLRun, step: int) -> dict[str, Any]:
     timer = StepTimer()
     with timer("step"):
         metrics, flops, trained = roll_out_and_update(run, step, timer)
-        push_and_evaluate(run, updated_adapters(run.cfg, trained), step, metrics, timer)
+        push_and_evaluate(run, set(trained.updated_adapters), step, metrics, timer)
     return record(run, step, metrics, timer, flops, rollout_s=timer.times["timing/rollout"])
 
 
 def roll_out_and_update(run: RLRun, step: int, timer: StepTimer
-                        ) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
-    """The step up to its update: rollout, score, advantages, update. Returns the step's metrics so far,
-    each scoring pass's FLOPs and the update's own metrics."""
+                        ) -> tuple[dict[str, Any], dict[str, float], UpdateResult]:
+    """The step up to its update: rollout, score, advantages, update. Returns the step's metrics so far
+    (the update's among them), each scoring pass's FLOPs and what the update did."""
     batch, metrics = roll_out(run, step, timer)
     refuse_stale_rows(metrics)
     metrics.update(free_engine_memory(run, timer))
@@ -54,7 +54,7 @@ def roll_out_and_update(run: RLRun, step: int, timer: StepTimer
     batch, advantaged = compute_advantages(run, batch, step, timer)
     metrics.update(advantaged)
     trained = update(run, batch, update_request(run, step, behavior_correction=False), timer)
-    metrics.update(trained)
+    metrics.update(trained.metrics)
     return metrics, flops, trained
 
 
@@ -72,14 +72,14 @@ def refuse_stale_rows(metrics: dict[str, Any]) -> None:
         raise RuntimeError(STALE_ERROR.format(rows=int(metrics["rollout/stale_rows"])))
 
 
-def update(run: RLRun, batch: DataProto, request: UpdateRequest, timer: StepTimer) -> dict[str, float]:
-    """The train workers update the adapters agent after agent, each only from its own rows; with the
-    update's MFU."""
+def update(run: RLRun, batch: DataProto, request: UpdateRequest, timer: StepTimer) -> UpdateResult:
+    """The train workers update the adapters agent after agent, each only from its own rows; the update's
+    MFU joins its metrics."""
     with timer("update"):
         trained = run.workers.train.train_step(batch, request)
     mfu = update_mfu_metrics(run.cfg, batch, trained, timer.times, run.shape, run.gpus, run.peak_flops,
                              run.shares_prompts)
-    return {**trained, **mfu}
+    return dataclasses.replace(trained, metrics={**trained.metrics, **mfu})
 
 
 def push_adapters(run: RLRun, changed: set[str], step: int, timer: StepTimer) -> dict[str, float]:
@@ -90,9 +90,3 @@ def push_adapters(run: RLRun, changed: set[str], step: int, timer: StepTimer) ->
                 run.workers.rollout.wake_up()
         return run.sync.push(changed, step, timer)  # export, install, versions checked
 
-
-def updated_adapters(cfg: RunConfig, train_metrics: dict[str, Any]) -> set[str]:
-    """Adapters whose agents took an optimizer step this step (``agent/<name>/updated``): only these
-    are pushed to the engines; the others keep serving, and reporting, their last version."""
-    return {a.adapter_name for a in cfg.agents
-            if not a.frozen and train_metrics.get(f"agent/{a.name}/updated", 0.0) > 0}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from roll_ma.algorithms.staleness import drop_stale_rows
-from roll_ma.pipelines.rl.run import RLRun
+from roll_ma.pipelines.rl.rl_run import RLRun
 from roll_ma.pipelines.rl.stages import (
     compute_advantages,
     evaluate_if_due,

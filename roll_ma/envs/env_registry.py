@@ -19,7 +19,7 @@ from roll_ma.registry import Registry, subclass_of
 ENVS: Registry[type[MultiAgentEnv]] = Registry(
     "env",
     "env.name",
-    "roll_ma.envs.registry.register_env",
+    "roll_ma.envs.register_env",
     builtins={
         "hanabi": "roll_ma.envs.hanabi:HanabiEnv",
         "tiny_hanabi": "roll_ma.envs.tiny_hanabi:TinyHanabiEnv",

@@ -15,7 +15,6 @@ from roll_ma.pipelines.clusters import RunWorkers
 from roll_ma.pipelines.rl.adapter_sync import AdapterSync
 from roll_ma.pipelines.rl.rollout_queue import RolloutQueue
 from roll_ma.pipelines.session import RunSession
-from roll_ma.training.micro_batches import prompt_sharing
 
 # step_hook(workers, step): runs after each step's work; what it returns joins that step's metrics
 # (benchmarks use it to probe the workers; training never needs it)
@@ -33,7 +32,6 @@ class RLRun:
     peak_flops: float  # the GPU's peak (0: unknown), for MFU
     gpus: dict[str, int]  # GPUs that run each pass, for MFU per GPU
     engine_sleep: SleepLevel | None  # how the engine frees GPU memory while the trainer works (None: never)
-    shares_prompts: bool  # the scoring and update passes run a group's prompt once (their FLOPs, for MFU)
     served: dict[str, int]  # adapter -> the version (step of its update) the engines serve
     step_hook: StepHook | None = None
 
@@ -48,6 +46,11 @@ class RLRun:
     @property
     def workers(self) -> RunWorkers:
         return self.session.workers
+
+    @property
+    def shares_prompts(self) -> bool:
+        """The scoring and update passes run a group's prompt once (their FLOPs, for MFU)."""
+        return self.plan.shares_prompts
 
     @property
     def agent_names(self) -> list[str]:
@@ -95,7 +98,6 @@ def prepare_rl_run(session: RunSession, step_hook: StepHook | None = None) -> RL
         peak_flops=profile["peak_flops"],
         gpus=gpus,
         engine_sleep=workers.engine_sleep(cfg.rollout.sleep_level),
-        shares_prompts=prompt_sharing(cfg.train, cfg.model.attn_implementation),
         served={a: (start if a in trainable else 0) for a in adapters},
         step_hook=step_hook,
     )

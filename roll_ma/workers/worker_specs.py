@@ -1,0 +1,126 @@
+"""What a worker is built with: one typed spec per role, every setting named and none defaulted
+(``TrainWorkerSpec``, ``ReferenceWorkerSpec``).
+
+The driver builds each from the run's config and plan (``pipelines/clusters.py``); the worker reads nothing
+else. A forgotten, misspelt or mistyped setting is refused where the spec is made, naming the setting,
+before any actor starts: a worker never runs with a default it filled in itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from roll_ma.config.schema import (
+    AgentConfig,
+    AlgorithmConfig,
+    CriticConfig,
+    LoraConfig,
+    ModelConfig,
+    StudyConfig,
+    TrainConfig,
+)
+from roll_ma.config.typed import suggest
+from roll_ma.training.micro_batches import MicroBatching
+
+SpecT = TypeVar("SpecT", bound="WorkerSpec")
+
+
+class WorkerSpec:
+    """What every role's spec shares: each setting checked against its type, and ``from_settings``."""
+
+    ROLE: ClassVar[str]
+    # what each setting must be (a dataclass's annotations are strings under ``from __future__``)
+    SETTING_TYPES: ClassVar[dict[str, type]]
+
+    def __post_init__(self) -> None:
+        problems = [f"{name} must be a {want.__name__}, got {type(getattr(self, name)).__name__}"
+                    for name, want in self.SETTING_TYPES.items() if not _is(getattr(self, name), want)]
+        problems += self.problems() if not problems else []
+        if problems:
+            raise ValueError(f"{self.ROLE} worker spec: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """What is wrong beyond the settings' types (each well typed when this runs)."""
+        return []
+
+    @classmethod
+    def from_settings(cls: type[SpecT], settings: Mapping[str, Any]) -> SpecT:
+        """The spec of ``settings`` (a dict of setting -> value; a sequence where a tuple is wanted),
+        refusing a missing or unknown setting by name (and the closest known one)."""
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        problems = [f"unknown setting {key!r}{suggest(key, names)}" for key in settings if key not in names]
+        problems += [f"missing setting {name!r}" for name in names if name not in settings]
+        if problems:
+            raise ValueError(f"{cls.ROLE} worker spec: " + "; ".join(problems))
+        values = {k: tuple(v) if cls.SETTING_TYPES[k] is tuple and isinstance(v, (list, tuple)) else v
+                  for k, v in settings.items()}
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class TrainWorkerSpec(WorkerSpec):
+    """Every setting of a train worker.
+
+    Attributes:
+        model: the shared base model (``model``).
+        lora: the default LoRA block; each agent's overrides sit on its ``AgentConfig``.
+        agents: every agent, index = ``agent_id`` (at least one).
+        train: the train block as the workers run it: ``share_prompt_prefix`` decided true or false
+            (``RunPlan.worker_train_config``) wherever rows are packed.
+        algorithm: loss settings (``algorithm``).
+        critic: the value critic's settings (``critic``; read with ``algorithm.advantage=gae``).
+        study: the game-study helpers the update uses (``study``).
+        seed: adapter init and mini-batch shuffling.
+        reference_copies: hold a frozen copy of every trainable adapter (a DPO phase's reference).
+    """
+
+    model: ModelConfig
+    lora: LoraConfig
+    agents: tuple[AgentConfig, ...]
+    train: TrainConfig
+    algorithm: AlgorithmConfig
+    critic: CriticConfig
+    study: StudyConfig
+    seed: int
+    reference_copies: bool
+
+    ROLE = "train"
+    SETTING_TYPES = {"model": ModelConfig, "lora": LoraConfig, "agents": tuple, "train": TrainConfig,
+                     "algorithm": AlgorithmConfig, "critic": CriticConfig, "study": StudyConfig, "seed": int,
+                     "reference_copies": bool}
+
+    def problems(self) -> list[str]:
+        found = [f"agents[{i}] must be an AgentConfig, got {type(a).__name__}"
+                 for i, a in enumerate(self.agents) if not isinstance(a, AgentConfig)]
+        if not self.agents:
+            found.append("agents is empty: a train worker trains at least one agent")
+        if self.train.share_prompt_prefix == "auto" and self.train.remove_padding:
+            found.append("train.share_prompt_prefix is auto: give the worker the run plan's choice "
+                         "(RunPlan.worker_train_config)")
+        return found
+
+
+@dataclass(frozen=True)
+class ReferenceWorkerSpec(WorkerSpec):
+    """Every setting of a reference worker (the base model alone, scoring reference log-probs).
+
+    Attributes:
+        model: the base model (``model``; its weights as loaded, nothing drawn at random).
+        batching: how rows are split into micro-batches: the run's scoring budget, as the train workers
+            score (``MicroBatching.for_scoring`` of the plan's train block).
+    """
+
+    model: ModelConfig
+    batching: MicroBatching
+
+    ROLE = "reference"
+    SETTING_TYPES = {"model": ModelConfig, "batching": MicroBatching}
+
+
+def _is(value: Any, want: type) -> bool:
+    if want is int:  # True is an int to Python, not a seed
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, want)
