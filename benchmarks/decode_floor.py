@@ -385,7 +385,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.child_out:
         engine_child(args)
         return {}
-    cfg = load_job(args)  # a bad job fails here, in one message, before any engine starts
+    from roll_ma.errors import ConfigError
+
+    try:
+        cfg = load_job(args)  # a bad job fails here, in one message, before any engine starts
+    except ConfigError as err:
+        raise SystemExit(f"decode_floor.py: {err}") from None
     shape = job_shape(cfg, args)
     sizes = model_bytes(resolve_model_dir(cfg.model.path))
     measured = measured_bandwidth(args.device)

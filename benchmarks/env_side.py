@@ -95,14 +95,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     name, folder = (
         (path.stem, str(path.resolve().parent)) if path.suffix in (".yaml", ".yml") else (args.config, None)
     )
-    raw = compose_raw(name, folder, list(args.overrides))
+    from roll_ma.errors import ConfigError
+
+    try:
+        raw = compose_raw(name, folder, list(args.overrides))
+    except ConfigError as err:  # a misspelled job or key: its message, as start_pipeline.py prints it
+        raise SystemExit(f"env_side.py: {err}") from None
     vocab = args.vocab_size or job_vocab(str(raw.get("model", {}).get("path", "")))
     model_dir = Path(tempfile.gettempdir()) / f"roll_ma_env_side_tiny_v{vocab}"
     if not (model_dir / "config.json").exists():
         build_tiny_model(model_dir, shape="tiny", seed=0, vocab_size=vocab, dtype="float32")
     raw.setdefault("model", {}).update(path=str(model_dir), dtype="float32")
     raw.setdefault("rollout", {}).update(backend="hf")  # nothing of the rollout runs: no GPU-only checks
-    cfg = build_config(raw, check_env=False, check_local_gpus=False)
+    try:
+        cfg = build_config(raw, check_env=False, check_local_gpus=False)
+    except ConfigError as err:
+        raise SystemExit(f"env_side.py: {err}") from None
     tokenizer = load_tokenizer(cfg.model)
     seats = [a.name for a in cfg.agents]
     worker = EnvWorker("env", 0, 1, None, cfg.env, cfg.model, cfg.agents, seats, cfg.rollout, cfg.seed)
