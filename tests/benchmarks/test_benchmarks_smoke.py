@@ -445,10 +445,13 @@ def test_decode_floor_script_on_cpu(tmp_path):
         "1",
         "--engines",
         "lora",
+        "--child-timeout-s",
+        "1500",  # an engine start on 2 busy cores (one in ~1 min when the machine is quiet)
         "--out",
         str(out),
     )
     data = _load(out)
+    assert "error" not in data["engines"]["lora"], data["engines"]["lora"]
     rows = {(r["engine"], r["context"], r["adapters"]): r for r in data["rows"]}
     # the job's engine with no adapter, one and all three mixed (the plain engine is the same code serving no
     # adapters, the profile's engine the same in-process: left out, engine starts are minutes on 2 cores)
