@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from roll_ma.config.run_plan import needs_critic
 from roll_ma.config.schema import CriticConfig, TrainConfig
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.models.logprobs import drop_padding_columns, split_lm
@@ -210,3 +211,13 @@ class CriticSet:
             raise FileNotFoundError(f"checkpoint {root} holds no critic/heads.pt (the value heads); it was "
                                     "written by a run without algorithm.advantage=gae")
         self.model.heads.load_state_dict(torch.load(path, map_location="cpu"))
+
+
+def critic_specs(agents: Sequence[AgentSpec], adapters: Sequence[AdapterSpec], advantage: str,
+                 cfg: CriticConfig) -> list[AdapterSpec]:
+    """The critics' adapters a trainer injects (``algorithm.advantage=gae``; none otherwise), shaped like
+    the first agent's adapter."""
+    if not needs_critic(advantage):
+        return []
+    names = list(critic_of_agents(agents, cfg.share, cfg.groups).values())
+    return critic_adapter_specs(adapters[0], names, cfg)

@@ -41,8 +41,7 @@ class DeepSpeedTrainStrategy(MultiAgentDeepSpeedStrategy):
         if len(trainable) > 1:
             raise ValueError(f"deepspeed_train trains one policy but adapters {trainable} are trainable; use "
                              "train.strategy=multi_agent_deepspeed or let the agents share one adapter")
-        return LoraWeights(self.model_cfg, self.adapters, self.seed, self._copied_adapters(),
-                           self._critic_specs(), self.train_cfg.lora_compute_dtype == "model")
+        return self._lora_weights()
 
 
 if TYPE_CHECKING:  # mypy checks the class against the core and every capability it claims

@@ -84,3 +84,22 @@ def score_rows(
             assert ent is not None  # asked for with_entropy
             entropy[sel] = ent.float().cpu()
     return log_probs, entropy
+
+
+def score_groups(model: Any, weights: Any, data: DataProto, groups: dict[str | None, np.ndarray],
+                 batching: MicroBatching, device: torch.device, temperature: float = 1.0,
+                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, R) float32 log-probs (and entropy when asked) of every row, each group of row positions under
+    its scorer (``weights.scoring``: an adapter's name, or None: every adapter off)."""
+    n, resp_len = data.batch["responses"].shape
+    log_probs = torch.zeros(n, resp_len, dtype=torch.float32)  # (B, R)
+    entropy = torch.zeros(n, resp_len, dtype=torch.float32) if with_entropy else None  # (B, R)
+    for name, idx in groups.items():
+        rows = data.select_idxs(idx)
+        with weights.scoring(name):
+            lp, ent = score_rows(model, rows, batching, device, temperature, with_entropy)
+        log_probs[torch.from_numpy(idx)] = lp
+        if entropy is not None:
+            assert ent is not None  # asked for with_entropy
+            entropy[torch.from_numpy(idx)] = ent
+    return log_probs, entropy

@@ -1,0 +1,55 @@
+"""policy_plan: which policies a multi-agent trainer builds, read from the agents before any model loads.
+
+A policy is an adapter (or all weights) with the trainable agents whose rows train it; agents sharing an
+adapter share its policy (and must agree on its lr). Frozen agents have none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from roll_ma.algorithms.algorithm_registry import POLICY_LOSSES
+from roll_ma.config.schema import AlgorithmConfig
+from roll_ma.models.adapters import AdapterSpec, AgentSpec
+
+
+@dataclass(frozen=True)
+class PolicyPlan:
+    """A trainable unit: an adapter (or all weights) and the trainable agents whose rows train it."""
+
+    name: str
+    agent_ids: tuple[int, ...]
+    lr: float
+
+
+def check_agents(agents: Sequence[AgentSpec], adapters: Sequence[AdapterSpec], algo_cfg: AlgorithmConfig,
+                 has_adapters: bool) -> None:
+    """Fail before any model loads on an unknown policy loss, agents out of id order or a missing adapter."""
+    POLICY_LOSSES.get(algo_cfg.policy_loss)  # an unknown name fails here
+    for i, agent in enumerate(agents):
+        if agent.agent_id != i:
+            raise ValueError(f"agents must be listed by agent_id; position {i} holds {agent.agent_id}")
+    names = {a.name for a in adapters}
+    missing = [a.name for a in agents if a.adapter not in names]
+    if has_adapters and missing:
+        raise ValueError(f"agents {missing} use adapters that are not among {sorted(names)}")
+
+
+def plan_policies(agents: Sequence[AgentSpec], policy_of: Callable[[AgentSpec], str],
+                  default_lr: float) -> list[PolicyPlan]:
+    """One policy per distinct policy of the trainable agents, in config (first-use) order."""
+    by_policy: dict[str, list[AgentSpec]] = {}
+    for agent in agents:
+        if not agent.frozen:
+            by_policy.setdefault(policy_of(agent), []).append(agent)
+    return [PolicyPlan(name, tuple(a.agent_id for a in members), _policy_lr(members, default_lr))
+            for name, members in by_policy.items()]
+
+
+def _policy_lr(agents: Sequence[AgentSpec], default_lr: float) -> float:
+    lrs = {a.lr if a.lr is not None else default_lr for a in agents}
+    if len(lrs) > 1:
+        raise ValueError(f"agents {[a.name for a in agents]} train one policy but set different learning "
+                         f"rates {sorted(lrs)}; give them the same lr")
+    return lrs.pop()

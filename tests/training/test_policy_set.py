@@ -1,0 +1,27 @@
+"""The trainer's core (policy_set) holds the critic but imports no capability that plugs in: DPO's reference
+and the studies' joint search come with multi_agent_deepspeed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from roll_ma.training.deepspeed_train import DeepSpeedTrainStrategy
+from roll_ma.training.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
+from roll_ma.training.policy_set import PolicySet
+from roll_ma.training.train_backend import DPOCapable, JointSearchCapable, PhaseCapable
+
+
+def test_the_core_imports_no_study_code():
+    code = ("import sys, roll_ma.training.policy_set; "
+            "print(sorted(m for m in sys.modules if m.startswith('roll_ma.training.study_')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_core_has_phases_and_the_strategies_add_dpo_and_joint_search():
+    assert issubclass(PolicySet, PhaseCapable)
+    assert not issubclass(PolicySet, DPOCapable) and not issubclass(PolicySet, JointSearchCapable)
+    for strategy in (MultiAgentDeepSpeedStrategy, DeepSpeedTrainStrategy):
+        assert issubclass(strategy, PolicySet)
+        assert issubclass(strategy, DPOCapable) and issubclass(strategy, JointSearchCapable)
