@@ -66,7 +66,7 @@ def test_two_ranks_match_one_rank(ray_session, make_strategy, tiny_model_dir, ad
 def test_two_ranks_distill_like_one_rank(ray_session, make_strategy, tiny_model_dir, adapter_init_dir,
                                          zero_stage):
     """Joint search's distillation: both ranks get every row, take the same steps, end as one rank does."""
-    from test_distill import _rows
+    from test_study_joint_search import _rows
 
     from roll_ma.distributed.cluster import Cluster
     from roll_ma.workers.train_worker import TrainWorker
