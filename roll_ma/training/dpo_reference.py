@@ -1,8 +1,8 @@
 """dpo_reference: DPO's reference, a frozen copy of every trainable adapter on the same base (or the base).
 
-The copies are injected with the adapters when the policy set is built (``reference_copy_names``: every
-trainable adapter, when the run asks for reference copies); ``snapshot_reference`` copies the adapters as
-they are into them when a phase (or iteration) starts, and ``pair_ref_log_probs`` scores the chosen and
+The copies are injected with the adapters when the policy set is built (``policy_plan.reference_copy_names``:
+every trainable adapter, when the run asks for reference copies); ``snapshot_reference`` copies the adapters
+as they are into them when a phase (or iteration) starts, and ``pair_ref_log_probs`` scores the chosen and
 rejected side of each pair under its row's copy, or under the base with every adapter off. No second model.
 They read the policy set only through ``model``, ``weights``, ``train_cfg``, ``device``, ``agent_ids``,
 ``scoring_groups`` and ``copied_adapters``.
@@ -10,13 +10,11 @@ They read the policy set only through ``model``, ``weights``, ``train_cfg``, ``d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
 from roll_ma.algorithms.preference import sequence_log_probs
-from roll_ma.models.adapters import AgentSpec
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import PairReference
 from roll_ma.training.micro_batches import MicroBatching
@@ -26,13 +24,6 @@ from roll_ma.training.scoring import score_rows
 
 if TYPE_CHECKING:
     from roll_ma.training.policy_set import PolicySet
-
-
-def reference_copy_names(agents: Sequence[AgentSpec], enabled: bool) -> list[str]:
-    """The adapters that get a frozen reference copy: every trainable one, when asked for."""
-    if not enabled:
-        return []
-    return list(dict.fromkeys(a.adapter for a in agents if not a.frozen))
 
 
 def _lora_weights(policies: PolicySet, what: str) -> LoraWeights:

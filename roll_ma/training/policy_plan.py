@@ -53,3 +53,10 @@ def _policy_lr(agents: Sequence[AgentSpec], default_lr: float) -> float:
         raise ValueError(f"agents {[a.name for a in agents]} train one policy but set different learning "
                          f"rates {sorted(lrs)}; give them the same lr")
     return lrs.pop()
+
+
+def reference_copy_names(agents: Sequence[AgentSpec], enabled: bool) -> list[str]:
+    """The adapters that get a frozen reference copy: every trainable one, when asked for."""
+    if not enabled:
+        return []
+    return list(dict.fromkeys(a.adapter for a in agents if not a.frozen))

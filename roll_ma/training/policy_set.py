@@ -33,13 +33,12 @@ from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import UpdateRequest, UpdateResult
 from roll_ma.training.critic import CriticSet, critic_specs
-from roll_ma.training.dpo_reference import reference_copy_names
 from roll_ma.training.ds_utils import barrier, setup_deepspeed, training_device
 from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.training.objectives import objective_named
 from roll_ma.training.optimizer_files import load_optimizer_states, save_optimizer_states
 from roll_ma.training.policy_engine import PolicyEngine
-from roll_ma.training.policy_plan import check_agents, plan_policies
+from roll_ma.training.policy_plan import check_agents, plan_policies, reference_copy_names
 from roll_ma.training.policy_weights import FullWeights, LoraWeights
 from roll_ma.training.scoring import check_columns, score_groups
 from roll_ma.training.update_loop import UpdateContext

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from roll_ma.models.adapters import AgentSpec
-from roll_ma.training.dpo_reference import reference_copy_names
+from roll_ma.training.policy_plan import reference_copy_names
 
 
 def test_every_trainable_adapter_gets_one_copy_when_asked_for():
