@@ -9,6 +9,7 @@ before any actor starts: a worker never runs with a default it filled in itself.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -32,12 +33,17 @@ class WorkerSpec:
     """What every role's spec shares: each setting checked against its type, and ``from_settings``."""
 
     ROLE: ClassVar[str]
-    # what each setting must be (a dataclass's annotations are strings under ``from __future__``)
-    SETTING_TYPES: ClassVar[dict[str, type]]
+
+    @classmethod
+    def setting_types(cls) -> dict[str, type]:
+        """What each setting must be, read from the dataclass's fields (``tuple[X, ...]``: a tuple)."""
+        hints = typing.get_type_hints(cls)
+        return {f.name: typing.get_origin(hints[f.name]) or hints[f.name]
+                for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be a {want.__name__}, got {type(getattr(self, name)).__name__}"
-                    for name, want in self.SETTING_TYPES.items() if not _is(getattr(self, name), want)]
+                    for name, want in self.setting_types().items() if not _is(getattr(self, name), want)]
         problems += self.problems() if not problems else []
         if problems:
             raise ValueError(f"{self.ROLE} worker spec: " + "; ".join(problems))
@@ -55,7 +61,8 @@ class WorkerSpec:
         problems += [f"missing setting {name!r}" for name in names if name not in settings]
         if problems:
             raise ValueError(f"{cls.ROLE} worker spec: " + "; ".join(problems))
-        values = {k: tuple(v) if cls.SETTING_TYPES[k] is tuple and isinstance(v, (list, tuple)) else v
+        types = cls.setting_types()
+        values = {k: tuple(v) if types[k] is tuple and isinstance(v, (list, tuple)) else v
                   for k, v in settings.items()}
         return cls(**values)
 
@@ -88,9 +95,6 @@ class TrainWorkerSpec(WorkerSpec):
     reference_copies: bool
 
     ROLE = "train"
-    SETTING_TYPES = {"model": ModelConfig, "lora": LoraConfig, "agents": tuple, "train": TrainConfig,
-                     "algorithm": AlgorithmConfig, "critic": CriticConfig, "study": StudyConfig, "seed": int,
-                     "reference_copies": bool}
 
     def problems(self) -> list[str]:
         found = [f"agents[{i}] must be an AgentConfig, got {type(a).__name__}"
@@ -117,7 +121,6 @@ class ReferenceWorkerSpec(WorkerSpec):
     batching: MicroBatching
 
     ROLE = "reference"
-    SETTING_TYPES = {"model": ModelConfig, "batching": MicroBatching}
 
 
 def _is(value: Any, want: type) -> bool:
