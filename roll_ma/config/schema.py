@@ -216,6 +216,12 @@ class EnvConfig:
         "other players that greedy move next to the sampled one, so exploration does not blur "
         "the signal; envs that support it only (tiny_hanabi)",
     )
+    batch_encode: bool = _f(
+        False,
+        "a round's chat prompts encoded together: every prompt's cut search (over-long histories) in "
+        "lockstep, each probe one batched tokenizer call on all CPU cores (the same ids and cuts as one "
+        "prompt at a time on one core); envs that give their own prompt ids are unaffected",
+    )
     decode_ahead: bool = _f(
         True,
         "envs that plan their turns (prompts that never depend on a reply, MultiAgentEnv.planned_turns): "

@@ -26,7 +26,7 @@ from roll_ma.distributed import activity
 from roll_ma.distributed.progress import progress_bar
 from roll_ma.distributed.worker import Dispatch, Worker, register, share_of
 from roll_ma.envs.base import BUILTIN_POLICIES
-from roll_ma.envs.prompts import chat_prompt_ids, encode_chat
+from roll_ma.envs.prompts import chat_prompt_ids, encode_chat, encode_chats
 from roll_ma.inference.infer_backend import Generator
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import GenerateRequest
@@ -145,6 +145,16 @@ class EnvWorker(Worker):
         """Chat-templated prompt ids; an over-long history is cut from the left, system message kept."""
         return encode_chat(self.tokenizer, messages, self.max_prompt_tokens)
 
+    def _encode_round(self, turns: list[Turn]) -> list[tuple[list[int], bool]]:
+        """Each turn's prompt ids and whether they were cut: its env's own ids cut to the budget, else its
+        chat encoded (env.batch_encode: the round's chats together, the same ids)."""
+        if not self.env_cfg.batch_encode:
+            return [self._encode(turn.messages) if turn.prompt_ids is None else self._cut(turn.prompt_ids)
+                    for turn in turns]
+        chats = [turn.messages for turn in turns if turn.prompt_ids is None]
+        encoded = iter(encode_chats(self.tokenizer, chats, self.max_prompt_tokens, threads=True))
+        return [next(encoded) if turn.prompt_ids is None else self._cut(turn.prompt_ids) for turn in turns]
+
     def _cut(self, prompt_ids: list[int]) -> tuple[list[int], bool]:
         """An env's own prompt ids, cut from the left to model.max_prompt_tokens."""
         if len(prompt_ids) <= self.max_prompt_tokens:
@@ -238,8 +248,7 @@ class EnvWorker(Worker):
         # (episode, its turns to decode now): the current turn, then any it plans (decode_ahead)
         turns = [(ep, k, turn) for ep in waiting
                  for k, turn in enumerate([ep.turn, *self._turns_ahead(ep)])]
-        prompts = [self._encode(turn.messages) if turn.prompt_ids is None else self._cut(turn.prompt_ids)
-                   for _, _, turn in turns]
+        prompts = self._encode_round([turn for _, _, turn in turns])
         request = DataProto.from_dict(
             non_tensors={
                 "prompt_ids": [p for p, _ in prompts],

@@ -245,6 +245,22 @@ def test_over_long_history_is_cut_from_the_left_keeping_system_and_current(tiny_
     assert "CURRENT OBSERVATION" in text and text.count("old observation") < 50
 
 
+def test_a_round_encoded_together_gives_the_same_rows(hanabi, tiny_model_dir):
+    """env.batch_encode: the round's prompts encoded in one batched call per probe, cuts included, give
+    the rows of one prompt at a time."""
+    rollout, _ = hanabi
+    batches = [
+        _env_worker(tiny_model_dir, EnvConfig(name="tiny_hanabi", batch_encode=together), HANABI_AGENTS,
+                    ["p0", "p1"], max_prompt_tokens=90).run_episodes(rollout, _specs(4, seed=5), step=1)
+        for together in (False, True)
+    ]
+    alone, together = batches
+    assert any(alone.non_tensor["prompt_truncated"])  # the budget cuts some prompts
+    assert alone.non_tensor["prompt_truncated"].tolist() == together.non_tensor["prompt_truncated"].tolist()
+    assert torch.equal(alone.batch["input_ids"], together.batch["input_ids"])
+    assert torch.equal(alone.batch["responses"], together.batch["responses"])
+
+
 def test_env_workers_on_ray(ray_session, tiny_model_dir):
     """Two env workers, two engines: env worker i sends its rounds to engine i only (Cluster.share)."""
     from roll_ma.distributed.cluster import Cluster
