@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from roll_ma.config.compose import compose_raw
     from roll_ma.models.loading import load_tokenizer
     from roll_ma.models.tiny import build_tiny_model
-    from roll_ma.preflight.config_loader import build_config
     from roll_ma.pipelines.clusters import env_worker_spec
+    from roll_ma.preflight.config_loader import build_config
     from roll_ma.workers.env_worker import EnvWorker
     from roll_ma.workers.episodes import EpisodePlanner
 

@@ -200,7 +200,8 @@ def rollout_worker_spec(cfg: RunConfig, model: ModelConfig, rollout: RolloutConf
                              rollout=rollout, seed=cfg.seed)
 
 
-def env_worker_spec(cfg: RunConfig, seats: list[str], model: ModelConfig) -> EnvWorkerSpec | WorkflowWorkerSpec:
+def env_worker_spec(cfg: RunConfig, seats: list[str],
+                    model: ModelConfig) -> EnvWorkerSpec | WorkflowWorkerSpec:
     """What an env worker (or, with ``env.workflow``, a workflow worker) is built with; ``model``: whose
     tokenizer renders the prompts (the run's, or a teacher's)."""
     if cfg.env.workflow:
@@ -248,9 +249,9 @@ def build_teacher(cfg: RunConfig, seats: list[str], resources: ResourceManager) 
 
     env = worker_env(cfg)
     model = cfg.teacher.model
+    spec = rollout_worker_spec(cfg, model, cfg.teacher.rollout, agents=False)
     rollout = Cluster("teacher", RolloutWorker, cfg.teacher.rollout.num_workers, resources, env_vars=env,
-                      init_kwargs={"spec": rollout_worker_spec(cfg, model, cfg.teacher.rollout, agents=False)},
-                      wait=False)
+                      init_kwargs={"spec": spec}, wait=False)
     envs = None
     try:
         envs = Cluster("teacher_env", EnvWorker, cfg.env.num_workers, cpu_placement(cfg), wait=False,

@@ -34,7 +34,8 @@ class RolloutWorker(Worker):
         expect_spec(spec, RolloutWorkerSpec)
         super().__init__(role, rank, world_size, env_vars)
         self.spec = spec
-        self.model_cfg, self.lora_cfg, self.rollout_cfg, self.seed = spec.model, spec.lora, spec.rollout, spec.seed
+        self.model_cfg, self.lora_cfg, self.rollout_cfg = spec.model, spec.lora, spec.rollout
+        self.seed = spec.seed
         self.agent_specs, self.adapter_specs = plan_adapters(spec.lora, list(spec.agents))
         self.strategy: InferBackend | None = None
         self._last_sync: dict[str, float] = {}

@@ -1,5 +1,6 @@
 """What a worker is built with: one typed spec per role, every setting named and none defaulted
-(``TrainWorkerSpec``, ``ReferenceWorkerSpec``, ``RolloutWorkerSpec``, ``EnvWorkerSpec``, ``WorkflowWorkerSpec``).
+(``TrainWorkerSpec``, ``ReferenceWorkerSpec``, ``RolloutWorkerSpec``, ``EnvWorkerSpec``,
+``WorkflowWorkerSpec``).
 
 The driver builds each from the run's config and plan (``pipelines/clusters.py``); the worker reads nothing
 else. A forgotten, misspelt or mistyped setting is refused where the spec is made, naming the setting,

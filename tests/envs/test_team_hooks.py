@@ -194,8 +194,8 @@ def test_the_env_worker_gives_team_envs_the_models_vocabulary(tiny_model_dir):
     from roll_ma.workers.worker_specs import EnvWorkerSpec
 
     worker = EnvWorker("env", spec=EnvWorkerSpec(
-        env=EnvConfig(name="marft"), model=ModelConfig(path=tiny_model_dir), agents=(AgentConfig(name="solo"),),
-        seats=("solo",), seed=0, action_choices=False))
+        env=EnvConfig(name="marft"), model=ModelConfig(path=tiny_model_dir),
+        agents=(AgentConfig(name="solo"),), seats=("solo",), seed=0, action_choices=False))
     from transformers import AutoConfig
 
     assert worker._vocab_size == AutoConfig.from_pretrained(tiny_model_dir).vocab_size

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
+from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import GenerateRequest
 from roll_ma.workers.env_worker import EpisodeSpec

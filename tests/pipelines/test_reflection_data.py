@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
+from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig
 from roll_ma.pipelines.phases.reflection_data import (
     Branch,
     accepted_rows,
@@ -28,8 +28,8 @@ FIRST, CRITIQUE = "\\boxed{84}", "37+48=85 Incorrect"
 def play(tiny_model_dir):
     """play(specs, texts by (episode, turn)) -> (rows, episode summaries) of a 2-round reflection game."""
     model = ModelConfig(path=tiny_model_dir, max_prompt_tokens=256)
-    spec = EnvWorkerSpec(env=EnvConfig(name="math_reflection", max_rounds=2), model=model, agents=tuple(AGENTS),
-                         seats=("actor", "critic"), seed=0, action_choices=False)
+    spec = EnvWorkerSpec(env=EnvConfig(name="math_reflection", max_rounds=2), model=model,
+                         agents=tuple(AGENTS), seats=("actor", "critic"), seed=0, action_choices=False)
     env = EnvWorker("env", spec=spec)
 
     def run(specs, texts):

@@ -28,8 +28,8 @@ def _rollout(model_dir, agents):
 
 def _env_worker(model_dir, env_cfg, agents, seats, max_prompt_tokens=256, action_choices=False):
     return EnvWorker("env", spec=EnvWorkerSpec(
-        env=env_cfg, model=ModelConfig(path=model_dir, max_prompt_tokens=max_prompt_tokens), agents=tuple(agents),
-        seats=tuple(seats), seed=0, action_choices=action_choices))
+        env=env_cfg, model=ModelConfig(path=model_dir, max_prompt_tokens=max_prompt_tokens),
+        agents=tuple(agents), seats=tuple(seats), seed=0, action_choices=action_choices))
 
 
 def _specs(n, seed=3, group="g"):
@@ -236,8 +236,8 @@ def test_env_workers_on_ray(ray_session, tiny_model_dir):
         "rollout",
         RolloutWorker,
         2,
-        init_kwargs={"spec": RolloutWorkerSpec(model=ModelConfig(path=tiny_model_dir), lora=LoraConfig(rank=4),
-                                               agents=tuple(HANABI_AGENTS),
+        init_kwargs={"spec": RolloutWorkerSpec(model=ModelConfig(path=tiny_model_dir),
+                                               lora=LoraConfig(rank=4), agents=tuple(HANABI_AGENTS),
                                                rollout=RolloutConfig(max_new_tokens=8), seed=0)},
     )
     rollout.init_model()
@@ -245,7 +245,8 @@ def test_env_workers_on_ray(ray_session, tiny_model_dir):
         "env",
         EnvWorker,
         2,
-        init_kwargs={"spec": EnvWorkerSpec(env=EnvConfig(name="tiny_hanabi"), model=ModelConfig(path=tiny_model_dir),
+        init_kwargs={"spec": EnvWorkerSpec(env=EnvConfig(name="tiny_hanabi"),
+                                           model=ModelConfig(path=tiny_model_dir),
                                            agents=tuple(HANABI_AGENTS), seats=("p0", "p1"), seed=0,
                                            action_choices=False)},
     )

@@ -1,5 +1,5 @@
-"""Every worker (train, reference, rollout, env, workflow) is built from one typed spec: a missing, unknown or mistyped setting is
-refused where the spec is made, naming it; the worker fills in no default of its own."""
+"""Every worker (train, reference, rollout, env, workflow) is built from one typed spec: a missing, unknown
+or mistyped setting is refused where the spec is made, naming it; the worker fills in no default of its own."""
 
 from __future__ import annotations
 
@@ -120,7 +120,8 @@ def test_each_new_spec_refuses_a_missing_setting_by_name(cls, settings, role):
 
 @pytest.mark.parametrize("cls, settings, role", NEW_SPECS)
 def test_each_new_spec_refuses_an_unknown_setting_with_the_closest_name(cls, settings, role):
-    with pytest.raises(ValueError, match=rf"^{role} worker spec: unknown setting 'sed' \(did you mean 'seed'\?\)$"):
+    unknown = rf"^{role} worker spec: unknown setting 'sed' \(did you mean 'seed'\?\)$"
+    with pytest.raises(ValueError, match=unknown):
         cls.from_settings({**settings, "sed": 3})
     # the old keyword arguments of the worker are unknown settings now, each named
     with pytest.raises(ValueError, match=r"unknown setting 'model_cfg' \(did you mean 'model'\?\); "
@@ -164,8 +165,8 @@ def test_the_rollout_env_and_workflow_workers_refuse_anything_but_their_spec(wor
 def test_the_driver_builds_each_role_spec_from_the_config():
     from roll_ma.pipelines.clusters import env_worker_spec, rollout_worker_spec, teacher_env_spec
 
-    cfg = RunConfig(agents=[AgentConfig(name="a0"), AgentConfig(name="a1")], env=EnvConfig(name="tiny_hanabi"),
-                    study=StudyConfig(action_entropy_coef=0.1))
+    cfg = RunConfig(agents=[AgentConfig(name="a0"), AgentConfig(name="a1")],
+                    env=EnvConfig(name="tiny_hanabi"), study=StudyConfig(action_entropy_coef=0.1))
     rollout = rollout_worker_spec(cfg, cfg.model, cfg.rollout, agents=True)
     assert rollout.agents == tuple(cfg.agents) and rollout.rollout is cfg.rollout and rollout.seed == cfg.seed
     assert rollout_worker_spec(cfg, cfg.model, cfg.rollout, agents=False).agents == ()
