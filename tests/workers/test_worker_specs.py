@@ -1,5 +1,6 @@
 """Every worker (train, reference, rollout, env, workflow) is built from one typed spec: a missing, unknown
-or mistyped setting is refused where the spec is made, naming it; the worker fills in no default of its own."""
+or mistyped setting is refused where the spec is made, naming it; the worker fills in no default of its
+own."""
 
 from __future__ import annotations
 
