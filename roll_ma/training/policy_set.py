@@ -10,7 +10,8 @@
 3. Data parallel: every rank receives the full batch and trains on its share of each
    mini-batch; metrics are all-reduced, so every rank returns the same numbers.
 
-The value critic (``critic.py``) is a collaborator this core holds; DPO's reference (``dpo_reference.py``)
+The value critic (``critic.py``) and the checkpoint (``policy_checkpoint.py``: adapters, critic heads, every
+optimizer's state) are collaborators this core holds; DPO's reference (``dpo_reference.py``)
 and the studies' joint search (``study_joint_search.py``) plug in from ``multi_agent_deepspeed``.
 """
 
@@ -32,11 +33,11 @@ from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import UpdateRequest, UpdateResult
+from roll_ma.training import policy_checkpoint
 from roll_ma.training.critic import CriticSet, critic_specs
-from roll_ma.training.ds_utils import barrier, setup_deepspeed, training_device
+from roll_ma.training.ds_utils import setup_deepspeed, training_device
 from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.training.objectives import objective_named
-from roll_ma.training.optimizer_files import load_optimizer_states, save_optimizer_states
 from roll_ma.training.policy_engine import PolicyEngine
 from roll_ma.training.policy_plan import check_agents, plan_policies, reference_copy_names
 from roll_ma.training.policy_weights import FullWeights, LoraWeights
@@ -237,41 +238,17 @@ class PolicySet:
         self.require_model()
         return self.weights.adapter_tensors(adapters, packed=packed, dtype=dtype, shared=shared)
 
-    def _all_updaters(self) -> dict[str, PolicyEngine]:
-        """Every optimizer: the agents' policies and the critics."""
-        return {**self.updaters, **(self.critic.updaters if self.critic is not None else {})}
-
     def optimizer_state(self, policy: str) -> dict[str, Any]:
-        """CPU copies of one policy's (or critic's) Adam moments and step counts (for checks and tests)."""
-        updaters = self._all_updaters()
-        if policy not in updaters:
-            known = sorted(updaters)
-            raise KeyError(f"{policy!r} has no optimizer (frozen or unknown); policies with one: {known}")
-        return updaters[policy].optimizer_state()
+        """CPU copies of one policy's (or critic's) optimizer state (for checks and tests)."""
+        return policy_checkpoint.optimizer_state(self, policy)
 
-    # ------------------------------------------------------------------ checkpoint
+    # ------------------------------------------------------------------ checkpoint (policy_checkpoint.py)
     def save_checkpoint(self, ckpt_dir: str | os.PathLike) -> None:
-        """``adapters/<name>/`` PEFT dirs (rank 0) and ``optim/<policy>/rank<r>.pt`` optimizer states
-        (``optimizer_files.py``). The frozen base weights are never written. The driver then lists every
-        file with its size and SHA-256 in the checkpoint's manifest (``roll_ma/checkpoint.py``), which
-        resume checks before calling ``load_checkpoint``.
-        """
+        """``adapters/<name>/`` PEFT dirs, critic heads and every optimizer's state (rank shards)."""
         self.require_model()
-        root = Path(ckpt_dir)
-        if self.rank == 0:
-            self.weights.save(root)
-            if self.critic is not None:
-                self.critic.save_heads(root)
-        save_optimizer_states(self._all_updaters(), root, self.rank)
-        barrier()
+        policy_checkpoint.save_checkpoint(self, Path(ckpt_dir))
 
     def load_checkpoint(self, ckpt_dir: str | os.PathLike) -> None:
         """Restore what ``save_checkpoint`` wrote (same ZeRO stage and number of ranks)."""
         self.require_model()
-        root = Path(ckpt_dir)
-        self.weights.load(root)
-        if self.critic is not None:
-            self.critic.load_heads(root)
-        load_optimizer_states(self._all_updaters(), root, self.world_size)
-        self.weights.activate(None)
-        barrier()
+        policy_checkpoint.load_checkpoint(self, Path(ckpt_dir))
