@@ -1,5 +1,5 @@
 """policy_checkpoint: what a checkpoint of the policy set holds, written and read back (a collaborator of
-``policy_set.PolicySet``, which keeps only the calls).
+``policy_set.PolicySet``, which keeps only the calls; this module reads the set's parts, never the set).
 
 A checkpoint folder holds ``adapters/<name>/`` PEFT folders and, with a critic, its value heads (rank 0),
 and ``optim/<policy>/rank<r>.pt``: every optimizer's state, the agents' policies' and the critics'
@@ -11,46 +11,45 @@ its size and SHA-256 in the checkpoint's manifest (``roll_ma/checkpoint.py``), w
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from roll_ma.training.critic import CriticSet
 from roll_ma.training.ds_utils import barrier
 from roll_ma.training.optimizer_files import load_optimizer_states, save_optimizer_states
 from roll_ma.training.policy_engine import PolicyEngine
-
-if TYPE_CHECKING:
-    from roll_ma.training.policy_set import PolicySet
+from roll_ma.training.policy_weights import FullWeights, LoraWeights
 
 
-def every_optimizer(policies: PolicySet) -> dict[str, PolicyEngine]:
-    """Every optimizer of the set by name: the agents' policies and the critics."""
-    critics = policies.critic.updaters if policies.critic is not None else {}
-    return {**policies.updaters, **critics}
+def every_optimizer(updaters: dict[str, PolicyEngine], critic: CriticSet | None) -> dict[str, PolicyEngine]:
+    """Every optimizer by name: the agents' policies (``updaters``) and the critics."""
+    return {**updaters, **(critic.updaters if critic is not None else {})}
 
 
-def optimizer_state(policies: PolicySet, policy: str) -> dict[str, Any]:
+def optimizer_state(optimizers: dict[str, PolicyEngine], policy: str) -> dict[str, Any]:
     """CPU copies of one policy's (or critic's) Adam moments and step counts (for checks and tests)."""
-    optimizers = every_optimizer(policies)
     if policy not in optimizers:
         known = sorted(optimizers)
         raise KeyError(f"{policy!r} has no optimizer (frozen or unknown); policies with one: {known}")
     return optimizers[policy].optimizer_state()
 
 
-def save_checkpoint(policies: PolicySet, root: Path) -> None:
-    """The adapters and critic heads (rank 0) and this rank's optimizer states, under ``root``."""
-    if policies.rank == 0:
-        policies.weights.save(root)
-        if policies.critic is not None:
-            policies.critic.save_heads(root)
-    save_optimizer_states(every_optimizer(policies), root, policies.rank)
+def save_checkpoint(root: Path, weights: LoraWeights | FullWeights, critic: CriticSet | None,
+                    optimizers: dict[str, PolicyEngine], rank: int) -> None:
+    """The adapters and critic heads (rank 0) and this rank's share of every optimizer's state."""
+    if rank == 0:
+        weights.save(root)
+        if critic is not None:
+            critic.save_heads(root)
+    save_optimizer_states(optimizers, root, rank)
     barrier()
 
 
-def load_checkpoint(policies: PolicySet, root: Path) -> None:
+def load_checkpoint(root: Path, weights: LoraWeights | FullWeights, critic: CriticSet | None,
+                    optimizers: dict[str, PolicyEngine], world_size: int) -> None:
     """Restore what ``save_checkpoint`` wrote (same ZeRO stage and number of ranks)."""
-    policies.weights.load(root)
-    if policies.critic is not None:
-        policies.critic.load_heads(root)
-    load_optimizer_states(every_optimizer(policies), root, policies.world_size)
-    policies.weights.activate(None)
+    weights.load(root)
+    if critic is not None:
+        critic.load_heads(root)
+    load_optimizer_states(optimizers, root, world_size)
+    weights.activate(None)
     barrier()

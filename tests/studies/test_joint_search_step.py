@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 from local_cluster import LocalCluster
-
 from roll_ma.pipelines.rl.joint_search_step import JointSearch
+
 from roll_ma.preflight.config_loader import load_config
 from roll_ma.protocol import DataProto
 from roll_ma.workers.clients import TrainClient
