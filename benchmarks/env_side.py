@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from roll_ma.config.compose import compose_raw
     from roll_ma.models.loading import load_tokenizer
     from roll_ma.models.tiny import build_tiny_model
+    from roll_ma.pipelines.clusters import env_worker_spec
     from roll_ma.preflight.config_loader import build_config
     from roll_ma.workers.env_worker import EnvWorker
     from roll_ma.workers.episodes import EpisodePlanner
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"env_side.py: {err}") from None
     tokenizer = load_tokenizer(cfg.model)
     seats = [a.name for a in cfg.agents]
-    worker = EnvWorker("env", 0, 1, None, cfg.env, cfg.model, cfg.agents, seats, cfg.rollout, cfg.seed)
+    worker = EnvWorker("env", spec=env_worker_spec(cfg, seats, cfg.model))  # as the run builds it
     planner = EpisodePlanner(cfg.env, cfg.seed)
     profiler = cProfile.Profile() if args.profile else None
     rows = []

@@ -43,12 +43,13 @@ def run_config(cfg: RunConfig) -> dict[str, Any]:
     itself is stopped too (a Ray the caller started stays)."""
     import ray
 
+    # the entry point wires the studies in (the joint search's step kind): the core imports none of them
+    import roll_ma.studies  # noqa: F401
     from roll_ma.distributed.ray_env import shutdown_ray
     from roll_ma.error_report import attach_log
     from roll_ma.errors import PreflightError, RollMaError, RunStartError
     from roll_ma.interrupts import stop_signals
     from roll_ma.pipelines import run_training
-
     ours = not ray.is_initialized()
     with stop_signals():  # around the shutdown too: a second signal then is ignored, not fatal
         try:

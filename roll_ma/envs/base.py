@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from roll_ma.algorithms.joint_search import GameTree, InfoSet
+    from roll_ma.algorithms.game_tree import GameTree, InfoSet
 
 # Names of the built-in policies a seat may be given instead of a learning agent.
 BUILTIN_POLICIES = ("random", "scripted")

@@ -15,7 +15,7 @@ from roll_ma.envs.base import MultiAgentEnv, StepResult, Turn, check_seat_agents
 from roll_ma.envs.parsing import ActionParser, check_fallback, fallback_rng
 
 if TYPE_CHECKING:
-    from roll_ma.algorithms.joint_search import GameTree, InfoSet
+    from roll_ma.algorithms.game_tree import GameTree, InfoSet
 
 
 class OpenSpielEnv(MultiAgentEnv):
@@ -215,7 +215,7 @@ class OpenSpielEnv(MultiAgentEnv):
         """
         import pyspiel
 
-        from roll_ma.algorithms.joint_search import GameTree, TerminalPath
+        from roll_ma.algorithms.game_tree import GameTree, TerminalPath
 
         game = self.game
         if game.get_type().utility != pyspiel.GameType.Utility.IDENTICAL:

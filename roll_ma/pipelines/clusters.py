@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from roll_ma.config.run_plan import RunPlan, prompt_sharing_note
-from roll_ma.config.schema import RunConfig
+from roll_ma.config.schema import ModelConfig, RolloutConfig, RunConfig
 from roll_ma.distributed.cluster import Cluster, shutdown_clusters
 from roll_ma.distributed.progress import ENV_FLAG as PROGRESS_FLAG
 from roll_ma.distributed.resources import ResourceManager
@@ -18,7 +18,13 @@ from roll_ma.preflight.validate_resources import gpus_per_worker
 from roll_ma.training.ds_utils import SHARERS_VAR
 from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.workers.clients import EnvClient, ReferenceClient, RefScorer, RolloutClient, TrainClient
-from roll_ma.workers.worker_specs import ReferenceWorkerSpec, TrainWorkerSpec
+from roll_ma.workers.worker_specs import (
+    EnvWorkerSpec,
+    ReferenceWorkerSpec,
+    RolloutWorkerSpec,
+    TrainWorkerSpec,
+    WorkflowWorkerSpec,
+)
 
 
 @dataclass
@@ -115,7 +121,6 @@ def build_workers(cfg: RunConfig, plan: RunPlan, seats: list[str], reference_cop
         gpus_per_worker(cfg),
     )
     env = worker_env(cfg)
-    common: dict[str, Any] = {"model_cfg": cfg.model, "seed": cfg.seed}
     note = prompt_sharing_note(cfg.train, cfg.model.attn_implementation)  # where auto turned itself off
     if note:
         print(note, flush=True)
@@ -142,7 +147,7 @@ def build_workers(cfg: RunConfig, plan: RunPlan, seats: list[str], reference_cop
             RolloutWorker,
             cfg.rollout.num_workers,
             resources,
-            {**common, "lora_cfg": cfg.lora, "agents": cfg.agents, "rollout_cfg": cfg.rollout},
+            {"spec": rollout_worker_spec(cfg, cfg.model, cfg.rollout, agents=True)},
         )
         scoring = MicroBatching.for_scoring(plan.worker_train_config(cfg.train))  # as the train workers score
         ref_kwargs = {"spec": ReferenceWorkerSpec(model=cfg.model, batching=scoring)}
@@ -154,7 +159,7 @@ def build_workers(cfg: RunConfig, plan: RunPlan, seats: list[str], reference_cop
             WorkflowWorker if cfg.env.workflow else EnvWorker,
             cfg.env.num_workers,
             cpu_placement(cfg),
-            env_worker_kwargs(cfg, seats),
+            {"spec": env_worker_spec(cfg, seats, cfg.model)},
         )
         for started in built:  # every role's actors were asked for at once: their imports overlap
             started.wait_started()
@@ -187,17 +192,22 @@ def train_worker_spec(cfg: RunConfig, plan: RunPlan, reference_copies: bool) -> 
     )
 
 
-def env_worker_kwargs(cfg: RunConfig, seats: list[str]) -> dict[str, Any]:
-    """What an env (or workflow) worker is built with."""
-    return {
-        "env_cfg": cfg.env,
-        "model_cfg": cfg.model,
-        "agents": cfg.agents,
-        "seats": seats,
-        "rollout_cfg": cfg.rollout,
-        "seed": cfg.seed,
-        "action_choices": cfg.study.action_entropy_coef > 0,
-    }
+def rollout_worker_spec(cfg: RunConfig, model: ModelConfig, rollout: RolloutConfig,
+                        agents: bool) -> RolloutWorkerSpec:
+    """What a rollout worker is built with: the run's engines (``agents``: every agent's adapter) or a
+    teacher's (its own model and rollout block, no adapters)."""
+    return RolloutWorkerSpec(model=model, lora=cfg.lora, agents=tuple(cfg.agents) if agents else (),
+                             rollout=rollout, seed=cfg.seed)
+
+
+def env_worker_spec(cfg: RunConfig, seats: list[str],
+                    model: ModelConfig) -> EnvWorkerSpec | WorkflowWorkerSpec:
+    """What an env worker (or, with ``env.workflow``, a workflow worker) is built with; ``model``: whose
+    tokenizer renders the prompts (the run's, or a teacher's)."""
+    if cfg.env.workflow:
+        return WorkflowWorkerSpec(env=cfg.env, model=model, agents=tuple(cfg.agents), seed=cfg.seed)
+    return EnvWorkerSpec(env=cfg.env, model=model, agents=tuple(cfg.agents), seats=tuple(seats),
+                         seed=cfg.seed, action_choices=cfg.study.action_entropy_coef > 0)
 
 
 def placement_report(workers: RunWorkers) -> str | None:
@@ -239,15 +249,13 @@ def build_teacher(cfg: RunConfig, seats: list[str], resources: ResourceManager) 
 
     env = worker_env(cfg)
     model = cfg.teacher.model
+    spec = rollout_worker_spec(cfg, model, cfg.teacher.rollout, agents=False)
     rollout = Cluster("teacher", RolloutWorker, cfg.teacher.rollout.num_workers, resources, env_vars=env,
-                      init_kwargs={"model_cfg": model, "lora_cfg": cfg.lora, "agents": [],
-                                   "rollout_cfg": cfg.teacher.rollout, "seed": cfg.seed}, wait=False)
+                      init_kwargs={"spec": spec}, wait=False)
     envs = None
     try:
         envs = Cluster("teacher_env", EnvWorker, cfg.env.num_workers, cpu_placement(cfg), wait=False,
-                       env_vars=env, init_kwargs={"env_cfg": cfg.env, "model_cfg": model,
-                                                  "agents": cfg.agents, "seats": seats,
-                                                  "rollout_cfg": cfg.teacher.rollout, "seed": cfg.seed})
+                       env_vars=env, init_kwargs={"spec": teacher_env_spec(cfg, seats)})
         rollout.wait_started()  # both clusters' actors start at once
         envs.wait_started()
     except BaseException:
@@ -260,3 +268,10 @@ def build_teacher(cfg: RunConfig, seats: list[str], resources: ResourceManager) 
         teacher.shutdown()
         raise
     return teacher
+
+
+def teacher_env_spec(cfg: RunConfig, seats: list[str]) -> EnvWorkerSpec:
+    """The teacher's env workers: the run's env rendered with the teacher's tokenizer; no legal actions
+    tokenized (its rows train no action bonus)."""
+    return EnvWorkerSpec(env=cfg.env, model=cfg.teacher.model, agents=tuple(cfg.agents), seats=tuple(seats),
+                         seed=cfg.seed, action_choices=False)

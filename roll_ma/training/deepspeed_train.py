@@ -15,7 +15,6 @@ from roll_ma.training.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
 from roll_ma.training.policy_weights import FullWeights, LoraWeights
 from roll_ma.training.train_backend import (
     DPOCapable,
-    JointSearchCapable,
     PhaseCapable,
     TrainBackend,
     TrainTraits,
@@ -48,4 +47,3 @@ if TYPE_CHECKING:  # mypy checks the class against the core and every capability
     _conforms: type[TrainBackend] = DeepSpeedTrainStrategy
     _phases: type[PhaseCapable] = DeepSpeedTrainStrategy
     _dpo: type[DPOCapable] = DeepSpeedTrainStrategy
-    _joint_search: type[JointSearchCapable] = DeepSpeedTrainStrategy

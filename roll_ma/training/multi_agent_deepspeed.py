@@ -1,12 +1,10 @@
 """multi_agent_deepspeed: one LoRA adapter per agent on one shared base, with every capability plugged in.
 
 The core (``policy_set.PolicySet``: the engines and optimizers, the update, scoring, the adapters out,
-checkpoints, the value critic) plus two collaborators it does not import, each a few functions over the
-policy set:
-
-- DPO's reference (``dpo_reference.py``): the pair reference log-probs and the frozen adapter copies;
-- the studies' joint search (``study_joint_search.py``): scoring a game's legal answers and distilling the
-  searched joint policy.
+checkpoints, the value critic) plus DPO's reference (``dpo_reference.py``: the pair reference log-probs and
+the frozen adapter copies), a collaborator it does not import, a few functions over the policy set. The
+studies' joint search (``roll_ma/studies/joint_search_train.py``) is no part of it: its functions reach the
+policy set through the train worker's ``score_with`` / ``train_with``.
 
 ``DeepSpeedTrainStrategy`` (deepspeed_train) is this class with a single policy.
 """
@@ -17,11 +15,10 @@ from typing import TYPE_CHECKING
 
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import PairReference
-from roll_ma.training import dpo_reference, study_joint_search
+from roll_ma.training import dpo_reference
 from roll_ma.training.policy_set import PolicySet
 from roll_ma.training.train_backend import (
     DPOCapable,
-    JointSearchCapable,
     PhaseCapable,
     TrainBackend,
     TrainTraits,
@@ -29,7 +26,7 @@ from roll_ma.training.train_backend import (
 
 
 class MultiAgentDeepSpeedStrategy(PolicySet):
-    """Per-agent LoRA training with DeepSpeed (``PolicySet``), plus DPO's reference and joint search.
+    """Per-agent LoRA training with DeepSpeed (``PolicySet``), plus DPO's reference.
 
     Same constructor as ``PolicySet``.
     """
@@ -46,19 +43,9 @@ class MultiAgentDeepSpeedStrategy(PolicySet):
         """Copy every trainable adapter into its frozen reference copy (``dpo_reference.py``)."""
         return dpo_reference.snapshot_reference(self)
 
-    # ------------------------------------------------------------------ joint search (JointSearchCapable)
-    def score_choices(self, data: DataProto) -> DataProto:
-        """(B, K) ``choice_log_probs`` of each row's legal answers: ``study_joint_search.score_choices``."""
-        return study_joint_search.score_choices(self, data)
-
-    def distill_choices(self, data: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
-        """Teach every row's agent its ``target_action``: ``study_joint_search.distill_choices``."""
-        return study_joint_search.distill_choices(self, data, max_steps, stop_prob)
-
 
 if TYPE_CHECKING:  # mypy checks the class against the core and every capability it claims (the worker
     # calls it only through these Protocols)
     _conforms: type[TrainBackend] = MultiAgentDeepSpeedStrategy
     _phases: type[PhaseCapable] = MultiAgentDeepSpeedStrategy
     _dpo: type[DPOCapable] = MultiAgentDeepSpeedStrategy
-    _joint_search: type[JointSearchCapable] = MultiAgentDeepSpeedStrategy

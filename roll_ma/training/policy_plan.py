@@ -9,9 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from roll_ma.algorithms.algorithm_registry import POLICY_LOSSES
 from roll_ma.config.schema import AlgorithmConfig
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
+from roll_ma.protocol import DataProto
+from roll_ma.protocol.requests import UpdateRequest
 
 
 @dataclass(frozen=True)
@@ -60,3 +64,32 @@ def reference_copy_names(agents: Sequence[AgentSpec], enabled: bool) -> list[str
     if not enabled:
         return []
     return list(dict.fromkeys(a.adapter for a in agents if not a.frozen))
+
+
+# ------------------------------------------------------------------ rows -> agents -> policies
+def row_agent_ids(data: DataProto, num_agents: int) -> np.ndarray:
+    """(B,) int64 the ``agent_id`` of every row, checked against the ``num_agents`` agents."""
+    if "agent_id" not in data.non_tensor:
+        raise ValueError("the batch has no non_tensor 'agent_id' column; every row must name its agent")
+    ids = np.asarray([int(a) for a in data.non_tensor["agent_id"]], dtype=np.int64)
+    bad = sorted({int(a) for a in ids if not 0 <= a < num_agents})
+    if bad:
+        raise ValueError(f"agent_id values {bad} are not agents; agent ids are 0..{num_agents - 1}")
+    return ids
+
+
+def rows_by_policy(agent_ids: np.ndarray, agents: Sequence[AgentSpec],
+                   policy_of: Callable[[AgentSpec], str]) -> dict[str, np.ndarray]:
+    """Row positions per policy that scores them (frozen agents' adapters included), first-use order."""
+    names = np.asarray([policy_of(agents[a]) for a in agent_ids], dtype=object)
+    return {name: np.nonzero(names == name)[0] for name in dict.fromkeys(names.tolist())}
+
+
+def requested_plans(plans: Sequence[PolicyPlan], agents: Sequence[AgentSpec],
+                    request: UpdateRequest) -> tuple[list[PolicyPlan], list[AgentSpec]]:
+    """The policies an update request names (``request.policies``: the streaming sync updates one per call;
+    none while ``critic_only``: critic.warmup_steps) and the agents whose rows it reports."""
+    only = request.policies
+    chosen = [] if request.critic_only else [p for p in plans if only is None or p.name in only]
+    listed = [a for a in agents if only is None or any(a.agent_id in p.agent_ids for p in chosen)]
+    return chosen, listed

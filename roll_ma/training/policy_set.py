@@ -10,8 +10,9 @@
 3. Data parallel: every rank receives the full batch and trains on its share of each
    mini-batch; metrics are all-reduced, so every rank returns the same numbers.
 
-The value critic (``critic.py``) is a collaborator this core holds; DPO's reference (``dpo_reference.py``)
-and the studies' joint search (``study_joint_search.py``) plug in from ``multi_agent_deepspeed``.
+The value critic (``critic.py``) and the checkpoint (``policy_checkpoint.py``: adapters, critic heads, every
+optimizer's state) are collaborators this core holds; DPO's reference (``dpo_reference.py``) plugs in
+from ``multi_agent_deepspeed``; a study's pass (``roll_ma/studies``) is given the set by the train worker.
 """
 
 from __future__ import annotations
@@ -32,15 +33,22 @@ from roll_ma.distributed import activity
 from roll_ma.models.adapters import AdapterSpec, AgentSpec
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import UpdateRequest, UpdateResult
+from roll_ma.training import policy_checkpoint
 from roll_ma.training.critic import CriticSet, critic_specs
-from roll_ma.training.ds_utils import barrier, setup_deepspeed, training_device
+from roll_ma.training.ds_utils import setup_deepspeed, training_device
 from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.training.objectives import objective_named
-from roll_ma.training.optimizer_files import load_optimizer_states, save_optimizer_states
 from roll_ma.training.policy_engine import PolicyEngine
-from roll_ma.training.policy_plan import check_agents, plan_policies, reference_copy_names
+from roll_ma.training.policy_plan import (
+    check_agents,
+    plan_policies,
+    reference_copy_names,
+    requested_plans,
+    row_agent_ids,
+    rows_by_policy,
+)
 from roll_ma.training.policy_weights import FullWeights, LoraWeights
-from roll_ma.training.scoring import check_columns, score_groups
+from roll_ma.training.scoring import check_columns, log_prob_columns
 from roll_ma.training.update_loop import UpdateContext
 from roll_ma.training.update_metrics import agent_row_metrics, agent_update_metrics, token_totals
 
@@ -131,19 +139,12 @@ class PolicySet:
 
     # ------------------------------------------------------------------ rows -> agents
     def agent_ids(self, data: DataProto) -> np.ndarray:
-        """(B,) int64 the ``agent_id`` of every row, checked against the agents."""
-        if "agent_id" not in data.non_tensor:
-            raise ValueError("the batch has no non_tensor 'agent_id' column; every row must name its agent")
-        ids = np.asarray([int(a) for a in data.non_tensor["agent_id"]], dtype=np.int64)
-        bad = sorted({int(a) for a in ids if not 0 <= a < len(self.agents)})
-        if bad:
-            raise ValueError(f"agent_id values {bad} are not agents; agent ids are 0..{len(self.agents) - 1}")
-        return ids
+        """(B,) int64 the ``agent_id`` of every row, checked against the agents (``policy_plan``)."""
+        return row_agent_ids(data, len(self.agents))
 
     def scoring_groups(self, agent_ids: np.ndarray) -> dict[str, np.ndarray]:
         """Row positions per policy that scores them (frozen agents' adapters included)."""
-        names = np.asarray([self.weights.policy_of(self.agents[a]) for a in agent_ids], dtype=object)
-        return {name: np.nonzero(names == name)[0] for name in dict.fromkeys(names.tolist())}
+        return rows_by_policy(agent_ids, self.agents, self.weights.policy_of)
 
     # ------------------------------------------------------------------ scoring
     def compute_log_probs(self, data: DataProto, adapters_enabled: bool = True, temperature: float = 1.0,
@@ -151,18 +152,12 @@ class PolicySet:
         """(B, R) float32 ``old_log_probs`` (each row with its agent's adapter) or, with adapters disabled,
         ``ref_log_probs`` from the base weights; plus ``entropy`` when asked. Eval mode, no grad."""
         self.require_model()
-        key = "old_log_probs" if adapters_enabled else "ref_log_probs"
-        check_columns(data, ("input_ids", "attention_mask", "responses"), f"compute {key}")
-        self.model.eval()
-        self.weights.activate(None)
-        groups: dict[str | None, np.ndarray] = {None: np.arange(len(data))}  # None: every adapter off
+        by_policy = None  # the base: every adapter off
         if adapters_enabled:
-            groups = {n: i for n, i in self.scoring_groups(self.agent_ids(data)).items()} if len(data) else {}
-        log_probs, entropy = score_groups(self.model, self.weights, data, groups,
-                                          MicroBatching.for_scoring(self.train_cfg), self.device, temperature,
-                                          with_entropy)
-        tensors = {key: log_probs, **({"entropy": entropy} if entropy is not None else {})}
-        return DataProto.from_dict(tensors, meta_info=data.meta_info)
+            by_policy = self.scoring_groups(self.agent_ids(data)) if len(data) else {}
+        batching = MicroBatching.for_scoring(self.train_cfg)
+        return log_prob_columns(self.model, self.weights, data, by_policy, batching, self.device, temperature,
+                                with_entropy)
 
     def compute_values(self, data: DataProto) -> DataProto:
         """(B, R) float32 ``values``: each row under its agent's critic (forward only, no grad)."""
@@ -190,12 +185,7 @@ class PolicySet:
         objective = objective_named(request.objective)
         objective.check(data, self.algo_cfg)
         agent_ids = self.agent_ids(data) if len(data) else np.zeros(0, dtype=np.int64)
-        # request.policies: update only these (the streaming sync updates one adapter per call)
-        only = request.policies
-        plans = [p for p in self.plans if only is None or p.name in only]
-        if request.critic_only:  # critic.warmup_steps: the agents wait
-            plans = []
-        listed = [a for a in self.agents if only is None or any(a.agent_id in p.agent_ids for p in plans)]
+        plans, listed = requested_plans(self.plans, self.agents, request)
         row_tokens = objective.row_tokens(data) if len(data) else np.zeros(0)
         metrics = agent_row_metrics(listed, agent_ids, row_tokens)
         stepped_agents: list[int] = []
@@ -213,7 +203,7 @@ class PolicySet:
                 updated_adapters.append(plan.name)
             stepped_agents += agent_update_metrics(metrics, result, agent_ids[idx], self.agents)
         metrics.update(token_totals(metrics))
-        if self.critic is not None and objective.trains_critic and only is None and len(data):
+        if self.critic is not None and objective.trains_critic and request.policies is None and len(data):
             start = time.perf_counter()
             metrics.update(self.critic.update(data, agent_ids, ctx.step))
             # not timing/update/<adapter>: an agent may well be named "critic"
@@ -237,41 +227,22 @@ class PolicySet:
         self.require_model()
         return self.weights.adapter_tensors(adapters, packed=packed, dtype=dtype, shared=shared)
 
-    def _all_updaters(self) -> dict[str, PolicyEngine]:
-        """Every optimizer: the agents' policies and the critics."""
-        return {**self.updaters, **(self.critic.updaters if self.critic is not None else {})}
-
     def optimizer_state(self, policy: str) -> dict[str, Any]:
-        """CPU copies of one policy's (or critic's) Adam moments and step counts (for checks and tests)."""
-        updaters = self._all_updaters()
-        if policy not in updaters:
-            known = sorted(updaters)
-            raise KeyError(f"{policy!r} has no optimizer (frozen or unknown); policies with one: {known}")
-        return updaters[policy].optimizer_state()
+        """CPU copies of one policy's (or critic's) optimizer state (for checks and tests)."""
+        return policy_checkpoint.optimizer_state(self._optimizers(), policy)
 
-    # ------------------------------------------------------------------ checkpoint
+    def _optimizers(self) -> dict[str, PolicyEngine]:
+        return policy_checkpoint.every_optimizer(self.updaters, self.critic)
+
+    # ------------------------------------------------------------------ checkpoint (policy_checkpoint.py)
     def save_checkpoint(self, ckpt_dir: str | os.PathLike) -> None:
-        """``adapters/<name>/`` PEFT dirs (rank 0) and ``optim/<policy>/rank<r>.pt`` optimizer states
-        (``optimizer_files.py``). The frozen base weights are never written. The driver then lists every
-        file with its size and SHA-256 in the checkpoint's manifest (``roll_ma/checkpoint.py``), which
-        resume checks before calling ``load_checkpoint``.
-        """
+        """``adapters/<name>/`` PEFT dirs, critic heads and every optimizer's state (rank shards)."""
         self.require_model()
-        root = Path(ckpt_dir)
-        if self.rank == 0:
-            self.weights.save(root)
-            if self.critic is not None:
-                self.critic.save_heads(root)
-        save_optimizer_states(self._all_updaters(), root, self.rank)
-        barrier()
+        policy_checkpoint.save_checkpoint(Path(ckpt_dir), self.weights, self.critic, self._optimizers(),
+                                          self.rank)
 
     def load_checkpoint(self, ckpt_dir: str | os.PathLike) -> None:
         """Restore what ``save_checkpoint`` wrote (same ZeRO stage and number of ranks)."""
         self.require_model()
-        root = Path(ckpt_dir)
-        self.weights.load(root)
-        if self.critic is not None:
-            self.critic.load_heads(root)
-        load_optimizer_states(self._all_updaters(), root, self.world_size)
-        self.weights.activate(None)
-        barrier()
+        policy_checkpoint.load_checkpoint(Path(ckpt_dir), self.weights, self.critic, self._optimizers(),
+                                          self.world_size)

@@ -103,3 +103,22 @@ def score_groups(model: Any, weights: Any, data: DataProto, groups: dict[str | N
             assert ent is not None  # asked for with_entropy
             entropy[torch.from_numpy(idx)] = ent
     return log_probs, entropy
+
+
+def log_prob_columns(model: Any, weights: Any, data: DataProto, by_policy: dict[str, np.ndarray] | None,
+                     batching: MicroBatching, device: torch.device, temperature: float = 1.0,
+                     with_entropy: bool = False) -> DataProto:
+    """(B, R) float32 ``old_log_probs``, each row under its policy (``by_policy``: row positions per
+    adapter) or, with ``by_policy`` None, ``ref_log_probs`` from the base weights (every adapter off); plus
+    ``entropy`` when asked. Eval mode, no grad."""
+    key = "old_log_probs" if by_policy is not None else "ref_log_probs"
+    check_columns(data, ("input_ids", "attention_mask", "responses"), f"compute {key}")
+    model.eval()
+    weights.activate(None)
+    groups: dict[str | None, np.ndarray] = {None: np.arange(len(data))}  # None: every adapter off
+    if by_policy is not None:
+        groups = {name: idx for name, idx in by_policy.items()}
+    log_probs, entropy = score_groups(model, weights, data, groups, batching, device, temperature,
+                                      with_entropy)
+    tensors = {key: log_probs, **({"entropy": entropy} if entropy is not None else {})}
+    return DataProto.from_dict(tensors, meta_info=data.meta_info)

@@ -5,9 +5,11 @@ RL update, the adapters' weights for the rollout engines, checkpoints. What only
 optional capability, a small Protocol of its own that a backend may also implement:
 
 - ``PhaseCapable``: a fresh optimizer per training phase (``phases``: SFT, DPO);
-- ``DPOCapable``: DPO's reference log-probs of chosen/rejected pairs and the frozen reference copies;
-- ``JointSearchCapable``: scoring a game's choices and distilling a searched joint policy
-  (``study.joint_search_every``).
+- ``DPOCapable``: DPO's reference log-probs of chosen/rejected pairs and the frozen reference copies.
+
+A study's pass over the policies (``roll_ma/studies``: the joint search) is no capability of the backend:
+the study's function comes with the call (``TrainWorker.score_with`` / ``train_with``) and checks the
+backend it is given.
 
 ``multi_agent_deepspeed`` (and ``deepspeed_train``, one policy) implement all of them; a new backend is a
 class with the core methods (plus any capability it offers), named in the config as 'pkg.module:Name' or
@@ -78,19 +80,6 @@ class DPOCapable(Protocol):
 
     def snapshot_reference(self) -> list[str]:
         """Copy the adapters as they are now into the reference copies; returns the policies copied."""
-        ...
-
-
-@runtime_checkable
-class JointSearchCapable(Protocol):
-    """Joint policy search (``study.joint_search_every``): score the answers, distill the found policy."""
-
-    def score_choices(self, data: DataProto) -> DataProto:
-        """Joint search: each row's choice probabilities under its agent's adapter."""
-        ...
-
-    def distill_choices(self, data: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
-        """Joint search: move each adapter towards the searched choices."""
         ...
 
 

@@ -119,12 +119,14 @@ class TrainClient(_Client):
     def gpu_memory_used_gb(self) -> float:
         return _submit(self.cluster, TrainWorker.gpu_memory_used_gb).get()
 
-    def score_choices(self, data: DataProto) -> DataProto:
-        return _submit(self.cluster, TrainWorker.score_choices, data).get()
+    def score_with(self, scorer: Callable[..., DataProto], data: DataProto) -> DataProto:
+        """A study's forward-only pass over the policies on rank 0 (``TrainWorker.score_with``)."""
+        return _submit(self.cluster, TrainWorker.score_with, scorer, data).get()
 
-    def distill_choices(self, data: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
-        """Joint search's supervised steps; rank 0's metrics."""
-        return _submit(self.cluster, TrainWorker.distill_choices, data, max_steps, stop_prob).get()[0]
+    def train_with(self, trainer: Callable[..., dict[str, float]], data: DataProto,
+                   *args: Any) -> dict[str, float]:
+        """A study's update of the policies on every rank (``TrainWorker.train_with``); rank 0's metrics."""
+        return _submit(self.cluster, TrainWorker.train_with, trainer, data, *args).get()[0]
 
     def export_adapters(self, adapters: list[str] | None, dtype: str | None = None,
                         transport: str = "ray") -> tuple[Any, float]:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
+from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig
 from roll_ma.data.turn_samples import TurnSample, collate_turns
 from roll_ma.distributed import activity
 from roll_ma.distributed.progress import progress_bar
@@ -30,6 +30,7 @@ from roll_ma.envs.prompts import chat_prompt_ids, encode_chat, encode_chats
 from roll_ma.inference.infer_backend import Generator
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import GenerateRequest
+from roll_ma.workers.worker_specs import EnvWorkerSpec, expect_spec
 
 if TYPE_CHECKING:
     from roll_ma.envs.base import Turn
@@ -105,39 +106,29 @@ class _Episode:
 class EnvWorker(Worker):
     """Plays episodes of one env against the rollout cluster and returns their turns as a DataProto."""
 
-    def __init__(
-        self,
-        role: str,
-        rank: int,
-        world_size: int,
-        env_vars: dict[str, str] | None,
-        env_cfg: EnvConfig,
-        model_cfg: ModelConfig,
-        agents: list[AgentConfig],
-        seats: list[str],
-        rollout_cfg: RolloutConfig,
-        seed: int,
-        action_choices: bool = False,
-    ):
+    def __init__(self, role: str, rank: int = 0, world_size: int = 1, env_vars: dict[str, str] | None = None,
+                 *, spec: EnvWorkerSpec):
+        expect_spec(spec, EnvWorkerSpec)
         super().__init__(role, rank, world_size, env_vars)
         from roll_ma.envs.env_registry import resolve_env_class
         from roll_ma.models.loading import load_tokenizer
 
-        self.env_cfg, self.rollout_cfg, self.seed = env_cfg, rollout_cfg, seed
-        self.env_cls = resolve_env_class(env_cfg.name)
-        self.agents = agents
-        self.agent_ids = {a.name: i for i, a in enumerate(agents)}
-        self.seats = list(seats)
-        self.tokenizer = load_tokenizer(model_cfg)
-        self.max_prompt_tokens = model_cfg.max_prompt_tokens
+        self.spec = spec
+        self.env_cfg, self.seed = spec.env, spec.seed
+        self.env_cls = resolve_env_class(spec.env.name)
+        self.agents = list(spec.agents)
+        self.agent_ids = {a.name: i for i, a in enumerate(spec.agents)}
+        self.seats = list(spec.seats)
+        self.tokenizer = load_tokenizer(spec.model)
+        self.max_prompt_tokens = spec.model.max_prompt_tokens
         self._reset_takes_problem = "problem" in inspect.signature(self.env_cls.reset).parameters
         # team envs build their prompts as token ids, with the model's tokenizer
         self._env_takes_tokenizer = "tokenizer" in inspect.signature(self.env_cls.__init__).parameters
         takes_vocab = "vocab_size" in inspect.signature(self.env_cls.__init__).parameters
-        self._vocab_size = model_vocab_size(model_cfg) if takes_vocab else None
+        self._vocab_size = model_vocab_size(spec.model) if takes_vocab else None
         # why opt-in: tokenizing every legal action of every turn costs time that only the
         # action entropy bonus (study.action_entropy_coef) needs
-        self.action_choices = action_choices
+        self.action_choices = spec.action_choices
         self._choice_ids: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ prompts

@@ -11,12 +11,12 @@ import logging
 import time
 from typing import Any
 
-from roll_ma.config.schema import AgentConfig, LoraConfig, ModelConfig, RolloutConfig
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.inference.infer_backend import InferBackend, SleepLevel
 from roll_ma.models.adapters import plan_adapters
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import GenerateRequest
+from roll_ma.workers.worker_specs import RolloutWorkerSpec, expect_spec
 
 logger = logging.getLogger(__name__)
 
@@ -24,30 +24,19 @@ logger = logging.getLogger(__name__)
 class RolloutWorker(Worker):
     """Generates responses for rows of any agent with that agent's newest adapter.
 
-    Args:
-        role, rank, world_size, env_vars: see ``Worker``.
-        model_cfg: the shared base model.
-        lora_cfg: default LoRA settings (agents may override them).
-        agents: the agents of the run, in config order (agent_id = index).
-        rollout_cfg: backend, sampling defaults and engine settings.
-        seed: the run seed (must equal the trainer's so version 0 adapters match).
+    Built from one ``RolloutWorkerSpec`` (``spec``: the base model, the LoRA block, the agents, the rollout
+    block, the seed; every setting named, the driver makes it): nothing is filled in with a default here.
+    ``role, rank, world_size, env_vars``: see ``Worker``.
     """
 
-    def __init__(
-        self,
-        role: str,
-        rank: int,
-        world_size: int,
-        env_vars: dict[str, str] | None,
-        model_cfg: ModelConfig,
-        lora_cfg: LoraConfig,
-        agents: list[AgentConfig],
-        rollout_cfg: RolloutConfig,
-        seed: int,
-    ):
+    def __init__(self, role: str, rank: int = 0, world_size: int = 1, env_vars: dict[str, str] | None = None,
+                 *, spec: RolloutWorkerSpec):
+        expect_spec(spec, RolloutWorkerSpec)
         super().__init__(role, rank, world_size, env_vars)
-        self.model_cfg, self.lora_cfg, self.rollout_cfg, self.seed = model_cfg, lora_cfg, rollout_cfg, seed
-        self.agent_specs, self.adapter_specs = plan_adapters(lora_cfg, agents)
+        self.spec = spec
+        self.model_cfg, self.lora_cfg, self.rollout_cfg = spec.model, spec.lora, spec.rollout
+        self.seed = spec.seed
+        self.agent_specs, self.adapter_specs = plan_adapters(spec.lora, list(spec.agents))
         self.strategy: InferBackend | None = None
         self._last_sync: dict[str, float] = {}
 

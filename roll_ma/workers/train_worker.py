@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from roll_ma.config.schema import StudyConfig
 from roll_ma.distributed.shm_transfer import SegmentOwner
 from roll_ma.distributed.worker import Dispatch, Worker, register
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import PairReference, ScoreRequest, UpdateRequest, UpdateResult
 from roll_ma.training.train_backend import (
     DPOCapable,
-    JointSearchCapable,
     PhaseCapable,
     TrainBackend,
     missing_capability,
@@ -27,7 +26,6 @@ from roll_ma.training.train_backend import (
 from roll_ma.workers.worker_specs import TrainWorkerSpec
 
 # what each optional capability offers and which part of a config calls for it (its error names both)
-JOINT_SEARCH = ("JointSearchCapable", "score_choices, distill_choices", "study.joint_search_every > 0")
 DPO = ("DPOCapable", "compute_pair_ref_log_probs, snapshot_reference", "a dpo phase")
 PHASES = ("PhaseCapable", "reset_optimizers", "phases")
 
@@ -66,7 +64,7 @@ class TrainWorker(Worker):
             self.world_size, reference_copies=spec.reference_copies, study_cfg=spec.study,
             critic_cfg=spec.critic,
         )
-        check_capabilities(strategy, spec.train.strategy, spec.study, spec.reference_copies)
+        check_capabilities(strategy, spec.train.strategy, spec.reference_copies)
         strategy.initialize(total_steps=total_steps)
         self.strategy = strategy
 
@@ -85,12 +83,6 @@ class TrainWorker(Worker):
         strategy = self._strategy()
         if not isinstance(strategy, DPOCapable):
             raise missing_capability(self.spec.train.strategy, *DPO)
-        return strategy
-
-    def _joint_search(self) -> JointSearchCapable:
-        strategy = self._strategy()
-        if not isinstance(strategy, JointSearchCapable):
-            raise missing_capability(self.spec.train.strategy, *JOINT_SEARCH)
         return strategy
 
     @register(Dispatch.DP_BALANCED)
@@ -172,15 +164,19 @@ class TrainWorker(Worker):
         return (total - free) / 1024**3
 
     @register(Dispatch.RANK_ZERO)
-    def score_choices(self, data: DataProto) -> DataProto:
-        """(B, K) ``choice_log_probs`` of each row's legal answers under its agent's adapter (joint search;
-        a few dozen prompts, so rank 0 alone)."""
-        return self._joint_search().score_choices(data)
+    def score_with(self, scorer: Callable[[TrainBackend, DataProto], DataProto],
+                   data: DataProto) -> DataProto:
+        """A study's forward-only pass over the policies (``scorer(backend, data)``, e.g. the joint search's
+        scores of a game's legal answers: a few dozen prompts, so rank 0 alone). The study's function comes
+        with the call (Ray imports its module here): the worker imports no study itself."""
+        return scorer(self._strategy(), data)
 
     @register(Dispatch.ONE_TO_ALL)
-    def distill_choices(self, data: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
-        """Supervised steps on each row's ``target_action`` into its agent's adapter (all rows, all ranks)."""
-        metrics = self._joint_search().distill_choices(data, max_steps, stop_prob)
+    def train_with(self, trainer: Callable[..., dict[str, float]], data: DataProto,
+                   *args: Any) -> dict[str, float]:
+        """A study's update of the policies on every rank (``trainer(backend, data, *args)``, e.g. the joint
+        search's distillation), returning its metrics."""
+        metrics = trainer(self._strategy(), data, *args)
         _release_cached_gpu_memory()
         return metrics
 
@@ -242,12 +238,10 @@ class TrainWorker(Worker):
         self._strategy().load_checkpoint(ckpt_dir)
 
 
-def check_capabilities(backend: TrainBackend, strategy: str, study_cfg: StudyConfig,
-                       reference_copies: bool) -> None:
+def check_capabilities(backend: TrainBackend, strategy: str, reference_copies: bool) -> None:
     """Refuse, before any model is built, a backend that lacks a capability this run's config calls for
-    (a phase's optimizer reset is checked when a phase starts: the worker does not see the phases)."""
-    if study_cfg.joint_search_every > 0 and not isinstance(backend, JointSearchCapable):
-        raise missing_capability(strategy, *JOINT_SEARCH)
+    (a phase's optimizer reset is checked when a phase starts: the worker does not see the phases; a study's
+    pass checks the backend it is given, ``roll_ma/studies``)."""
     if reference_copies and not isinstance(backend, DPOCapable):  # frozen copies: only DPO asks for them
         raise missing_capability(strategy, *DPO)
 

@@ -1,5 +1,6 @@
 """What a worker is built with: one typed spec per role, every setting named and none defaulted
-(``TrainWorkerSpec``, ``ReferenceWorkerSpec``).
+(``TrainWorkerSpec``, ``ReferenceWorkerSpec``, ``RolloutWorkerSpec``, ``EnvWorkerSpec``,
+``WorkflowWorkerSpec``).
 
 The driver builds each from the run's config and plan (``pipelines/clusters.py``); the worker reads nothing
 else. A forgotten, misspelt or mistyped setting is refused where the spec is made, naming the setting,
@@ -18,8 +19,10 @@ from roll_ma.config.schema import (
     AgentConfig,
     AlgorithmConfig,
     CriticConfig,
+    EnvConfig,
     LoraConfig,
     ModelConfig,
+    RolloutConfig,
     StudyConfig,
     TrainConfig,
 )
@@ -97,8 +100,7 @@ class TrainWorkerSpec(WorkerSpec):
     ROLE = "train"
 
     def problems(self) -> list[str]:
-        found = [f"agents[{i}] must be an AgentConfig, got {type(a).__name__}"
-                 for i, a in enumerate(self.agents) if not isinstance(a, AgentConfig)]
+        found = _agent_problems(self.agents)
         if not self.agents:
             found.append("agents is empty: a train worker trains at least one agent")
         if self.train.share_prompt_prefix == "auto" and self.train.remove_padding:
@@ -121,6 +123,103 @@ class ReferenceWorkerSpec(WorkerSpec):
     batching: MicroBatching
 
     ROLE = "reference"
+
+
+@dataclass(frozen=True)
+class RolloutWorkerSpec(WorkerSpec):
+    """Every setting of a rollout worker (one inference engine serving every agent's adapter).
+
+    Attributes:
+        model: the base model the engine serves (``model``; a teacher's own ``teacher.model``).
+        lora: the default LoRA block; each agent's overrides sit on its ``AgentConfig``.
+        agents: every agent, index = ``agent_id`` (empty: a teacher serving the base model alone).
+        rollout: backend, sampling defaults and engine settings (``rollout``, or ``teacher.rollout``).
+        seed: the run seed (the trainer's: version 0 adapters drawn by the engine match the trainer's).
+    """
+
+    model: ModelConfig
+    lora: LoraConfig
+    agents: tuple[AgentConfig, ...]
+    rollout: RolloutConfig
+    seed: int
+
+    ROLE = "rollout"
+
+    def problems(self) -> list[str]:
+        return _agent_problems(self.agents)
+
+
+@dataclass(frozen=True)
+class EnvWorkerSpec(WorkerSpec):
+    """Every setting of an env worker (turn-based envs and games, played against the rollout workers).
+
+    Attributes:
+        env: the env, its episodes and turn budget (``env``; no ``env.workflow``: a workflow worker's).
+        model: the model whose tokenizer renders the prompts (``model``; a teacher's own).
+        agents: every agent, index = ``agent_id`` (at least one).
+        seats: the agent name in each seat (``config.seats.resolve_seats``).
+        seed: sampling seeds and the envs' randomness.
+        action_choices: tokenize every legal action of a game's turns into the rows (``action_choices``):
+            only the entropy bonus over legal actions reads them (``study.action_entropy_coef`` > 0).
+    """
+
+    env: EnvConfig
+    model: ModelConfig
+    agents: tuple[AgentConfig, ...]
+    seats: tuple[str, ...]
+    seed: int
+    action_choices: bool
+
+    ROLE = "env"
+
+    def problems(self) -> list[str]:
+        found = _agent_problems(self.agents, at_least_one=True)
+        found += [f"seats[{i}] must be a str, got {type(s).__name__}"
+                  for i, s in enumerate(self.seats) if not isinstance(s, str)]
+        if self.env.workflow:
+            found.append(f"env.workflow is {self.env.workflow!r}: a workflow runs in a workflow worker "
+                         "(WorkflowWorkerSpec)")
+        return found
+
+
+@dataclass(frozen=True)
+class WorkflowWorkerSpec(WorkerSpec):
+    """Every setting of a workflow worker (the env worker of runs whose config names ``env.workflow``).
+
+    Attributes:
+        env: the env block, naming the workflow, its tools and kwargs (``env``).
+        model: the model whose tokenizer renders the prompts (``model``).
+        agents: every agent, index = ``agent_id`` (at least one); a workflow calls them by name.
+        seed: sampling seeds and each episode's ``rng``.
+    """
+
+    env: EnvConfig
+    model: ModelConfig
+    agents: tuple[AgentConfig, ...]
+    seed: int
+
+    ROLE = "workflow"
+
+    def problems(self) -> list[str]:
+        found = _agent_problems(self.agents, at_least_one=True)
+        if not self.env.workflow:
+            found.append("env.workflow is empty: a workflow worker runs the workflow that env.workflow names")
+        return found
+
+
+def expect_spec(spec: Any, want: type[WorkerSpec]) -> None:
+    """Refuse a worker built from anything but its role's spec (a dict of settings: ``from_settings``)."""
+    if not isinstance(spec, want):
+        raise TypeError(f"a {want.ROLE} worker is built from a {want.__name__} "
+                        f"({want.__name__}.from_settings(dict) makes one), got {type(spec).__name__}")
+
+
+def _agent_problems(agents: tuple[AgentConfig, ...], at_least_one: bool = False) -> list[str]:
+    found = [f"agents[{i}] must be an AgentConfig, got {type(a).__name__}"
+             for i, a in enumerate(agents) if not isinstance(a, AgentConfig)]
+    if at_least_one and not agents:
+        found.append("agents is empty: the worker plays at least one agent")
+    return found
 
 
 def _is(value: Any, want: type) -> bool:

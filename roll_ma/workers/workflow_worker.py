@@ -19,7 +19,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
 from roll_ma.data.turn_samples import collate_turns
 from roll_ma.distributed.progress import progress_bar
 from roll_ma.distributed.worker import Dispatch, Worker, register, share_of
@@ -29,6 +28,7 @@ from roll_ma.inference.infer_backend import Generator
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import GenerateRequest
 from roll_ma.workers.env_worker import EpisodeSpec, sample_seed
+from roll_ma.workers.worker_specs import WorkflowWorkerSpec, expect_spec
 
 logger = logging.getLogger(__name__)
 
@@ -39,34 +39,28 @@ class WorkflowError(UserCodeError):
 
 
 class WorkflowWorker(Worker):
-    """Plays workflow episodes; same constructor and ``run_episodes`` as ``EnvWorker``."""
+    """Plays workflow episodes; the same ``run_episodes`` as ``EnvWorker``.
 
-    def __init__(
-        self,
-        role: str,
-        rank: int,
-        world_size: int,
-        env_vars: dict[str, str] | None,
-        env_cfg: EnvConfig,
-        model_cfg: ModelConfig,
-        agents: list[AgentConfig],
-        seats: list[str],
-        rollout_cfg: RolloutConfig,
-        seed: int,
-        action_choices: bool = False,
-    ):
+    Built from one ``WorkflowWorkerSpec`` (``spec``: the env block naming the workflow, the model, the agents,
+    the seed; every setting named, the driver makes it).
+    """
+
+    def __init__(self, role: str, rank: int = 0, world_size: int = 1, env_vars: dict[str, str] | None = None,
+                 *, spec: WorkflowWorkerSpec):
+        expect_spec(spec, WorkflowWorkerSpec)
         super().__init__(role, rank, world_size, env_vars)
         from roll_ma.models.loading import load_tokenizer
         from roll_ma.workflows.lookup import load_workflow
         from roll_ma.workflows.tools import build_tools
 
-        self.env_cfg, self.seed = env_cfg, seed
-        self.workflow = load_workflow(env_cfg.workflow)
-        self.tools = build_tools(env_cfg.tools)  # why once per worker: a tool may hold costly state
-        self.agents = [a.name for a in agents]
-        self.system_prompts = {a.name: a.system_prompt for a in agents}
-        self.tokenizer = load_tokenizer(model_cfg)
-        self.max_prompt_tokens = model_cfg.max_prompt_tokens
+        self.spec = spec
+        self.env_cfg, self.seed = spec.env, spec.seed
+        self.workflow = load_workflow(spec.env.workflow)
+        self.tools = build_tools(spec.env.tools)  # why once per worker: a tool may hold costly state
+        self.agents = [a.name for a in spec.agents]
+        self.system_prompts = {a.name: a.system_prompt for a in spec.agents}
+        self.tokenizer = load_tokenizer(spec.model)
+        self.max_prompt_tokens = spec.model.max_prompt_tokens
 
     @register(Dispatch.ONE_TO_ALL)
     def run_episodes(

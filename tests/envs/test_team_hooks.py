@@ -124,13 +124,16 @@ def test_a_hook_marker_shows_up_in_the_generated_prompt(files, tiny_model_dir):
     from roll_ma.config.schema import LoraConfig
     from roll_ma.workers.env_worker import EnvWorker, EpisodeSpec
     from roll_ma.workers.rollout_worker import RolloutWorker
+    from roll_ma.workers.worker_specs import EnvWorkerSpec, RolloutWorkerSpec
 
     agents = _agents(files)
-    rollout = RolloutWorker("rollout", 0, 1, None, ModelConfig(path=tiny_model_dir), LoraConfig(rank=4),
-                            agents, RolloutConfig(max_new_tokens=6, micro_batch_size=8), seed=0)
+    rollout = RolloutWorker("rollout", spec=RolloutWorkerSpec(
+        model=ModelConfig(path=tiny_model_dir), lora=LoraConfig(rank=4), agents=tuple(agents),
+        rollout=RolloutConfig(max_new_tokens=6, micro_batch_size=8), seed=0))
     rollout.init_model()
-    worker = EnvWorker("env", 0, 1, None, EnvConfig(name="marft"), ModelConfig(path=tiny_model_dir), agents,
-                       ["reasoner", "actor"], RolloutConfig(), seed=0)
+    worker = EnvWorker("env", spec=EnvWorkerSpec(
+        env=EnvConfig(name="marft"), model=ModelConfig(path=tiny_model_dir), agents=tuple(agents),
+        seats=("reasoner", "actor"), seed=0, action_choices=False))
     specs = [[EpisodeSpec(f"e{k}", "g", k, {"problem": "2+3", "answer": "5"}) for k in range(2)]]
     batch = worker.run_episodes(rollout, specs, step=1)
     assert len(batch) == 4 and sorted(batch.non_tensor["agent_id"].tolist()) == [0, 0, 1, 1]
@@ -188,9 +191,11 @@ def test_a_hook_returning_ids_outside_the_vocabulary_is_named_before_the_model_s
 
 def test_the_env_worker_gives_team_envs_the_models_vocabulary(tiny_model_dir):
     from roll_ma.workers.env_worker import EnvWorker
+    from roll_ma.workers.worker_specs import EnvWorkerSpec
 
-    worker = EnvWorker("env", 0, 1, None, EnvConfig(name="marft"), ModelConfig(path=tiny_model_dir),
-                       [AgentConfig(name="solo")], ["solo"], RolloutConfig(), seed=0)
+    worker = EnvWorker("env", spec=EnvWorkerSpec(
+        env=EnvConfig(name="marft"), model=ModelConfig(path=tiny_model_dir),
+        agents=(AgentConfig(name="solo"),), seats=("solo",), seed=0, action_choices=False))
     from transformers import AutoConfig
 
     assert worker._vocab_size == AutoConfig.from_pretrained(tiny_model_dir).vocab_size

@@ -6,10 +6,11 @@ from collections.abc import Callable
 
 import torch
 
-from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
+from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import GenerateRequest
 from roll_ma.workers.env_worker import EpisodeSpec
+from roll_ma.workers.worker_specs import WorkflowWorkerSpec
 from roll_ma.workers.workflow_worker import WorkflowWorker
 
 MODEL = ModelConfig(path="builtin:tiny", max_prompt_tokens=512)
@@ -56,18 +57,9 @@ class ScriptedRollout:
 
 
 def make_worker(workflow: str, agents: list[str], **env) -> WorkflowWorker:
-    return WorkflowWorker(
-        "env",
-        0,
-        1,
-        None,
-        EnvConfig(workflow=workflow, **env),
-        MODEL,
-        [AgentConfig(name=a) for a in agents],
-        list(agents),
-        RolloutConfig(),
-        seed=0,
-    )
+    spec = WorkflowWorkerSpec(env=EnvConfig(workflow=workflow, **env), model=MODEL,
+                              agents=tuple(AgentConfig(name=a) for a in agents), seed=0)
+    return WorkflowWorker("env", spec=spec)
 
 
 def specs(tasks: list[dict], group: str = "g") -> list[list[EpisodeSpec]]:

@@ -114,3 +114,13 @@ def worker_spec(model: ModelConfig, agents: Sequence[AgentConfig], **settings: A
                                 "critic": CriticConfig(), "study": StudyConfig(), "seed": 0,
                                 "reference_copies": False}
     return TrainWorkerSpec.from_settings({**defaults, "model": model, "agents": agents, **settings})
+
+
+def same_optimizer_state(a: dict, b: dict) -> bool:
+    """Two ``optimizer_state`` dicts hold the same Adam moments and step counts, bit for bit."""
+    for key in ("exp_avg", "exp_avg_sq", "step"):
+        if len(a[key]) != len(b[key]):
+            return False
+        if not all(torch.equal(x, y) for x, y in zip(a[key], b[key], strict=True)):
+            return False
+    return a["global_steps"] == b["global_steps"] and a["scheduler_steps"] == b["scheduler_steps"]

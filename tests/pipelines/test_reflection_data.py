@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig, RolloutConfig
+from roll_ma.config.schema import AgentConfig, EnvConfig, ModelConfig
 from roll_ma.pipelines.phases.reflection_data import (
     Branch,
     accepted_rows,
@@ -17,6 +17,7 @@ from roll_ma.pipelines.phases.reflection_data import (
 )
 from roll_ma.workers.env_worker import EnvWorker, EpisodeSpec, sample_seed
 from roll_ma.workers.replay import ScriptedRollout
+from roll_ma.workers.worker_specs import EnvWorkerSpec
 
 AGENTS = [AgentConfig(name="actor"), AgentConfig(name="critic")]
 PROBLEM = {"problem": "37+48", "answer": "85"}
@@ -27,18 +28,9 @@ FIRST, CRITIQUE = "\\boxed{84}", "37+48=85 Incorrect"
 def play(tiny_model_dir):
     """play(specs, texts by (episode, turn)) -> (rows, episode summaries) of a 2-round reflection game."""
     model = ModelConfig(path=tiny_model_dir, max_prompt_tokens=256)
-    env = EnvWorker(
-        "env",
-        0,
-        1,
-        None,
-        EnvConfig(name="math_reflection", max_rounds=2),
-        model,
-        AGENTS,
-        ["actor", "critic"],
-        RolloutConfig(),
-        seed=0,
-    )
+    spec = EnvWorkerSpec(env=EnvConfig(name="math_reflection", max_rounds=2), model=model,
+                         agents=tuple(AGENTS), seats=("actor", "critic"), seed=0, action_choices=False)
+    env = EnvWorker("env", spec=spec)
 
     def run(specs, texts):
         script = {sample_seed(eid, turn): text for (eid, turn), text in texts.items()}

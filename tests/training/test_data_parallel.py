@@ -66,9 +66,10 @@ def test_two_ranks_match_one_rank(ray_session, make_strategy, tiny_model_dir, ad
 def test_two_ranks_distill_like_one_rank(ray_session, make_strategy, tiny_model_dir, adapter_init_dir,
                                          zero_stage):
     """Joint search's distillation: both ranks get every row, take the same steps, end as one rank does."""
-    from test_study_joint_search import _rows
+    from test_joint_search_train import _rows
 
     from roll_ma.distributed.cluster import Cluster
+    from roll_ma.studies.joint_search_train import distill_choices
     from roll_ma.workers.train_worker import TrainWorker
 
     agents = [AgentConfig(name=n, init_adapter=adapter_init_dir(n)) for n in ("a0", "a1")]
@@ -79,9 +80,9 @@ def test_two_ranks_distill_like_one_rank(ray_session, make_strategy, tiny_model_
         cluster.init_model()
         single = make_strategy(agents, zero_stage=zero_stage, lr=1e-2)
         rows = _rows([1, 0], [0, 1])
-        per_rank = cluster.distill_choices(rows, 15, 0.99)
+        per_rank = cluster.train_with(distill_choices, rows, 15, 0.99)
         assert per_rank[0] == per_rank[1] and per_rank[0]["a0/steps"] > 0
-        want = single.distill_choices(rows, 15, 0.99)
+        want = distill_choices(single, rows, 15, 0.99)
         assert per_rank[0].keys() == want.keys() and per_rank[0]["a1/steps"] == want["a1/steps"]
         got_w, want_w = cluster.adapter_tensors(), single.adapter_tensors()
         for name in want_w:

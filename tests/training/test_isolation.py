@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from train_helpers import all_finite, make_batch, on_policy
+from train_helpers import all_finite, make_batch, on_policy, same_optimizer_state
 
 from roll_ma.protocol.requests import UpdateRequest
 
@@ -16,13 +16,7 @@ def _opt_states(strategy) -> dict:
     return {name: strategy.optimizer_state(name) for name in AGENTS}
 
 
-def _same_state(a: dict, b: dict) -> bool:
-    for key in ("exp_avg", "exp_avg_sq", "step"):
-        if len(a[key]) != len(b[key]):
-            return False
-        if not all(torch.equal(x, y) for x, y in zip(a[key], b[key], strict=True)):
-            return False
-    return a["global_steps"] == b["global_steps"] and a["scheduler_steps"] == b["scheduler_steps"]
+_same_state = same_optimizer_state  # (the joint search's test reads it too: train_helpers)
 
 
 @pytest.mark.parametrize("zero_stage", [0, 1, 2])

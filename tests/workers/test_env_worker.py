@@ -9,6 +9,7 @@ import torch
 from roll_ma.config.schema import AgentConfig, EnvConfig, LoraConfig, ModelConfig, RolloutConfig
 from roll_ma.workers.env_worker import EnvWorker, EpisodeSpec
 from roll_ma.workers.rollout_worker import RolloutWorker
+from roll_ma.workers.worker_specs import EnvWorkerSpec, RolloutWorkerSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from seat_game import SeatGame  # noqa: E402
@@ -18,35 +19,17 @@ MATH_AGENTS = [AgentConfig(name="solver"), AgentConfig(name="critic"), AgentConf
 
 
 def _rollout(model_dir, agents):
-    worker = RolloutWorker(
-        "rollout",
-        0,
-        1,
-        None,
-        ModelConfig(path=model_dir),
-        LoraConfig(rank=4),
-        agents,
-        RolloutConfig(max_new_tokens=8, micro_batch_size=32),
-        seed=0,
-    )
+    worker = RolloutWorker("rollout", spec=RolloutWorkerSpec(
+        model=ModelConfig(path=model_dir), lora=LoraConfig(rank=4), agents=tuple(agents),
+        rollout=RolloutConfig(max_new_tokens=8, micro_batch_size=32), seed=0))
     worker.init_model()
     return worker
 
 
 def _env_worker(model_dir, env_cfg, agents, seats, max_prompt_tokens=256, action_choices=False):
-    return EnvWorker(
-        "env",
-        0,
-        1,
-        None,
-        env_cfg,
-        ModelConfig(path=model_dir, max_prompt_tokens=max_prompt_tokens),
-        agents,
-        seats,
-        RolloutConfig(),
-        seed=0,
-        action_choices=action_choices,
-    )
+    return EnvWorker("env", spec=EnvWorkerSpec(
+        env=env_cfg, model=ModelConfig(path=model_dir, max_prompt_tokens=max_prompt_tokens),
+        agents=tuple(agents), seats=tuple(seats), seed=0, action_choices=action_choices))
 
 
 def _specs(n, seed=3, group="g"):
@@ -269,27 +252,19 @@ def test_env_workers_on_ray(ray_session, tiny_model_dir):
         "rollout",
         RolloutWorker,
         2,
-        init_kwargs=dict(
-            model_cfg=ModelConfig(path=tiny_model_dir),
-            lora_cfg=LoraConfig(rank=4),
-            agents=HANABI_AGENTS,
-            rollout_cfg=RolloutConfig(max_new_tokens=8),
-            seed=0,
-        ),
+        init_kwargs={"spec": RolloutWorkerSpec(model=ModelConfig(path=tiny_model_dir),
+                                               lora=LoraConfig(rank=4), agents=tuple(HANABI_AGENTS),
+                                               rollout=RolloutConfig(max_new_tokens=8), seed=0)},
     )
     rollout.init_model()
     envs = Cluster(
         "env",
         EnvWorker,
         2,
-        init_kwargs=dict(
-            env_cfg=EnvConfig(name="tiny_hanabi"),
-            model_cfg=ModelConfig(path=tiny_model_dir),
-            agents=HANABI_AGENTS,
-            seats=["p0", "p1"],
-            rollout_cfg=RolloutConfig(),
-            seed=0,
-        ),
+        init_kwargs={"spec": EnvWorkerSpec(env=EnvConfig(name="tiny_hanabi"),
+                                           model=ModelConfig(path=tiny_model_dir),
+                                           agents=tuple(HANABI_AGENTS), seats=("p0", "p1"), seed=0,
+                                           action_choices=False)},
     )
     parts = envs.run_episodes(rollout, [_specs(2, group="w0")[0], _specs(3, group="w1")[0]], 1)
     assert [len(p.meta_info["episodes"]) for p in parts] == [2, 3]

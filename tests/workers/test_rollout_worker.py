@@ -9,18 +9,14 @@ from rollout_helpers import AGENTS, GREEDY, LORA, SEED, TEXTS, make_request, res
 from roll_ma.distributed.tensor_transfer import pack_tensors
 from roll_ma.protocol.requests import GenerateRequest
 from roll_ma.workers.rollout_worker import RolloutWorker
+from roll_ma.workers.worker_specs import RolloutWorkerSpec
 
 AGENT_IDS = [0, 1, 2, 1, 0, 1]
 
 
 def _init_kwargs(model_cfg, backend: str, **overrides) -> dict:
-    return dict(
-        model_cfg=model_cfg,
-        lora_cfg=LORA,
-        agents=AGENTS,
-        rollout_cfg=rollout_cfg(backend=backend, **overrides),
-        seed=SEED,
-    )
+    return {"spec": RolloutWorkerSpec(model=model_cfg, lora=LORA, agents=tuple(AGENTS),
+                                      rollout=rollout_cfg(backend=backend, **overrides), seed=SEED)}
 
 
 def test_worker_without_ray(rollout_model_cfg, tokenizer, make_adapter_tensors):

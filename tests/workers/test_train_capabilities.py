@@ -10,12 +10,12 @@ import pytest
 import torch
 from train_helpers import make_batch, worker_spec
 
-from roll_ma.config.schema import AgentConfig, ModelConfig, StudyConfig, TrainConfig
+from roll_ma.config.schema import AgentConfig, ModelConfig, TrainConfig
 from roll_ma.protocol import DataProto
 from roll_ma.protocol.requests import ScoreRequest, UpdateResult
 from roll_ma.training.deepspeed_train import DeepSpeedTrainStrategy
 from roll_ma.training.multi_agent_deepspeed import MultiAgentDeepSpeedStrategy
-from roll_ma.training.train_backend import DPOCapable, JointSearchCapable, PhaseCapable, TrainBackend
+from roll_ma.training.train_backend import DPOCapable, PhaseCapable, TrainBackend
 from roll_ma.workers.train_worker import TrainWorker, check_capabilities
 
 
@@ -51,8 +51,8 @@ class CoreOnly:
 
 @pytest.mark.parametrize("backend", [MultiAgentDeepSpeedStrategy, DeepSpeedTrainStrategy])
 def test_the_built_in_backends_have_every_capability(backend):
-    assert all(issubclass(backend, c) for c in (PhaseCapable, DPOCapable, JointSearchCapable))
-    assert not any(issubclass(CoreOnly, c) for c in (PhaseCapable, DPOCapable, JointSearchCapable))
+    assert all(issubclass(backend, c) for c in (PhaseCapable, DPOCapable))
+    assert not any(issubclass(CoreOnly, c) for c in (PhaseCapable, DPOCapable))
 
 
 def test_a_core_only_backend_scores_and_refuses_each_capability_by_name(tiny_model_dir, adapter_init_dir):
@@ -65,9 +65,10 @@ def test_a_core_only_backend_scores_and_refuses_each_capability_by_name(tiny_mod
     worker.strategy = CoreOnly(worker._strategy())
     assert torch.equal(worker.compute_log_probs(batch, ScoreRequest()).batch["old_log_probs"], full)
 
-    joint = r"study.joint_search_every > 0 needs .* JointSearchCapable capability \(score_choices, distill"
-    with pytest.raises(ValueError, match=joint + r".*train.strategy=multi_agent_deepspeed has none"):
-        worker.score_choices(batch)
+    from roll_ma.studies.joint_search_train import score_choices  # a study's pass checks its backend
+
+    with pytest.raises(ValueError, match=r"study.joint_search_every > 0: .*policy set .*not a CoreOnly"):
+        worker.score_with(score_choices, batch)
     with pytest.raises(ValueError, match=r"a dpo phase needs .* DPOCapable capability"):
         worker.snapshot_reference()
     with pytest.raises(ValueError, match=r"phases needs .* PhaseCapable capability \(reset_optimizers\)"):
@@ -76,9 +77,6 @@ def test_a_core_only_backend_scores_and_refuses_each_capability_by_name(tiny_mod
 
 def test_a_config_needing_a_missing_capability_is_refused_before_the_model_is_built():
     backend = object.__new__(CoreOnly)  # the check reads the class's methods only
-    with pytest.raises(ValueError, match=r"study.joint_search_every > 0 needs .*JointSearchCapable.*"
-                                         r"train.strategy=my_backend has none"):
-        check_capabilities(backend, "my_backend", StudyConfig(joint_search_every=2), reference_copies=False)
     with pytest.raises(ValueError, match=r"a dpo phase needs .*DPOCapable"):
-        check_capabilities(backend, "my_backend", StudyConfig(), reference_copies=True)
-    check_capabilities(backend, "my_backend", StudyConfig(), reference_copies=False)  # a plain RL run: fine
+        check_capabilities(backend, "my_backend", reference_copies=True)
+    check_capabilities(backend, "my_backend", reference_copies=False)  # a plain RL run: fine

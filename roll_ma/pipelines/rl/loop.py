@@ -15,7 +15,7 @@ What one step does (every agent is a LoRA adapter on one shared base model):
 4. Update: the train workers partition the batch by agent and update the adapters one after
    another, each only from its own rows, each with its own optimizer state. Small cooperative
    games may add a joint policy search every ``study.joint_search_every`` steps, whose
-   better joint policy is distilled into the adapters (``joint_search_step.py``).
+   better joint policy is distilled into the adapters (``roll_ma/studies/joint_search_step.py``).
 5. Sync: every adapter updated this step is pushed into the rollout engines under version = step
    (in memory, straight into vLLM's LoRA slots); the next step's rows must report each agent's
    newest version (a stale row stops the run).
@@ -25,7 +25,8 @@ The code follows those numbers: ``run_rl_loop`` below opens the run's session (`
 models, resume, teardown), sets up the steps' parts once (``run.py``) and calls one step function per
 step. The step is a short list of named stages (``stages.py``); which step, synchronous (``step.py``),
 streamed one step ahead (``rollout.max_staleness`` > 0, ``step_streamed.py``) or synchronous with a joint
-search (``study.joint_search_every`` > 0, ``joint_search_step.py``), is chosen once here (``choose_step``).
+search (``study.joint_search_every`` > 0, a study's step kind: ``roll_ma/studies/joint_search_step.py``), is
+chosen once here (``choose_step``).
 
 Resume (``trainer.resume=auto``) starts after the newest checkpoint whose files all match its
 manifest (``roll_ma/checkpoint.py``); a damaged newer one is named, with the reason, and skipped.
@@ -43,7 +44,6 @@ from typing import Any
 from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.evaluation import evaluate
-from roll_ma.pipelines.rl.joint_search_step import JointSearch, JointSearchStep
 from roll_ma.pipelines.rl.rl_run import RLRun, StepHook, prepare_rl_run
 from roll_ma.pipelines.rl.stages import save_checkpoint_if_due
 from roll_ma.pipelines.rl.step import synchronous_step
@@ -94,14 +94,31 @@ def last_lines(session: RunSession, plot: Path | None) -> list[str]:
     return ([change] if change else []) + [done_line(session.saved, metrics_path, plot)]
 
 
-def choose_step(run: RLRun) -> Callable[[RLRun, int], dict[str, Any]]:
-    """The step variant the run plan names (``RunPlan.step_kind``): streamed one step ahead, synchronous
-    with a joint search (the search's game tree built here), or synchronous."""
+Step = Callable[[RLRun, int], dict[str, Any]]
+# the step kinds a study adds (RunPlan.step_kind -> the step's maker, given the run): the core imports no
+# study; ``roll_ma.studies`` registers its kinds when imported ("joint_search")
+STUDY_STEPS: dict[str, Callable[[RLRun], Step]] = {}
+
+
+def register_step_kind(kind: str, make: Callable[[RLRun], Step]) -> None:
+    """Let the loop take ``kind``'s step, made by ``make(run)`` once per run (a study's step kind)."""
+    if STUDY_STEPS.get(kind, make) is not make:
+        raise ValueError(f"the RL loop's step kind {kind!r} is registered already")
+    STUDY_STEPS[kind] = make
+
+
+def choose_step(run: RLRun) -> Step:
+    """The step variant the run plan names (``RunPlan.step_kind``): streamed one step ahead, a study's (the
+    joint search's, registered by ``roll_ma.studies``), or synchronous."""
     kind = run.plan.step_kind
     if kind == "streamed":
         return streamed_step
+    if kind in STUDY_STEPS:
+        return STUDY_STEPS[kind](run)
     if kind == "joint_search":
-        return JointSearchStep(JointSearch(run.cfg, run.session.seats))
+        raise ValueError("study.joint_search_every > 0: the joint search is a study (roll_ma.studies), "
+                         "not loaded in this process; import roll_ma.studies before the run starts "
+                         "(roll_ma.train and start_pipeline.py do)")
     if kind != "synchronous":
         raise ValueError(f"the RL loop has no step for a run plan of step kind {kind!r}")
     return synchronous_step

@@ -3,8 +3,8 @@ the rows, then push the updated adapters before the next rollout starts.
 
 Its stages, in order: rollout (every row must report its agent's newest adapter version), score
 (reference and old log-probs, the critic's values), advantages, update (agent after agent), sync,
-evaluation, record. The joint-search step (``joint_search_step.py``) is this step with one more stage
-between the update and the sync.
+evaluation, record. The joint-search step (a study's: ``roll_ma/studies/joint_search_step.py``) is this
+step with one more stage between the update and the sync.
 """
 
 from __future__ import annotations

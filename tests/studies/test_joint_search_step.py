@@ -1,7 +1,8 @@
 """The pipeline's joint search step: what it scores, when it distills, and what it asks each agent to learn.
 
-The train worker here is a table of answer probabilities per prompt (the step only calls
-``score_choices`` and ``distill_choices``); the real worker is in test_pipeline_e2e.py's run.
+The train worker here is a table of answer probabilities per prompt (the step hands the train worker the
+study's ``score_choices`` and ``distill_choices`` through ``score_with`` / ``train_with``; the table answers
+them); the real worker is in test_pipeline_e2e.py's run.
 """
 
 import numpy as np
@@ -9,9 +10,10 @@ import pytest
 import torch
 from local_cluster import LocalCluster
 
-from roll_ma.pipelines.rl.joint_search_step import JointSearch
 from roll_ma.preflight.config_loader import load_config
 from roll_ma.protocol import DataProto
+from roll_ma.studies.joint_search_step import JointSearch
+from roll_ma.studies.joint_search_train import distill_choices, score_choices
 from roll_ma.workers.clients import TrainClient
 from roll_ma.workers.train_worker import TrainWorker
 
@@ -39,7 +41,8 @@ class TableTrainer:
                 card, partner = int(seen.split("Card d")[1][0]), int(seen.split("chose a")[1][0])
                 self.picks.append(player1[(card, partner)])
 
-    def score_choices(self, rows: DataProto) -> DataProto:
+    def score_with(self, scorer, rows: DataProto) -> DataProto:
+        assert scorer is score_choices
         probs = torch.full((len(rows), 3), 0.1)
         probs[torch.arange(len(rows)), torch.tensor(self.picks)] = 0.8
         return DataProto.from_dict({"choice_log_probs": probs.log()})
@@ -47,7 +50,8 @@ class TableTrainer:
     def client(self) -> TrainClient:
         return TrainClient(LocalCluster(self, TrainWorker, "train"))
 
-    def distill_choices(self, rows: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
+    def train_with(self, trainer, rows: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
+        assert trainer is distill_choices
         self.distilled.append((list(rows.non_tensor["agent_id"]), list(rows.non_tensor["target_action"])))
         self.picks = list(rows.non_tensor["target_action"])  # learned exactly
         return {"player_0/steps": 3.0, "player_1/steps": 5.0}
@@ -87,3 +91,17 @@ def test_nothing_is_distilled_at_the_optimum(search):
     assert metrics["search/value_greedy"] == metrics["search/value_found"] == pytest.approx(10.0)
     assert metrics["search/distilled"] == 0.0 and not trainer.distilled
     assert np.isclose(metrics["search/value_policy"], search.tree.value(search.policy(trainer.client())))
+
+
+def test_the_loop_takes_the_joint_search_step_only_once_the_studies_are_imported(monkeypatch):
+    from types import SimpleNamespace
+
+    import roll_ma.studies  # noqa: F401  (registers the step kind)
+    from roll_ma.pipelines.rl import loop
+    from roll_ma.studies.joint_search_step import joint_search_step
+
+    run = SimpleNamespace(plan=SimpleNamespace(step_kind="joint_search"))
+    assert loop.STUDY_STEPS["joint_search"] is joint_search_step
+    monkeypatch.setattr(loop, "STUDY_STEPS", {})
+    with pytest.raises(ValueError, match="the joint search is a study .*import roll_ma.studies"):
+        loop.choose_step(run)

@@ -14,8 +14,9 @@ import random
 
 import pytest
 
-from roll_ma.algorithms.joint_search import GameTree, TerminalPath, joint_policy_search
+from roll_ma.algorithms.game_tree import GameTree, TerminalPath
 from roll_ma.envs.tiny_hanabi import TinyHanabiEnv
+from roll_ma.studies.joint_policy_search import joint_policy_search
 
 pytest.importorskip("pyspiel")
 

@@ -1,25 +1,36 @@
-"""study_joint_search: the game studies' joint policy search (``study.joint_search_every``) on a policy set.
+"""joint_search_train: the joint policy search's passes over the train worker's policy set
+(``study.joint_search_every``).
 
 ``score_choices`` scores every legal answer of each row under its agent's adapter; ``distill_choices``
 teaches each policy the answers the search found, from its own agents' rows only and with its own
 optimizer (``PolicyEngine.distill``). They read the policy set only through ``model``, ``weights``,
-``device``, ``agents``, ``plans``, ``updaters``, ``agent_ids`` and ``scoring_groups``; the core imports
-none of this (``multi_agent_deepspeed`` plugs it in).
+``device``, ``agents``, ``plans``, ``updaters``, ``agent_ids`` and ``scoring_groups``. The core imports none
+of this: the driver's joint-search step hands each function to the train worker with its call
+(``TrainWorker.score_with`` / ``train_with``), which passes its backend; a backend that is no policy set is
+refused by name.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import torch
 
 from roll_ma.models.logprobs import choice_log_probs
 from roll_ma.protocol import DataProto
+from roll_ma.training.policy_set import PolicySet
 from roll_ma.training.scoring import check_columns
 
-if TYPE_CHECKING:
-    from roll_ma.training.policy_set import PolicySet
+
+def policy_set(backend: Any) -> PolicySet:
+    """The train backend as a policy set, which the joint search's passes read; else a ValueError naming the
+    strategy and the fix."""
+    if not isinstance(backend, PolicySet):
+        raise ValueError(f"study.joint_search_every > 0: the joint search scores and distills into a policy "
+                         f"set (train.strategy multi_agent_deepspeed or deepspeed_train), not a "
+                         f"{type(backend).__name__}; use one of those or set study.joint_search_every=0")
+    return backend
 
 
 def _choice_rows(data: DataProto) -> tuple[torch.Tensor, torch.Tensor, list[list[list[int]]]]:
@@ -30,9 +41,10 @@ def _choice_rows(data: DataProto) -> tuple[torch.Tensor, torch.Tensor, list[list
     return data.batch["input_ids"], data.batch["attention_mask"], choices
 
 
-def score_choices(policies: PolicySet, data: DataProto) -> DataProto:
+def score_choices(backend: Any, data: DataProto) -> DataProto:
     """(B, K) ``choice_log_probs``: log pi(answer | prompt) of each row's legal answers under its
     agent's adapter (-inf past a row's own answers). Rows are prompts only (left-padded)."""
+    policies = policy_set(backend)
     policies.require_model()
     ids, mask, choices = _choice_rows(data)
     width = max((len(c) for c in choices), default=0)
@@ -48,13 +60,13 @@ def score_choices(policies: PolicySet, data: DataProto) -> DataProto:
     return DataProto.from_dict({"choice_log_probs": out}, meta_info=data.meta_info)
 
 
-def distill_choices(policies: PolicySet, data: DataProto, max_steps: int,
-                    stop_prob: float) -> dict[str, float]:
+def distill_choices(backend: Any, data: DataProto, max_steps: int, stop_prob: float) -> dict[str, float]:
     """Teach every row's agent the answer ``target_action`` (index into its legal answers).
 
     Each policy learns from its own agents' rows only, with its own optimizer (see
     ``PolicyEngine.distill``). Returns ``<adapter>/<metric>`` per policy trained.
     """
+    policies = policy_set(backend)
     policies.require_model()
     ids, mask, choices = _choice_rows(data)
     if "target_action" not in data.non_tensor:

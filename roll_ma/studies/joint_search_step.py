@@ -2,13 +2,14 @@
 
 `study.joint_search_every` = k: every k steps, after the update, the train worker scores every
 legal answer of every information set of the game under the acting seat's adapter; the greedy
-joint policy is searched for a better one (`roll_ma.algorithms.joint_search`); when one beats it
+joint policy is searched for a better one (`joint_policy_search.py`); when one beats it
 by more than `joint_search_min_gain`, every information set's answer in it is taught to the
 acting seat's adapter by supervised steps (each adapter from its own rows, with its own
 optimizer) before the sync, so the next rollout plays it and RL goes on from there.
 
-It is a step variant of its own (``JointSearchStep``), chosen once by the loop; the train backend must
-have the ``JointSearchCapable`` capability (``training/train_backend.py``).
+It is a step kind of its own (``JointSearchStep``), registered with the RL loop when ``roll_ma.studies``
+is imported and chosen once by the loop (``RunPlan.step_kind`` "joint_search"); its passes over the policies
+(``joint_search_train.py``) go to the train worker with each call.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll_ma.algorithms.joint_search import InfoSet, joint_policy_search
+from roll_ma.algorithms.game_tree import InfoSet
 from roll_ma.config.schema import RunConfig
 from roll_ma.pipelines.rl.rl_run import RLRun
 from roll_ma.pipelines.rl.stages import record
 from roll_ma.pipelines.rl.step import push_and_evaluate, roll_out_and_update
 from roll_ma.pipelines.step_timer import StepTimer
 from roll_ma.protocol import DataProto
+from roll_ma.studies.joint_policy_search import joint_policy_search
+from roll_ma.studies.joint_search_train import distill_choices, score_choices
 from roll_ma.workers.clients import TrainClient
 
 
@@ -90,7 +93,8 @@ class JointSearch:
 
     def policy(self, train: TrainClient) -> dict[InfoSet, np.ndarray]:
         """Information set -> the acting adapter's probabilities over the legal answers (renormalised)."""
-        log_probs = train.score_choices(self.rows).batch["choice_log_probs"]  # (S, K), -inf past the answers
+        # (S, K), -inf past the answers
+        log_probs = train.score_with(score_choices, self.rows).batch["choice_log_probs"]
         probs = torch.softmax(log_probs, dim=-1).numpy()
         return {k: probs[i, : self.tree.num_actions[k]] for i, k in enumerate(self.keys)}
 
@@ -110,8 +114,8 @@ class JointSearch:
             return metrics
         targets = [result.policy[k] for k in self.keys]
         rows = DataProto.from_dict(self._tensors, {**self._columns, "target_action": targets})
-        distill = train.distill_choices(rows, self.study.joint_search_distill_steps,
-                                        self.study.joint_search_stop_prob)
+        distill = train.train_with(distill_choices, rows, self.study.joint_search_distill_steps,
+                                   self.study.joint_search_stop_prob)
         metrics.update({f"search/distill/{k}": v for k, v in distill.items()})
         after = self.policy(train)
         metrics["search/distilled"] = 1.0
@@ -122,3 +126,8 @@ class JointSearch:
               f"({moves}); distilled, the policy's exact return {metrics['search/value_policy']:.2f} -> "
               f"{metrics['search/value_policy_after']:.2f}", flush=True)
         return metrics
+
+
+def joint_search_step(run: RLRun) -> JointSearchStep:
+    """The RL loop's step of kind "joint_search" (the game's tree built here, once)."""
+    return JointSearchStep(JointSearch(run.cfg, run.session.seats))

@@ -1,0 +1,16 @@
+"""Studies: features that serve one research question, kept beside the core and plugged into it.
+
+The joint policy search of tiny Hanabi (``docs/studies/tiny_hanabi``): the search over a game's tree
+(``joint_policy_search.py``), its passes over the train worker's policies (``joint_search_train.py``) and the
+RL step that runs it every ``study.joint_search_every`` steps (``joint_search_step.py``).
+
+The core imports nothing of this package (pyproject.toml's import-linter contract); a study plugs into the
+core's plug points instead. Importing ``roll_ma.studies`` registers them: the entry points (``roll_ma.train``,
+``start_pipeline.py``, ``roll_ma/run.py``) import it before a run starts. A study's function that runs in a
+Ray worker goes there with the call (Ray imports its module in the worker).
+"""
+
+from roll_ma.pipelines.rl.loop import register_step_kind
+from roll_ma.studies.joint_search_step import joint_search_step
+
+register_step_kind("joint_search", joint_search_step)
