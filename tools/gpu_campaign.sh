@@ -306,7 +306,7 @@ PY
     python -c "import liger_kernel" 2>/dev/null || [ -n "${NO_LIGER_OK:-}" ] || {
       log "liger-kernel is not installed here (tools/stage_device.sh puts it in the last .wbN part); NO_LIGER_OK=1 runs anyway"; exit 1; }
     if [ ! -d .before ]; then
-      for var in ${!CHAIN*}; do case " ${!var} " in *" before:"*) log "$var has a before: item and there is no .before/"; exit 1;; esac; done
+      for var in ${!CHAIN*}; do case " ${!var} " in *" before:"*|*" math7b:before"*) log "$var has a before: item and there is no .before/"; exit 1;; esac; done
     fi
     rm -rf /tmp/w_after /tmp/w_before /tmp/ch && mkdir -p /tmp/w_after /tmp/ch
     tar --exclude='./.wb*' --exclude='./.pw*' --exclude='./.whl' --exclude='./.before' -cf - . | tar -xf - -C /tmp/w_after
@@ -326,18 +326,20 @@ PY
             done ;;
         esac
         case "$item" in  # then a run that starts Ray waits until 40 s after the last such start on any GPU
-          math7b|before:*|after:*|*roll_ma*|*verl*|*openrlhf*) echo "flock /tmp/ch/start.lock bash -c 'w=\$(( \$(cat /tmp/ch/last_start \
+          math7b*|before:*|after:*|*roll_ma*|*verl*|*openrlhf*) echo "flock /tmp/ch/start.lock bash -c 'w=\$(( \$(cat /tmp/ch/last_start \
             2>/dev/null || echo 0) + 40 - \$(date +%s) )); [ \$w -gt 0 ] && sleep \$w; date +%s > /tmp/ch/last_start'" >> $script ;;
         esac
         case "$item" in
           gpu_tests|gpu_test:*) what=tests; [ "$item" = gpu_tests ] || what=${item#gpu_test:}
             echo "cd /tmp/w_after && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_after:$PYTHONPATH timeout 480 \
             python -m pytest -m gpu -q -p no:cacheprovider -p no:randomly $what >> /tmp/ch/gpu_tests.log 2>&1" >> $script ;;
-          math7b)  # the shipped math_selfplay_7b on the job's random 7B, 4 steps (median of steps 2-4)
-            echo "cd /tmp/w_after && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_after:$PYTHONPATH timeout 720 \
+          math7b*)  # the shipped math_selfplay_7b on the job's random 7B, 4 steps (median of steps 2-4);
+            # math7b:before runs the tree in .before/, math7b+key=value+... adds overrides (a lever on, issue 59)
+            spec=${item#math7b}; side=after; case "$spec" in :before*) side=before; spec=${spec#:before};; esac
+            echo "cd /tmp/w_$side && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_$side:$PYTHONPATH timeout 720 \
             python start_pipeline.py --config_name math_selfplay_7b model.path=$MODEL trainer.max_steps=4 \
-            trainer.eval_every=0 trainer.save_every=0 trainer.progress_bars=false trainer.output_dir=/tmp/ch/math7b \
-            > /tmp/ch/math7b.log 2>&1" >> $script ;;
+            trainer.eval_every=0 trainer.save_every=0 trainer.progress_bars=false \
+            trainer.output_dir=/tmp/ch/math7b_$k ${spec//+/ } > /tmp/ch/math7b_$k.log 2>&1" >> $script ;;
           decode)  # issue 59: the 7B job's engine, ms a decode step against the bandwidth floor, no adapter / one /
             # every agent's, a plain engine, a profile of a step (benchmarks/decode_floor.py); the job file's settings
             echo "cd /tmp/w_after && CUDA_VISIBLE_DEVICES=$g PYTHONPATH=/tmp/w_after:$PYTHONPATH timeout 560 \
@@ -369,9 +371,11 @@ PY
     # item), so a call returns at most 8 files however many items ran: tar -xzf tables.tgz here
     end=$(( $(date +%s) + ${WAIT:-540} )); n=$(ls /tmp/ch/chain*.sh | wc -l)
     copy() {
-      cp /tmp/ch/progress.log /tmp/ch/gpu_tests.log /tmp/ch/mfu.json /tmp/ch/mfu.log /tmp/ch/math7b.log \
+      cp /tmp/ch/progress.log /tmp/ch/gpu_tests.log /tmp/ch/mfu.json /tmp/ch/mfu.log \
         /tmp/ch/decode.json /tmp/ch/decode.log "$OUT"/ 2>/dev/null
-      cp /tmp/ch/math7b/metrics.jsonl "$OUT/math7b_metrics.jsonl" 2>/dev/null
+      # every math7b item's log and metrics in one math7b.tgz (math7b_<k>.log, math7b_<k>/metrics.jsonl)
+      (cd /tmp/ch && ls math7b_*.log >/dev/null 2>&1 && tar -czf "$OUT/math7b.tgz.tmp" math7b_*.log \
+        $(ls math7b_*/metrics.jsonl 2>/dev/null) && mv "$OUT/math7b.tgz.tmp" "$OUT/math7b.tgz")
       mkdir -p /tmp/ch/tables
       for d in /tmp/ch/before /tmp/ch/after /tmp/ch/g*/*/; do [ -f $d/peers.json ] || continue
         tag=$(echo ${d#/tmp/ch/} | tr -d / ); cp $d/peers.json /tmp/ch/tables/${tag}_peers.json; cp $d/peers.md /tmp/ch/tables/${tag}_peers.md; done
