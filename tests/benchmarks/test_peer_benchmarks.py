@@ -539,6 +539,17 @@ def test_verl_overrides_compose_with_verls_own_config(job):
     dtypes = [arr[role]["fsdp_config"]["model_dtype"] for role in ("actor", "ref")]
     assert dtypes == ["bfloat16", "bfloat16"]
     assert arr["rollout"]["dtype"] == "bfloat16"
+    # verl_best (issue 60): packed rows through sdpa and the fused kernels, as verl's own config reads them
+    best = run_verl.verl_overrides(job, job.rows["verl_best"], 3, "/m", "/t.parquet", "/o", longest_prompt=9)
+    with initialize_config_dir(config_dir=str(root / "trainer" / "config"), version_base=None):
+        cfg = OmegaConf.to_container(compose(config_name="ppo_trainer", overrides=best), resolve=True)
+    model = cfg["actor_rollout_ref"]["model"]
+    assert (model["use_remove_padding"], model["use_fused_kernels"], model["use_liger"]) == (True, True, True)
+    assert model["fused_kernel_options"] == {"impl_backend": "triton"}
+    assert model["enable_gradient_checkpointing"] is False
+    assert model["override_config"] == {"attn_implementation": "sdpa"}
+    assert cfg["actor_rollout_ref"]["actor"]["use_fused_kernels"] is True  # the actor follows the model's
+    run_verl.check_row(job, job.rows["verl_best"])  # every native key is one of this verl's
     # the shared run: one adapter, every seat's prompts of a step in one batch (= one optimizer step)
     shared = run_verl.verl_overrides(job, job.rows["verl"], 3, "/m", "/t.parquet", "/o", agent=None)
     assert "data.train_batch_size=24" in shared and "actor_rollout_ref.actor.ppo_mini_batch_size=24" in shared
