@@ -218,7 +218,7 @@ PY
     rm -rf /tmp/w && mkdir -p /tmp/w /tmp/peers_out && tar --exclude='./.wb*' --exclude='./.pw*' -cf - . | tar -xf - -C /tmp/w
     GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
     setsid nohup bash -c "cd /tmp/w && PYTHONPATH=/tmp/w:$PYTHONPATH timeout ${TOTAL:-1500} python \
-      benchmarks/peers/run_all.py --sites /tmp/peers --out-dir /tmp/peers_out --gpus $GPUS --shared ${MODEL:+--model $MODEL} \
+      benchmarks/peers/run_all.py --sites /tmp/peers --out-dir /tmp/peers_out --gpus $GPUS ${MODEL:+--model $MODEL} \
       --rows '${FW:-roll_ma,roll_ma_unfused@1,trl,trl_best,verl,openrlhf@1,trl_is@1}' --timeout ${RUN_TIMEOUT:-900}; \
       echo DONE" \
       > /tmp/peers_out/run_all.log 2>&1 < /dev/null &

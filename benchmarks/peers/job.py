@@ -81,6 +81,7 @@ class Gpu:
 
 
 ATTENTION = ("packed", "padded")
+ADAPTERS = ("per_agent", "shared")  # a row's adapter layout: one per agent, or one for every seat
 KV_CACHE_ONLY = "kv_cache"  # sleep_rollout: the engine frees its KV cache only, its weights stay (roll_ma)
 
 
@@ -95,13 +96,19 @@ class Settings:
     sleep_rollout: bool | str  # true, false or kv_cache
     liger_kernel: bool
     attention: str
+    update_rows: int | None = None  # optional: the update's micro-batch in rows (TRL), else by update_tokens
 
     def describe(self) -> str:
         """The settings as the table writes them beside a row."""
         sleep = {True: "on", False: "off", KV_CACHE_ONLY: "KV cache only"}[self.sleep_rollout]
+        update = (
+            f"{self.update_rows} rows/micro-batch"
+            if self.update_rows
+            else f"{self.update_tokens} tokens/micro-batch"
+        )
         return (
-            f"checkpointing {'on' if self.gradient_checkpointing else 'off'}, update {self.update_tokens} "
-            f"tokens/micro-batch, scoring {self.scoring_tokens}, "
+            f"checkpointing {'on' if self.gradient_checkpointing else 'off'}, update {update}, "
+            f"scoring {self.scoring_tokens}, "
             f"sleep {sleep}, "
             f"liger {'on' if self.liger_kernel else 'off'}, {self.attention} rows"
         )
@@ -115,11 +122,18 @@ class Row:
     about: str
     settings: Settings
     native: dict[str, Any]
+    adapters: str = "per_agent"  # optional: per_agent (one adapter per agent) or shared (one for every seat)
     name: str = ""  # its key under rows
+
+    @property
+    def shared(self) -> bool:
+        """One adapter serves every seat (the prompt names the seat): one run trains it on all their rows."""
+        return self.adapters == "shared"
 
     def describe(self) -> str:
         native = ", ".join(f"{k}={v}" for k, v in self.native.items() if k != "rollout.engine_kwargs")
-        return self.settings.describe() + (f"; {native}" if native else "")
+        layout = "one adapter shared by every seat; " if self.shared else ""
+        return layout + self.settings.describe() + (f"; {native}" if native else "")
 
 
 @dataclass(frozen=True)
@@ -177,22 +191,31 @@ _SECTIONS = {
 FRAMEWORK_NAMES = ("roll_ma", "trl", "verl", "openrlhf")
 
 
+_NOT_IN_FILE = ("source", "name")  # set by the loader, never written in a job file
+
+
+def _optional(f: dataclasses.Field) -> bool:
+    """A field a job file may leave out: one with a default (documented in job.yaml as optional)."""
+    return f.default is not dataclasses.MISSING
+
+
 def _build(cls: type, raw: Any, where: str, source: str) -> Any:
-    """``cls`` from the mapping ``raw``: every field present, no unknown key, values of the field's type."""
+    """``cls`` from the mapping ``raw``: every field present (but the optional ones), no unknown key, values
+    of the field's type."""
     if not isinstance(raw, dict):
         raise ValueError(f"{source}: {where or 'the file'} must be a mapping, got {type(raw).__name__}")
-    names = [f.name for f in dataclasses.fields(cls) if f.name not in ("source", "name")]
+    fields = [f for f in dataclasses.fields(cls) if f.name not in _NOT_IN_FILE]
+    names = [f.name for f in fields]
     unknown = sorted(set(raw) - set(names))
-    missing = [n for n in names if n not in raw]
+    missing = [f.name for f in fields if f.name not in raw and not _optional(f)]
     if unknown or missing:
         parts = [f"unknown key(s) {', '.join(where + k for k in unknown)}"] if unknown else []
         parts += [f"missing key(s) {', '.join(where + k for k in missing)}"] if missing else []
         raise ValueError(f"{source}: {'; '.join(parts)} (job.yaml documents every key)")
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in ("source", "name"):
-            continue
-        values[f.name] = _value(f.name, str(f.type), raw[f.name], where, source)
+    for f in fields:
+        if f.name in raw:
+            values[f.name] = _value(f.name, str(f.type), raw[f.name], where, source)
     return cls(**values)
 
 
@@ -215,6 +238,10 @@ def _value(name: str, kind: str, value: Any, where: str, source: str) -> Any:
         if not isinstance(value, dict):
             raise ValueError(f"{source}: {where}{name} must be a mapping, got {value!r}")
         return dict(value)
+    if kind == "int | None":  # update_rows: null or a whole number >= 1
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"{source}: {where}{name} must be null or an int >= 1, got {value!r}")
+        return value
     if kind == "bool | str":  # sleep_rollout
         if value not in (True, False, KV_CACHE_ONLY):
             raise ValueError(f"{source}: {where}{name} must be true, false or {KV_CACHE_ONLY}, got {value!r}")
@@ -246,6 +273,8 @@ def _row(name: str, raw: Any, where: str, source: str) -> Row:
         raise ValueError(
             f"{source}: {where}settings.attention={row.settings.attention!r}: use {' or '.join(ATTENTION)}"
         )
+    if row.adapters not in ADAPTERS:
+        raise ValueError(f"{source}: {where}adapters={row.adapters!r}: use {' or '.join(ADAPTERS)}")
     return row
 
 
@@ -498,8 +527,9 @@ LOSS_AGG_MODE = {"token_mean": "token-mean", "seq_mean": "seq-mean-token-mean"}
 
 # ---------------------------------------------------------------------------- what every runner does
 def runner_parser(doc: str | None, one_agent: bool = True) -> argparse.ArgumentParser:
-    """The arguments every runner takes: N agents, the agent this run trains (peers: one policy a run)
-    or --shared (one adapter for every seat), the model directory and the job file."""
+    """The arguments every runner takes: N agents, the agent this run trains (peers: one policy a run; none
+    for a row with ``adapters: shared``, whose one adapter serves every seat), the model directory, the job
+    file and its row. Nothing else: every setting is the row's."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--agents",
@@ -508,33 +538,32 @@ def runner_parser(doc: str | None, one_agent: bool = True) -> argparse.ArgumentP
         help="N agents of the job" + ("" if one_agent else ", all trained in this one run"),
     )
     if one_agent:
-        p.add_argument("--agent", type=int, default=None, help="the agent this run trains (0..N-1)")
-    p.add_argument(
-        "--shared",
-        action="store_true",
-        help="one adapter for all N seats (the prompt names the seat): every seat's rows in this run",
-    )
+        p.add_argument(
+            "--agent", type=int, default=None, help="the agent this run trains (0..N-1; none: a shared row)"
+        )
     p.add_argument("--model", required=True, help="model directory (the random 7B of run_all.py)")
     p.add_argument("--job", default=None, help="job file (default: job.yaml beside this script)")
     p.add_argument(
         "--row",
         default=None,
-        help="the job's row whose settings this run uses (default: the framework's name)",
+        help="the job's row whose settings this run uses (default: the framework's name); a row with "
+        "adapters: shared trains one adapter on every seat's rows",
     )
     return p
 
 
 def parse_runner_args(
-    p: argparse.ArgumentParser, argv: list[str] | None, framework: str
+    p: argparse.ArgumentParser,
+    argv: list[str] | None,
+    framework: str,
+    check: Callable[[Job, Row, int], None] | None = None,
 ) -> tuple[argparse.Namespace, Job, Row]:
-    """The parsed arguments (an --agent outside 0..N-1 is refused; a one-agent runner needs --agent or
-    --shared, not both), the job they name and its row this run uses (one of ``framework``'s)."""
+    """The parsed arguments, the job they name and its row this run uses (one of ``framework``'s);
+    ``args.shared`` is the row's adapter layout. A one-agent runner needs --agent for a per-agent row and
+    none for a shared one; an --agent outside 0..N-1 is refused. ``check(job, row, N)``: the runner's own
+    check of its row (its framework's option names, what it cannot do), before anything starts; each
+    failure is one line naming the row's key."""
     args = p.parse_args(argv)
-    if hasattr(args, "agent"):
-        if args.shared == (args.agent is not None):
-            p.error("give --agent K (one agent's run) or --shared (one adapter for every seat), not both")
-        if args.agent is not None and not 0 <= args.agent < args.agents:
-            p.error(f"--agent {args.agent} is not one of the {args.agents} agents (0..{args.agents - 1})")
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # flashinfer is not on the GPU image
     try:
         job = load_job(args.job) if args.job else load_job()
@@ -543,6 +572,19 @@ def parse_runner_args(
         row = job_row(job, args.row or framework, framework)
     except ValueError as exc:
         p.error(str(exc))
+    args.shared = row.shared
+    if hasattr(args, "agent"):
+        if row.shared and args.agent is not None:
+            p.error(f"rows.{row.name} has adapters: shared (one adapter, every seat's rows): give no --agent")
+        if not row.shared and args.agent is None:
+            p.error(f"rows.{row.name} trains one adapter per agent: give --agent K (0..{args.agents - 1})")
+        if args.agent is not None and not 0 <= args.agent < args.agents:
+            p.error(f"--agent {args.agent} is not one of the {args.agents} agents (0..{args.agents - 1})")
+    if check is not None:
+        try:
+            check(job, row, args.agents)
+        except ValueError as exc:
+            p.error(str(exc).splitlines()[0])
     return args, job, row
 
 

@@ -3,9 +3,9 @@ r"""Run the side-by-side job through roll_ma and each peer and write the table: 
 The job file (job.yaml, or relay.yaml) is the one source: the work, and the table's rows, each a
 framework at named settings (``rows``); a runner takes its row's settings from there and keeps none of its
 own. For every N in the job's ``agents`` and every row: roll_ma once (all N agents in one run), a peer N
-times (one run per agent, on that agent's share of the same episodes); with ``--shared`` (N > 1) also one
-run per row where ONE adapter serves every seat (a peer trained once on every seat's prompts). A peer's
-row sums its runs' median step times (and min, max), response tokens and phase timers.
+times (one run per agent, on that agent's share of the same episodes); a row with ``adapters: shared`` is
+one run where ONE adapter serves every seat (the prompt names the seat; a peer trained once on every seat's
+prompts). A peer's row sums its runs' median step times (and min, max), response tokens and phase timers.
 
 Repeats: every row runs ``repeats`` times (the job's, or ``--repeats``); a run's repeat goes to another GPU
 than its previous repeat (GPUs swapped), the table gives the median of the repeats' medians with their
@@ -134,14 +134,16 @@ class GpuPeak:
 def runner_command(
     row: Row, n_agents: int, agent: int | None, shared: bool, model: str, args: argparse.Namespace
 ) -> list[str]:
-    """The runner's command line of one run at ``row``'s settings: a peer's run trains ``agent``, or with
-    ``shared`` one adapter on every seat's rows; roll_ma's one run trains every agent."""
+    """The runner's command line of one run at ``row``'s settings: a peer's run trains ``agent``, or (a
+    shared row: the runner reads that from the row) one adapter on every seat's rows; roll_ma's one run
+    trains every agent."""
     framework = row.framework
+    if shared != row.shared:
+        raise ValueError(f"rows.{row.name}: a {'shared' if shared else 'per-agent'} run of a row with "
+                         f"adapters: {row.adapters}")
     cmd = [sys.executable, str(RUNNERS[framework]), "--agents", str(n_agents), "--model", model]
     cmd += ["--row", row.name] + (["--job", args.job] if args.job else [])
-    if shared:
-        cmd.append("--shared")
-    elif framework != "roll_ma":
+    if not shared and framework != "roll_ma":
         cmd += ["--agent", str(agent)]
     if framework in ("roll_ma", "trl"):
         cmd += ["--device", args.device] + (["--smoke"] if args.smoke else [])
@@ -458,25 +460,25 @@ RUN_MINUTES = {
 
 
 def plan_runs(
-    job: Job, rows: list[tuple[str, set[int] | None]], agents: list[int], shared: bool, repeats: int
+    job: Job, rows: list[tuple[str, set[int] | None]], agents: list[int], repeats: int
 ) -> list[Run]:
     """Every run of the table, as (row, N, agent, shared, repeat), in the order they should start: N in
     the given order, then repeat, then the rows in the given order (a run_all cut short keeps whole
-    repeats of the first N). A peer's row is N runs (one per agent); roll_ma's is one."""
+    repeats of the first N). A peer's row is N runs (one per agent); roll_ma's is one, and so is any row
+    with ``adapters: shared`` (one adapter, every seat's rows)."""
     runs: list[Run] = []
     for n in agents:
         for repeat in range(repeats):
             for name, only in rows:
                 if only is not None and n not in only:
                     continue
-                framework = job.rows[name].framework
-                runs += (
-                    [(name, n, None, False, repeat)]
-                    if framework == "roll_ma"
-                    else [(name, n, a, False, repeat) for a in range(n)]
-                )
-                if shared and n > 1:
+                row = job.rows[name]
+                if row.shared:
                     runs.append((name, n, None, True, repeat))
+                elif row.framework == "roll_ma":
+                    runs.append((name, n, None, False, repeat))
+                else:
+                    runs += [(name, n, a, False, repeat) for a in range(n)]
     return runs
 
 
@@ -559,7 +561,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    "may end in @N[+N] (only those N); default: every row of the job")  # fmt: skip
     p.add_argument("--agents", default=None, help="comma list of N (default: the job's agents)")
     p.add_argument("--repeats", type=int, default=None, help="runs of every row (default: the job's repeats)")
-    p.add_argument("--shared", action="store_true", help="also one shared-adapter run per row, N > 1")
     p.add_argument("--model", default=None, help="model directory (default: built from the job)")
     p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     p.add_argument("--gpus", default="0", help="GPUs to run on at once, one run each (e.g. 0,1,2,3)")
@@ -624,7 +625,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for name, only in peer_rows for n in agents if only is None or n in only])  # fmt: skip
     model = args.model or build_model(job, args.device, out_dir)
     gpus: list[str | None] = [g.strip() for g in args.gpus.split(",")] if args.device == "cuda" else [None]
-    queues = assign_gpus(job, plan_runs(job, rows, agents, args.shared, repeats), gpus)
+    queues = assign_gpus(job, plan_runs(job, rows, agents, repeats), gpus)
     stagger = StartStagger(args.stagger_s if args.stagger_s is not None else (45.0 if len(gpus) > 1 else 0.0))
 
     def worker(gpu: str | None) -> None:

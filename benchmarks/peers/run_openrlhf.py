@@ -230,6 +230,44 @@ def run(
     return out
 
 
+def train_ppo_ray_flags() -> list[str] | None:
+    """Patterns of every flag the installed OpenRLHF's train_ppo_ray takes (read from its source, not
+    imported; a flag built by an f-string is a pattern), None where OpenRLHF is not installed."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("openrlhf")
+    path = Path(spec.origin).parent / "cli" / "train_ppo_ray.py" if spec and spec.origin else None
+    if path is None or not path.exists():
+        return None
+    flags = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+            for a in node.args:
+                if isinstance(a, ast.Constant) and str(a.value).startswith("--"):
+                    flags.append(re.escape(a.value))
+                elif isinstance(a, ast.JoinedStr):
+                    flags.append("".join(re.escape(v.value) if isinstance(v, ast.Constant) else r"\w+"
+                                         for v in a.values))  # fmt: skip
+    return flags
+
+
+def check_row(job: Job, row: Row, n_agents: int | None = None, flags: list[str] | None = None) -> None:
+    """Refuse, before OpenRLHF starts, what its run cannot take, naming the row's key: a native flag that
+    train_ppo_ray does not have (``flags``: its flag patterns, default the installed OpenRLHF's; none
+    installed: skipped), update_rows (its micro-batches come from the token budget here), kv_cache sleep."""
+    where = f"{job.source}: rows.{row.name}"
+    plain_sleep(row)
+    if row.settings.update_rows is not None:
+        raise ValueError(f"{where}.settings.update_rows={row.settings.update_rows}: this runner sizes "
+                         "OpenRLHF's micro-batches from settings.update_tokens; leave update_rows out")
+    flags = flags if flags is not None else train_ppo_ray_flags()
+    if flags is not None:
+        unknown = [k for k in row.native if not any(re.fullmatch(f, k) for f in flags)]
+        if unknown:
+            raise ValueError(f"{where}.native: {', '.join(unknown)} are not flags of its train_ppo_ray")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = runner_parser(__doc__)
     p.add_argument(
@@ -238,7 +276,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="if flash-attn is not installed, put an import-only stand-in on the path (see above)",
     )
     p.add_argument("--print-command", action="store_true", help="print the arguments and exit")
-    args, job, row = parse_runner_args(p, argv, "openrlhf")
+    args, job, row = parse_runner_args(p, argv, "openrlhf", check_row)
     if args.print_command:
         flash = flash_attn_installed()
         print(

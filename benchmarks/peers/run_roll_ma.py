@@ -1,5 +1,5 @@
 r"""roll_ma on the side-by-side job: ONE run trains all N agents (one LoRA adapter each on one base), or
-with --shared one adapter that every seat uses.
+(a row with ``adapters: shared``) one adapter that every seat uses, the seat named in the prompt.
 
 The run is roll_ma's own pipeline (``roll_ma.pipelines.run_training``) on benchmarks/seat_game.py's
 SeatGame (vLLM colocated with DeepSpeed on one GPU, the reference = the base with adapters off, pi_old
@@ -208,6 +208,24 @@ def run_config(
     return cfg
 
 
+def check_row(job: Job, row: Row, n_agents: int) -> None:
+    """Refuse, before Ray starts, a row roll_ma cannot run, naming its key: a native key that is no roll_ma
+    config key or has a value of the wrong type (the config's own check), ``settings.update_rows``
+    (roll_ma's micro-batches are token budgets: update_tokens)."""
+    from roll_ma.config import RunConfig, to_dataclass
+
+    where = f"{job.source}: rows.{row.name}"
+    if row.settings.update_rows is not None:
+        raise ValueError(f"{where}.settings.update_rows={row.settings.update_rows}: roll_ma's micro-batches "
+                         "are token budgets (settings.update_tokens); leave update_rows out")
+    raw: dict[str, Any] = {}
+    for key, value in row.native.items():
+        _set(raw, key, value)
+    _, problems = to_dataclass(RunConfig, raw)
+    if problems:
+        raise ValueError(f"{where}.native: " + "; ".join(str(p) for p in problems))
+
+
 TEMPORARY = "<temporary folder>"
 
 
@@ -303,7 +321,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="keep the run's folder (checkpoints, metrics.jsonl, logs) here; default: a temporary folder, "
         "removed at the end",
     )
-    args, job, row = parse_runner_args(p, argv, "roll_ma")
+    args, job, row = parse_runner_args(p, argv, "roll_ma", check_row)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         os.environ.setdefault("DS_ACCELERATOR", "cpu")

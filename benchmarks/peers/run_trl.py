@@ -1,8 +1,8 @@
 """TRL 1.16 on the side-by-side job: ``GRPOTrainer`` with a PEFT LoRA and vLLM in colocate mode, as TRL's
 GRPO docs show it (a model path, ``reward_funcs``, a conversational ``prompt`` dataset, ``peft_config``,
 ``GRPOConfig(use_vllm=True, vllm_mode="colocate")``). TRL trains one policy per run: run_all.py runs it
-once per agent, each on that agent's prompts of the same episodes (job.agent_prompts), or once with
---shared on every seat's prompts (one adapter for all seats).
+once per agent, each on that agent's prompts of the same episodes (job.agent_prompts), or, for a row with
+``adapters: shared``, once on every seat's prompts (one adapter for all seats, the seat named in the prompt).
 
 One TRL step = one generation batch = one optimizer step: the run's prompts of one job step, each
 sampled group_size times (per_device_train_batch_size x gradient_accumulation_steps rows). The GRPO
@@ -19,7 +19,9 @@ TRL skips the old log-probs and takes the ratio against the detached current one
 Micro-batches are sized by tokens, as the others' token budgets: TRL splits a step by rows and pads each
 micro-batch to its longest prompt and longest completion, so per_device_train_batch_size is the largest
 divisor of the step's rows whose rows x (longest prompt of the run with the chat template + max_new_tokens)
-fit the row's settings.update_tokens (micro_batch_rows). Every setting comes from the job's row (--row).
+fit the row's settings.update_tokens (micro_batch_rows); a row that gives settings.update_rows (issue 60's
+micro-batch search) sets it in rows, which must divide the run's rows. Every setting comes from the job's
+row (--row); the runner checks the row before TRL starts (validate_row: one line naming the key).
 
 Step time is the wall time between consecutive ``on_step_end`` callbacks (job.step_summary_from_ends).
 
@@ -72,6 +74,29 @@ def micro_batch_rows(rows: int, row_tokens: int, budget: int) -> int:
     """The largest divisor of ``rows`` (TRL's micro-batches split a step evenly) whose padded size,
     that many rows of ``row_tokens`` tokens, fits the token ``budget``; 1 when no row fits."""
     return max((d for d in range(1, rows + 1) if rows % d == 0 and d * row_tokens <= budget), default=1)
+
+
+def micro_rows(row: Row, rows: int, row_tokens: int) -> int:
+    """The run's micro-batch in rows: the row's settings.update_rows, which must divide the step's ``rows``
+    (TRL splits a step into equal micro-batches), else the token budget's (micro_batch_rows)."""
+    want = row.settings.update_rows
+    if want is None:
+        return micro_batch_rows(rows, row_tokens, row.settings.update_tokens)
+    if rows % want:
+        fits = [d for d in range(1, rows + 1) if rows % d == 0]
+        raise ValueError(f"rows.{row.name}.settings.update_rows={want} does not divide this run's {rows} "
+                         f"rows a step ({', '.join(map(str, fits))} do); run it at another N")
+    return want
+
+
+def validate_row(job: Job, row: Row, n_agents: int) -> None:
+    """The runner's check of its row before anything starts (job.parse_runner_args): what TRL 1.16's GRPO
+    cannot do, native keys that are no GRPOConfig field, a micro-batch in rows that does not divide the
+    run's rows at this N."""
+    check_row(job, row)
+    plain_sleep(row)
+    if row.settings.update_rows is not None:
+        micro_rows(row, rows_of_run(job, n_agents, None if row.shared else 0), 1)
 
 
 def check_row(job: Job, row: Row) -> None:
@@ -206,7 +231,7 @@ def measure(
     rows = rows_of_run(job, n_agents, agent)
     prompt_tokens = longest_prompt_tokens(model, prompts)
     row_tokens = prompt_tokens + job.generation.max_new_tokens  # a padded row: longest prompt + completion
-    micro = micro_batch_rows(rows, row_tokens, row.settings.update_tokens)
+    micro = micro_rows(row, rows, row_tokens)
     recorder = step_recorder()
     with tempfile.TemporaryDirectory(prefix="peers_trl_") as out_dir:
         args = grpo_config(job, row, rows, micro, device, use_vllm, out_dir)
@@ -247,7 +272,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--no-vllm", dest="vllm", action="store_false", help="generate with transformers (CPU smoke)"
     )
     p.add_argument("--smoke", action="store_true", help="the job shrunk to a CPU-sized check")
-    args, job, row = parse_runner_args(p, argv, "trl")
+    args, job, row = parse_runner_args(p, argv, "trl", validate_row)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     job = shrink_for_smoke(job, args.agents) if args.smoke else job

@@ -6,7 +6,8 @@ fsdp2; the page allows fsdp or fsdp2) with its weights loaded in bf16 (fsdp_conf
 bf16 examples set it; the default fp32 keeps fp32 master weights, which a frozen base does not need),
 whose reference is the same model with the adapter off, vLLM rollout, everything on ONE GPU
 (n_gpus_per_node=1, rollout TP 1). verl trains one policy per run: run_all.py runs it once per agent, on
-that agent's prompts (job.agent_prompts), or once with --shared (one adapter for every seat's prompts).
+that agent's prompts (job.agent_prompts), or, for a row with ``adapters: shared``, once on every seat's
+prompts (one adapter for all seats).
 
 One verl step = train_batch_size prompts x rollout.n samples = one mini-batch = one optimizer step. The
 data is a parquet file in verl's RL format (data_source, prompt = chat messages, reward_model), the reward
@@ -15,7 +16,7 @@ arrival of verl's per-step console line (``step:N - ...``, its console logger); 
 (``timing_s/*``, its file logger) are reported beside as ``phases_s``.
 
     python benchmarks/peers/run_verl.py --agents 3 --agent 0 --model /path/to/random-qwen2.5-7b
-    python benchmarks/peers/run_verl.py --agents 3 --shared --model M
+    python benchmarks/peers/run_verl.py --agents 3 --row ROW --model M   # ROW has adapters: shared
     python benchmarks/peers/run_verl.py --agents 3 --agent 0 --model M --print-command   # no run
 """
 
@@ -52,6 +53,7 @@ from job import (  # noqa: E402
 )
 
 KL_LOSS = {"k3": "low_var_kl", "k1": "kl"}  # verl's low_var_kl is k3 clamped to [-10, 10]
+ATTN_KEY = "+actor_rollout_ref.model.override_config.attn_implementation"  # a padded row: sdpa
 
 # verl's console logger (verl/utils/logger/aggregate_logger.py, concat_dict_to_str) prints one line per
 # logged step, "step:N - key:value - ...", from the TaskRunner actor (Ray prefixes "(TaskRunnerV1 pid=..)").
@@ -95,8 +97,10 @@ def verl_overrides(
     they are (``data.max_prompt_length: longest`` = ``longest_prompt``, the run's longest prompt in tokens).
 
     attention ``padded``: transformers' sdpa attention (verl defaults to flash_attention_2) and no padding
-    removal (verl packs rows for flash-attn's varlen kernel only); ``packed``: use_remove_padding, which
-    needs the flash-attn package.
+    removal; ``packed``: use_remove_padding (verl 0.9.1 packs a micro-batch's rows into one sequence, its
+    padding helpers fall back to torch without flash-attn), with flash-attn's varlen kernel, or with the
+    attention the row's native ``+actor_rollout_ref.model.override_config.attn_implementation`` names
+    (sdpa: transformers builds the block-diagonal causal mask from the packed position ids).
 
     pi_old: with ``algorithm.rollout_correction.bypass_mode: true`` (verl's documented way to skip "the
     expensive actor forward pass for old_log_prob") vLLM's log-probs of the sampled tokens are pi_old;
@@ -167,6 +171,8 @@ def verl_overrides(
         "trainer.resume_mode": "disable",
         "trainer.default_local_dir": f"{out_dir}/checkpoints",
     }
+    if not packed:
+        out[ATTN_KEY] = "sdpa"
     taken = sorted(set(row.native) & set(out))
     if taken:  # one source for each setting: the job's work or the row's settings, not both
         raise ValueError(f"{job.source}: rows.{row.name}.native sets {', '.join(taken)}, which the job sets")
@@ -177,19 +183,59 @@ def verl_overrides(
             value = longest_prompt
         out[key] = value
     lines = [f"{key}={value}" for key, value in out.items()]
-    if not packed:
-        lines.append(f"+{arr}.model.override_config.attn_implementation=sdpa")
     if legacy_trainer:  # the deprecated trainer, if the v1 one (TransferQueue) cannot start
         lines.append("trainer.use_v1=False")
     return lines
 
 
-def check_row(job: Job, row: Row) -> None:
-    """Refuse what cannot run here, naming the row's key."""
-    if row.settings.attention == "packed" and not flash_attn_installed():
+def verl_config_keys() -> dict[str, Any] | None:
+    """The installed verl's flattened trainer config (its _generated_ppo_trainer.yaml), None where verl is
+    not installed (located, not imported)."""
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.origin:
+        return None
+    path = Path(spec.origin).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+def _has_key(cfg: dict[str, Any], dotted: str) -> bool:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def check_row(job: Job, row: Row, n_agents: int | None = None, config: dict[str, Any] | None = None) -> None:
+    """Refuse, before verl starts, what cannot run here, naming the row's key: a native key that is not in
+    the installed verl's config (a ``+key``: its parent must be), update_rows (verl's micro-batches are
+    token budgets, use_dynamic_bsz), sleep_rollout kv_cache, packed rows with flash-attn's kernel absent and
+    no other attention named. ``config``: verl's flattened config (default: the installed verl's; none
+    installed: the key check is skipped, the run would fail at its import anyway)."""
+    where = f"{job.source}: rows.{row.name}"
+    plain_sleep(row)
+    if row.settings.update_rows is not None:
+        raise ValueError(f"{where}.settings.update_rows={row.settings.update_rows}: verl's micro-batches are "
+                         "token budgets (use_dynamic_bsz, settings.update_tokens); leave update_rows out")
+    config = config if config is not None else verl_config_keys()
+    if config is not None:
+        unknown = [k for k in row.native
+                   if not _has_key(config, k[1:].rpartition(".")[0] if k.startswith("+") else k)]  # fmt: skip
+        if unknown:
+            raise ValueError(f"{where}.native: {', '.join(unknown)} not in verl {versions('verl')['verl']}'s "
+                             "config (verl/trainer/config/_generated_ppo_trainer.yaml; a new key: +key)")
+    named = str(row.native.get(ATTN_KEY, "flash_attention_2"))
+    flash = named.startswith("flash_attention")
+    if row.settings.attention == "packed" and flash and not flash_attn_installed():
         raise ValueError(
-            f"{job.source}: rows.{row.name}.settings.attention=packed: verl removes padding through the "
-            "flash-attn package, which is not installed (no wheel for this torch / CUDA); use padded"
+            f"{where}.settings.attention=packed: verl's default attention for packed rows is flash-attn's "
+            "varlen kernel, and flash-attn is not installed (no wheel for this torch / CUDA); name another "
+            f"in native {ATTN_KEY}: sdpa, or use padded"
         )
 
 
@@ -283,7 +329,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = runner_parser(__doc__)
     p.add_argument("--legacy-trainer", action="store_true", help="trainer.use_v1=False (no TransferQueue)")
     p.add_argument("--print-command", action="store_true", help="print the overrides and exit")
-    args, job, row = parse_runner_args(p, argv, "verl")
+    args, job, row = parse_runner_args(p, argv, "verl", check_row)
     if args.print_command:  # data.max_prompt_length: longest is measured with the model's tokenizer
         prompts = [m for step in agent_prompts(job, args.agents, args.agent) for m in step]
         longest = longest_prompt_tokens(args.model, prompts) if Path(args.model).is_dir() else None
@@ -302,9 +348,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "trainer": "legacy (main_ppo_v0)" if args.legacy_trainer else "v1 (sync)",
         "strategy": "fsdp2",
         "settings": f"{row.name}: {row.describe()}",
-        "attention": "flash_attention_2 (remove padding)"
+        "attention": f"{row.native.get(ATTN_KEY, 'flash_attention_2')}, packed rows (use_remove_padding)"
         if row.settings.attention == "packed"
         else "sdpa, padded",
+        "fused_kernels": row.native.get("actor_rollout_ref.model.use_fused_kernels", False),
         "passes": verl_passes(job, row),
         "versions": versions(
             "verl", "torch", "transformers", "peft", "vllm", "ray", "tensordict", "liger-kernel"
@@ -313,7 +360,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
 
     def measure() -> dict[str, Any]:
-        check_row(job, row)
         with tempfile.TemporaryDirectory(prefix="peers_verl_") as work:
             return run(job, row, args.agents, args.agent, args.model, args.legacy_trainer, Path(work))
 

@@ -176,7 +176,8 @@ def test_a_runner_takes_its_rows_settings_and_refuses_another_frameworks_row(job
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, [*base, "--row", "trl_fastest"], "trl")
     rows_named = ("no row 'trl_fastest' (rows: roll_ma, roll_ma_before46, roll_ma_unfused, "
-                  "roll_ma_noprefix, roll_ma_level1, roll_ma_async, roll_ma_awake, trl,")
+                  "roll_ma_noprefix, roll_ma_level1, roll_ma_async, roll_ma_awake, roll_ma_noahead, "
+                  "roll_ma_shared, trl,")
     assert rows_named in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peer_job.parse_runner_args(p, ["--agents", "4", "--agent", "0", "--model", "M"], "trl")
@@ -444,11 +445,19 @@ def test_verl_overrides_take_every_setting_from_the_row(job):
     assert o[f"{arr}.rollout.free_cache_engine"] == "True"
     assert o["data.max_prompt_length"] == "137"  # native `longest`: the run's longest prompt
     assert o["algorithm.rollout_correction.bypass_mode"] == "True"
-    # padded rows: sdpa, no padding removal; the verl row: its own numbers
-    assert (
-        o[f"{arr}.model.use_remove_padding"] == "False"
-        and o[f"+{arr}.model.override_config.attn_implementation"] == "sdpa"
-    )
+    # verl_best (issue 60): packed rows (remove padding) through sdpa, verl's fused kernels (triton backend)
+    assert (o[f"{arr}.model.use_remove_padding"], o[f"{arr}.model.use_fused_kernels"]) == ("True", "True")
+    assert o[f"{arr}.model.fused_kernel_options.impl_backend"] == "triton"
+    assert o[f"+{arr}.model.override_config.attn_implementation"] == "sdpa"
+    run_verl.check_row(job, best)  # packed rows with sdpa named: no flash-attn needed
+    # padded rows: sdpa from the runner, no padding removal; the verl row: its own numbers
+    padded = job.rows["verl_best_padded"]
+    o = _overrides(run_verl.verl_overrides(job, padded, 3, "M", "T", "O", longest_prompt=9))
+    assert (o[f"{arr}.model.use_remove_padding"], o[f"{arr}.model.use_fused_kernels"]) == ("False", "True")
+    assert o[f"+{arr}.model.override_config.attn_implementation"] == "sdpa"
+    before60 = job.rows["verl_best_before60"]
+    before = _overrides(run_verl.verl_overrides(job, before60, 3, "M", "T", "O", longest_prompt=9))
+    assert f"{arr}.model.use_fused_kernels" not in before and before[f"{arr}.model.use_liger"] == "True"
     o = _overrides(run_verl.verl_overrides(job, job.rows["verl"], 3, "M", "T", "O"))
     assert (o[f"{arr}.model.use_liger"], o[f"{arr}.model.enable_gradient_checkpointing"]) == ("False", "True")
     assert (o[f"{arr}.actor.ppo_max_token_len_per_gpu"], o["data.max_prompt_length"]) == ("16384", "512")
@@ -463,9 +472,13 @@ def test_verl_overrides_take_every_setting_from_the_row(job):
         ValueError, match=r"rows.verl_best.native sets data.train_batch_size, which the job sets"
     ):
         run_verl.verl_overrides(job, clash, 3, "M", "T", "O")
-    if not peer_job.flash_attn_installed():
-        with pytest.raises(ValueError, match=r"rows.verl.settings.attention=packed: verl removes padding"):
+    if not peer_job.flash_attn_installed():  # packed rows, no attention named: flash-attn's, absent here
+        with pytest.raises(ValueError, match=r"rows.verl.settings.attention=packed: verl's default"):
             run_verl.check_row(job, packed)
+    # a padded row naming the attention too: two sources for one setting
+    twice = dataclasses.replace(job.rows["verl"], native={run_verl.ATTN_KEY: "eager"})
+    with pytest.raises(ValueError, match=r"rows.verl.native sets \+actor_rollout_ref.model.override_config"):
+        run_verl.verl_overrides(job, twice, 3, "M", "T", "O")
 
 
 def test_openrlhf_arguments_take_every_setting_from_the_row(job):
@@ -526,6 +539,17 @@ def test_verl_overrides_compose_with_verls_own_config(job):
     dtypes = [arr[role]["fsdp_config"]["model_dtype"] for role in ("actor", "ref")]
     assert dtypes == ["bfloat16", "bfloat16"]
     assert arr["rollout"]["dtype"] == "bfloat16"
+    # verl_best (issue 60): packed rows through sdpa and the fused kernels, as verl's own config reads them
+    best = run_verl.verl_overrides(job, job.rows["verl_best"], 3, "/m", "/t.parquet", "/o", longest_prompt=9)
+    with initialize_config_dir(config_dir=str(root / "trainer" / "config"), version_base=None):
+        cfg = OmegaConf.to_container(compose(config_name="ppo_trainer", overrides=best), resolve=True)
+    model = cfg["actor_rollout_ref"]["model"]
+    assert (model["use_remove_padding"], model["use_fused_kernels"], model["use_liger"]) == (True, True, True)
+    assert model["fused_kernel_options"] == {"impl_backend": "triton"}
+    assert model["enable_gradient_checkpointing"] is False
+    assert model["override_config"] == {"attn_implementation": "sdpa"}
+    assert cfg["actor_rollout_ref"]["actor"]["use_fused_kernels"] is True  # the actor follows the model's
+    run_verl.check_row(job, job.rows["verl_best"])  # every native key is one of this verl's
     # the shared run: one adapter, every seat's prompts of a step in one batch (= one optimizer step)
     shared = run_verl.verl_overrides(job, job.rows["verl"], 3, "/m", "/t.parquet", "/o", agent=None)
     assert "data.train_batch_size=24" in shared and "actor_rollout_ref.actor.ppo_mini_batch_size=24" in shared
@@ -911,7 +935,7 @@ def test_the_headline_puts_each_roll_ma_row_against_each_peers_fastest_row(job):
 def test_the_plan_runs_n_first_then_each_repeat_of_every_row_in_the_order_given(job):
     rows = run_all.parse_rows(job, "roll_ma_unfused,trl,openrlhf@1")
     assert rows == [("roll_ma_unfused", None), ("trl", None), ("openrlhf", {1})]
-    plan = run_all.plan_runs(job, rows, [1, 3], shared=True, repeats=2)
+    plan = run_all.plan_runs(job, rows, [1, 3], repeats=2)
     expected = []
     for k in range(2):
         expected += [
@@ -920,15 +944,19 @@ def test_the_plan_runs_n_first_then_each_repeat_of_every_row_in_the_order_given(
             ("openrlhf", 1, 0, False, k),
         ]
     for k in range(2):
-        expected += [("roll_ma_unfused", 3, None, False, k), ("roll_ma_unfused", 3, None, True, k)]
-        expected += [("trl", 3, a, False, k) for a in range(3)] + [("trl", 3, None, True, k)]
+        expected += [("roll_ma_unfused", 3, None, False, k)]
+        expected += [("trl", 3, a, False, k) for a in range(3)]
     assert plan == expected
-    assert [(r[0], r[1]) for r in run_all.plan_runs(job, [("verl", {3})], [1, 3], False, 1)] == [
+    # a row with adapters: shared is one run at every N, whatever the framework (the job file says so)
+    shared = run_all.plan_runs(job, run_all.parse_rows(job, "roll_ma_shared,trl_shared"), [8], repeats=1)
+    assert shared == [("roll_ma_shared", 8, None, True, 0), ("trl_shared", 8, None, True, 0)]
+    assert [(r[0], r[1]) for r in run_all.plan_runs(job, [("verl", {3})], [1, 3], 1)] == [
         ("verl", 3)
     ] * 3
     assert run_all.parse_rows(job, None) == [(name, None) for name in job.rows]
     rows_are = ("the job's rows are roll_ma, roll_ma_before46, roll_ma_unfused, "
-                "roll_ma_noprefix, roll_ma_level1, roll_ma_async, roll_ma_awake, trl")
+                "roll_ma_noprefix, roll_ma_level1, roll_ma_async, roll_ma_awake, roll_ma_noahead, "
+                "roll_ma_shared, trl")
     with pytest.raises(ValueError, match=rows_are):
         run_all.parse_rows(job, "roll_ma,deepspeed-chat")
 
@@ -941,8 +969,11 @@ def test_each_run_reaches_its_runner_as_that_row_with_no_setting_of_the_drivers(
         "--agents", "3", "--model", "M", "--row", "trl_is", "--agent", "1", "--device", "cuda"]  # fmt: skip
     assert tail(job.rows["roll_ma_unfused"], 3, None, False) == [
         "--agents", "3", "--model", "M", "--row", "roll_ma_unfused", "--device", "cuda"]  # fmt: skip
-    assert tail(job.rows["verl_best"], 3, None, True) == [
-        "--agents", "3", "--model", "M", "--row", "verl_best", "--shared"]  # fmt: skip
+    # a shared row's run: no --agent and no flag of the driver's (the runner reads adapters: shared)
+    assert tail(job.rows["trl_shared"], 8, None, True) == [
+        "--agents", "8", "--model", "M", "--row", "trl_shared", "--device", "cuda"]  # fmt: skip
+    with pytest.raises(ValueError, match=r"rows.verl_best: a shared run of a row with adapters: per_agent"):
+        tail(job.rows["verl_best"], 3, None, True)
     assert tail(job.rows["openrlhf"], 1, 0, False)[-3:] == ["--agent", "0", "--flash-attn-shim"]
     cpu = argparse.Namespace(job="relay.yaml", device="cpu", smoke=True)
     assert tail(job.rows["trl"], 3, 2, False, args=cpu) == [
@@ -952,7 +983,7 @@ def test_each_run_reaches_its_runner_as_that_row_with_no_setting_of_the_drivers(
 
 def test_repeats_go_to_another_gpu_than_their_previous_repeat_and_the_gpus_stay_balanced(job):
     rows = run_all.parse_rows(job, "roll_ma,trl,verl")
-    plan = run_all.plan_runs(job, rows, [1, 3], shared=False, repeats=3)
+    plan = run_all.plan_runs(job, rows, [1, 3], repeats=3)
     queues = run_all.assign_gpus(job, plan, ["0", "1"])
     assert sorted(r for q in queues.values() for r in q) == sorted(plan)  # every run, once
     gpu_of = {run: g for g, q in queues.items() for run in q}
@@ -1070,3 +1101,116 @@ def test_verl_best_max_prompt_length_is_the_longest_prompt_in_tokens(job, tiny_m
         job, job.rows["verl_best"], 1, tiny_model_dir, str(path), str(tmp_path), longest_prompt=longest
     )
     assert f"data.max_prompt_length={longest}" in overrides
+
+
+# ---------------------------------------------------------------------------- issue 60's rows
+def test_issue60_roll_ma_rows_differ_from_the_defaults_by_their_lever_alone(
+    job, tiny_model_dir, tmp_path, monkeypatch
+):
+    _real_validate_without_this_machine(monkeypatch)
+
+    def config(name: str, n: int = 8):  # noqa: ANN202 - a RunConfig
+        row = job.rows[name]
+        return run_roll_ma.run_config(job, row, n, tiny_model_dir, "cuda", str(tmp_path), row.shared)
+
+    ours = config("roll_ma")
+    # decode_ahead off: each turn decoded when its prompt is known; nothing else changes
+    noahead = config("roll_ma_noahead")
+    assert (ours.env.decode_ahead, noahead.env.decode_ahead) == (True, False)
+    assert dataclasses.replace(noahead.env, decode_ahead=True) == ours.env
+    assert (noahead.train, noahead.model, noahead.rollout) == (ours.train, ours.model, ours.rollout)
+    # one adapter shared by every seat: eight agents (one a seat, the prompt naming it) on one adapter,
+    # which the plan updates once a step on every seat's rows
+    shared = config("roll_ma_shared")
+    assert job.rows["roll_ma_shared"].shared and not job.rows["roll_ma"].shared
+    assert [a.adapter_name for a in shared.agents] == ["shared"] * 8
+    assert [a.adapter_name for a in ours.agents] == [f"agent{i}" for i in range(8)]
+    assert {a.adapter for a in run_plan(shared).agents} == {"shared"}
+    assert (shared.train, shared.env, shared.rollout) == (ours.train, ours.env, ours.rollout)
+    assert "one adapter shared by every seat" in job.rows["roll_ma_shared"].describe()
+
+
+def test_issue60_trl_rows_set_the_micro_batch_in_rows_and_sleep_from_the_row(job, tmp_path, no_rendezvous):
+    pytest.importorskip("trl")
+    job32 = dataclasses.replace(job, dtype="float32")
+    best = job.rows["trl_best"]
+    for rows_, sleep in ((16, True), (16, False), (24, True), (24, False), (32, True), (32, False),
+                         (48, True), (48, False)):  # fmt: skip
+        row = job.rows[f"trl_mb{rows_}" + ("" if sleep else "_awake")]
+        # only the micro-batch and the sleep differ from trl_best
+        assert row.settings == dataclasses.replace(best.settings, update_rows=rows_, sleep_rollout=sleep)
+        assert row.native == best.native and not row.shared
+        micro = run_trl.micro_rows(row, 192, 392)  # N = 1: 192 rows a step, every size divides them
+        cfg = run_trl.grpo_config(job32, row, 192, micro, "cuda", True, str(tmp_path))
+        assert (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps) == (rows_, 192 // rows_)
+        assert cfg.vllm_enable_sleep_mode is sleep and cfg.use_liger_kernel and not cfg.gradient_checkpointing
+        assert f"update {rows_} rows/micro-batch" in row.describe()
+    # a row without update_rows keeps the token budget's micro-batch
+    assert run_trl.micro_rows(best, 192, 392) == run_trl.micro_batch_rows(192, 392, 8192) == 16
+    # a micro-batch that does not divide the run's rows is refused, naming the key and what divides
+    with pytest.raises(ValueError, match=r"rows.trl_mb16.settings.update_rows=16 does not divide this run's "
+                                         r"24 rows a step \(1, 2, 3, 4, 6, 8, 12, 24 do\)"):  # fmt: skip
+        run_trl.micro_rows(job.rows["trl_mb16"], job.rows_per_step(8), 392)
+    # where each size runs: 16 and 32 at N = 1 and 3, 24 and 48 at N = 1 (24 also at N = 8)
+    runs_at = {size: [n for n in job.agents if job.rows_per_step(n) % size == 0] for size in (16, 24, 32, 48)}
+    assert runs_at == {16: [1, 3], 24: [1, 8], 32: [1, 3], 48: [1]}
+    # the shared row: trl_best's settings, one run on every seat's 192 rows
+    shared = job.rows["trl_shared"]
+    assert shared.shared and shared.settings == best.settings
+    assert peer_job.rows_of_run(job, 8, None) == 192 and run_trl.micro_rows(shared, 192, 392) == 16
+
+
+def test_issue60_runners_check_their_row_before_starting_in_one_line(job, capsys, monkeypatch):
+    monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER", raising=False)
+    pytest.importorskip("trl")
+
+    def refused(argv, framework, check=None) -> str:  # the parser's one-line error
+        with pytest.raises(SystemExit):
+            peer_job.parse_runner_args(peer_job.runner_parser(None), argv, framework, check)
+        return capsys.readouterr().err.strip().splitlines()[-1]
+
+    base, agent0 = ["--agents", "8", "--model", "M"], ["--agents", "8", "--model", "M", "--agent", "0"]
+    mb16 = refused([*agent0, "--row", "trl_mb16"], "trl", run_trl.validate_row)
+    assert "update_rows=16 does not divide this run's 24 rows" in mb16
+    assert "rows.trl_shared has adapters: shared" in refused([*agent0, "--row", "trl_shared"], "trl")
+    per_agent = refused([*base, "--row", "trl_best"], "trl")
+    assert "rows.trl_best trains one adapter per agent: give --agent K" in per_agent
+    p = peer_job.runner_parser(None)
+    args, _, row = peer_job.parse_runner_args(p, [*base, "--row", "trl_shared"], "trl", run_trl.validate_row)
+    assert (args.shared, args.agent, row.name) == (True, None, "trl_shared")
+    p = peer_job.runner_parser(None, one_agent=False)
+    ours = [*base, "--row", "roll_ma_shared"]
+    args, _, _ = peer_job.parse_runner_args(p, ours, "roll_ma", run_roll_ma.check_row)
+    assert args.shared
+    # unknown native keys: each runner's own config names them
+    typo = dataclasses.replace(job.rows["roll_ma"], native={"env.decode_ahaed": 1})
+    with pytest.raises(ValueError, match=r"rows.roll_ma.native: env.decode_ahaed: unknown key"):
+        run_roll_ma.check_row(job, typo, 3)
+    with pytest.raises(ValueError, match=r"rows.roll_ma.settings.update_rows=16: roll_ma's micro-batches"):
+        run_roll_ma.check_row(job, _with_settings(job.rows["roll_ma"], update_rows=16), 3)
+    with pytest.raises(ValueError, match=r"rows.trl.native: no_such_field are not GRPOConfig fields"):
+        run_trl.validate_row(job, dataclasses.replace(job.rows["trl"], native={"no_such_field": 1}), 3)
+    model = {"use_fused_kernels": False, "override_config": {}}
+    verl_config = {"actor_rollout_ref": {"model": model}, "data": {"max_prompt_length": 512},
+                   "algorithm": {"rollout_correction": {"bypass_mode": 0}}}  # fmt: skip
+    unknown = r"rows.verl_best.native: actor_rollout_ref.model.fused_kernel_options.impl_backend not in verl"
+    with pytest.raises(ValueError, match=unknown):
+        run_verl.check_row(job, job.rows["verl_best"], 3, verl_config)
+    model["fused_kernel_options"] = {"impl_backend": "torch"}
+    run_verl.check_row(job, job.rows["verl_best_padded"], 3, verl_config)
+    with pytest.raises(ValueError, match=r"rows.verl.settings.update_rows=8: verl's micro-batches"):
+        run_verl.check_row(job, _with_settings(job.rows["verl"], update_rows=8), 3, verl_config)
+    row = dataclasses.replace(job.rows["openrlhf"], native={"--actor.adam.lrr": 1})
+    with pytest.raises(ValueError, match=r"rows.openrlhf.native: --actor.adam.lrr are not flags"):
+        run_openrlhf.check_row(job, row, 3, [r"--\w+\.adam\.lr", r"--train\.batch_size"])
+    row = dataclasses.replace(row, native={"--actor.adam.lr": 1})
+    run_openrlhf.check_row(job, row, 3, [r"--\w+\.adam\.lr"])
+
+
+def test_issue60_job_keys_adapters_and_update_rows_are_checked(tmp_path):
+    with pytest.raises(ValueError, match=r"rows.trl.adapters='one': use per_agent or shared"):
+        peer_job.load_job(_write(tmp_path, rows__trl__adapters="one"))
+    with pytest.raises(ValueError, match=r"rows.trl.settings.update_rows must be null or an int >= 1, got 0"):
+        peer_job.load_job(_write(tmp_path, rows__trl__settings__update_rows=0))
+    job = peer_job.load_job(_write(tmp_path, rows__trl__settings__update_rows=None))
+    assert job.rows["trl"].settings.update_rows is None and job.rows["trl"].adapters == "per_agent"
