@@ -217,7 +217,7 @@ class EnvConfig:
         "the signal; envs that support it only (tiny_hanabi)",
     )
     batch_encode: bool = _f(
-        False,
+        True,
         "a round's chat prompts encoded together: every prompt's cut search (over-long histories) in "
         "lockstep, each probe one batched tokenizer call on all CPU cores (the same ids and cuts as one "
         "prompt at a time on one core); envs that give their own prompt ids are unaffected",
