@@ -108,6 +108,8 @@ class RunPlan:
         step_kind: the RL loop's step: streamed one step ahead (``rollout.max_staleness`` > 0), synchronous
             with a joint search (``study.joint_search_every`` > 0) or synchronous; "phases" without RL.
         shares_prompts: a group's prompt runs once in the scoring and update passes (``prompt_sharing``).
+        loss_terms: the study's extra terms of the PPO loss, by the name ``roll_ma.studies`` registers them
+            under: "action_entropy" (``study.action_entropy_coef`` > 0).
         agents: every agent (index = ``agent_id``) with its train cycle and LoRA settings.
     """
 
@@ -120,6 +122,7 @@ class RunPlan:
     step_kind: StepKind
     shares_prompts: bool
     agents: tuple[PlannedAgent, ...]
+    loss_terms: tuple[str, ...]
 
     def critic_only(self, step: int) -> bool:
         """Step ``step`` trains the critic alone (its warm-up): the agents' adapters wait."""
@@ -171,4 +174,5 @@ def run_plan(cfg: RunConfig) -> RunPlan:
         step_kind=step_kind,
         shares_prompts=prompt_sharing(cfg.train, cfg.model.attn_implementation),
         agents=planned_agents(cfg),
+        loss_terms=("action_entropy",) if cfg.study.action_entropy_coef > 0 else (),
     )
