@@ -110,6 +110,8 @@ class RunPlan:
         shares_prompts: a group's prompt runs once in the scoring and update passes (``prompt_sharing``).
         loss_terms: the study's extra terms of the PPO loss, by the name ``roll_ma.studies`` registers them
             under: "action_entropy" (``study.action_entropy_coef`` > 0).
+        advantage_weights: the study's weights of the rows' advantages, by registered name:
+            "balance_reward_classes" (``study.balance_reward_classes``), or None.
         agents: every agent (index = ``agent_id``) with its train cycle and LoRA settings.
     """
 
@@ -123,6 +125,7 @@ class RunPlan:
     shares_prompts: bool
     agents: tuple[PlannedAgent, ...]
     loss_terms: tuple[str, ...]
+    advantage_weights: str | None
 
     def critic_only(self, step: int) -> bool:
         """Step ``step`` trains the critic alone (its warm-up): the agents' adapters wait."""
@@ -175,4 +178,5 @@ def run_plan(cfg: RunConfig) -> RunPlan:
         shares_prompts=prompt_sharing(cfg.train, cfg.model.attn_implementation),
         agents=planned_agents(cfg),
         loss_terms=("action_entropy",) if cfg.study.action_entropy_coef > 0 else (),
+        advantage_weights="balance_reward_classes" if cfg.study.balance_reward_classes else None,
     )

@@ -24,7 +24,7 @@ def test_marft_tiny_is_ppo_with_a_critic_that_warms_up_two_steps_and_no_referenc
     assert dataclasses.replace(plan, agents=()) == RunPlan(
         rl=True, objectives=("ppo",), uses_critic=True, critic_warmup_steps=2, reference_needed=False,
         reference_workers=0, step_kind="synchronous", shares_prompts=plan.shares_prompts, agents=(),
-        loss_terms=())
+        loss_terms=(), advantage_weights=None)
     assert [plan.critic_only(step) for step in (1, 2, 3)] == [True, True, False]
 
 
@@ -39,7 +39,7 @@ def test_grpo_runs_have_no_critic_and_a_reference_only_with_a_kl_term():
     assert dataclasses.replace(tiny, agents=()) == RunPlan(
         rl=True, objectives=("ppo",), uses_critic=False, critic_warmup_steps=0, reference_needed=False,
         reference_workers=0, step_kind="synchronous", shares_prompts=tiny.shares_prompts, agents=(),
-        loss_terms=())
+        loss_terms=(), advantage_weights="balance_reward_classes")  # study.balance_reward_classes
     assert not tiny.critic_only(1)
     hanabi = _plan("tiny_hanabi_selfplay")  # kl_coef 0.05, the base on the train worker
     assert (hanabi.uses_critic, hanabi.reference_needed, hanabi.reference_workers) == (False, True, 0)
