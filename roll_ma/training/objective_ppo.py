@@ -136,9 +136,10 @@ class PPOLoss:
     ) -> torch.Tensor:
         m = self._forward(idx, real)
         loss = self._loss(m, float(local_denoms[1]))
-        parts: list[TermPart | None] = []
-        for k, term in enumerate(self.terms):  # each after the forward above: its own forward, if any, next
-            part = term.micro_loss(idx, real, float(local_denoms[2 + k])) if local_denoms[2 + k] > 0 else None
+        parts: list[TermPart | None] = []  # each extra term's share (None: it sits this micro-batch out)
+        for k, term in enumerate(self.terms):  # after the forward above (a term's own forward comes next)
+            denom = float(local_denoms[2 + k])  # 0: the mini-batch has nothing of this term
+            part = term.micro_loss(idx, real, denom) if denom > 0 else None
             if part is not None:
                 loss = loss + part.loss
             parts.append(part)
