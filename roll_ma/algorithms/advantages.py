@@ -10,7 +10,7 @@ rewards never swamps another agent's signal.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -100,28 +100,6 @@ def reinforce_pp_estimator(returns: np.ndarray, rows: Mapping[str, Any], algo: A
     return reinforce_pp_advantages(returns, rows["agent_id"], algo.norm_std)
 
 
-def class_balance_weights(agent_ids: Sequence[int], classes: Sequence[str]) -> np.ndarray:
-    """(B,) weights making every labelled reward class of an agent weigh the same in total.
-
-    With k classes among an agent's labelled rows, a row of class c gets (1 / k) / share(c);
-    unlabelled rows ("") and agents with one class keep weight 1.
-    """
-    weights = np.ones(len(agent_ids))
-    per_agent: dict[int, list[int]] = defaultdict(list)
-    for i, (a, c) in enumerate(zip(agent_ids, classes)):
-        if c:
-            per_agent[int(a)].append(i)
-    for rows in per_agent.values():
-        labels = [classes[i] for i in rows]
-        kinds = sorted(set(labels))
-        for c in kinds:
-            share = labels.count(c) / len(labels)
-            for i in rows:
-                if classes[i] == c:
-                    weights[i] = (1.0 / len(kinds)) / share
-    return weights
-
-
 def broadcast_to_tokens(values: np.ndarray | torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """(B,) per-turn values -> (B, R) on the response tokens (0 on padding)."""
     v = torch.as_tensor(np.asarray(values), dtype=torch.float32, device=response_mask.device)
@@ -134,7 +112,12 @@ def reverse_cumsum(token_values: torch.Tensor, response_mask: torch.Tensor) -> t
     return torch.flip(torch.cumsum(torch.flip(masked, dims=[1]), dim=1), dims=[1]) * response_mask
 
 
-def add_advantages(data: Any, algo: Any, balance_reward_classes: bool = False) -> Any:
+# (B,) a weight of each row's advantage, from the rows' non-tensor columns: a study's (``roll_ma/studies``:
+# the reward-class balance of ``study.balance_reward_classes``), which the RL step hands in
+RowWeights = Callable[[Mapping[str, Any]], np.ndarray]
+
+
+def add_advantages(data: Any, algo: Any, row_weights: RowWeights | None = None) -> Any:
     """Turn rewards -> per-agent advantages on a DataProto of turns (adds advantages, returns, token_rewards,
     trained_rewards). ``algo.advantage`` names a registered estimator (``algorithms/algorithm_registry.py``);
     "gae" goes to ``algorithms/gae.py`` (needs the critic's values).
@@ -142,8 +125,7 @@ def add_advantages(data: Any, algo: Any, balance_reward_classes: bool = False) -
     Needs batch ``scores`` and ``response_mask`` and non_tensor episode_id, player, turn, agent_id,
     group_id. With ``algo.kl_mode == "reward"`` it also needs ``old_log_probs`` and
     ``ref_log_probs``: the per-token KL penalty is added to the rewards and its return-to-go to
-    the advantages. ``balance_reward_classes`` (``study.balance_reward_classes``): weight each
-    agent's rows so every ``reward_class`` the env labelled weighs the same.
+    the advantages. ``row_weights``: a study's weight of each row's advantage (``RowWeights``).
     """
     from roll_ma.protocol import DataProto
 
@@ -155,8 +137,8 @@ def add_advantages(data: Any, algo: Any, balance_reward_classes: bool = False) -
                                 algo.share_reward_in_agent)  # (B,)
     returns = discounted_turn_returns(trained, nt["episode_id"], nt["player"], nt["turn"], algo.gamma)
     adv = np.asarray(estimator(returns, nt, algo), dtype=np.float64)  # (B,)
-    if balance_reward_classes and "reward_class" in nt:
-        adv = adv * class_balance_weights(nt["agent_id"], nt["reward_class"])
+    if row_weights is not None:
+        adv = adv * row_weights(nt)
     token_rewards = place_on_last_token(trained, mask)  # (B, R)
     advantages = broadcast_to_tokens(adv, mask)  # (B, R)
     penalty = kl_reward_tokens(data, algo)  # (B, R) or None

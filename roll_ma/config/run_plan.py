@@ -108,6 +108,10 @@ class RunPlan:
         step_kind: the RL loop's step: streamed one step ahead (``rollout.max_staleness`` > 0), synchronous
             with a joint search (``study.joint_search_every`` > 0) or synchronous; "phases" without RL.
         shares_prompts: a group's prompt runs once in the scoring and update passes (``prompt_sharing``).
+        loss_terms: the study's extra terms of the PPO loss, by the name ``roll_ma.studies`` registers them
+            under: "action_entropy" (``study.action_entropy_coef`` > 0).
+        advantage_weights: the study's weights of the rows' advantages, by registered name:
+            "balance_reward_classes" (``study.balance_reward_classes``), or None.
         agents: every agent (index = ``agent_id``) with its train cycle and LoRA settings.
     """
 
@@ -120,6 +124,8 @@ class RunPlan:
     step_kind: StepKind
     shares_prompts: bool
     agents: tuple[PlannedAgent, ...]
+    loss_terms: tuple[str, ...]
+    advantage_weights: str | None
 
     def critic_only(self, step: int) -> bool:
         """Step ``step`` trains the critic alone (its warm-up): the agents' adapters wait."""
@@ -171,4 +177,6 @@ def run_plan(cfg: RunConfig) -> RunPlan:
         step_kind=step_kind,
         shares_prompts=prompt_sharing(cfg.train, cfg.model.attn_implementation),
         agents=planned_agents(cfg),
+        loss_terms=("action_entropy",) if cfg.study.action_entropy_coef > 0 else (),
+        advantage_weights="balance_reward_classes" if cfg.study.balance_reward_classes else None,
     )

@@ -1,15 +1,15 @@
 """ppo: the RL loop's policy-gradient objective over one policy's rows.
 
 The policy loss is the one ``algorithm.policy_loss`` names (``algorithms/algorithm_registry.py``; default
-``ppo_clip``), plus the KL to the reference (``kl_mode: loss``), the entropy bonus and, for games, the
-entropy bonus over legal actions. Rows from older adapters (``rollout.max_staleness`` > 0) are trained
-with the decoupled objective: the clip against pi_old (proximal), each token weighted by
-pi_old / pi_behaviour. Without ``old_log_probs`` pi_old is this update's own forward, detached
-(``pipelines/rl/on_policy.py``): exact only for one optimizer step on fresh rows.
+``ppo_clip``), plus the KL to the reference (``kl_mode: loss``), the entropy bonus and the extra terms a
+study adds (``UpdateContext.loss_terms``: ``LossTerm``, e.g. ``studies/action_entropy.py``). Rows from older
+adapters (``rollout.max_staleness`` > 0) are trained with the decoupled objective: the clip against pi_old
+(proximal), each token weighted by pi_old / pi_behaviour. Without ``old_log_probs`` pi_old is this update's
+own forward, detached (``pipelines/rl/on_policy.py``): exact only for one optimizer step on fresh rows.
 
-Reported per agent: ``policy_loss``, ``entropy``, ``clip_frac``, ``kl`` (with a reference),
-``action_entropy`` (bonus on), ``is_weight_{mean,max,truncated}`` (decoupled),
-``logprob_gap{,_max}`` (reused pi_old with the engine's log-probs).
+Reported per agent: ``policy_loss``, ``entropy``, ``clip_frac``, ``kl`` (with a reference), each extra
+term's own, ``is_weight_{mean,max,truncated}`` (decoupled), ``logprob_gap{,_max}`` (reused pi_old with the
+engine's log-probs).
 """
 
 from __future__ import annotations
@@ -20,21 +20,22 @@ import numpy as np
 import torch
 
 from roll_ma.algorithms.algorithm_registry import POLICY_LOSSES, PolicyLoss
-from roll_ma.algorithms.losses import (
-    aggregate,
-    behavior_weights,
-    choice_entropy,
-    entropy_coef_at,
-    kl_estimate,
-)
+from roll_ma.algorithms.losses import aggregate, behavior_weights, entropy_coef_at, kl_estimate
 from roll_ma.config.schema import AlgorithmConfig
-from roll_ma.models.logprobs import choice_log_probs, response_log_probs
+from roll_ma.models.logprobs import response_log_probs
 from roll_ma.packing import shared_prompt_tokens
 from roll_ma.protocol import DataProto
 from roll_ma.training.agent_sums import AgentSums, row_slots
 from roll_ma.training.policy_engine import PolicyEngine
 from roll_ma.training.scoring import budget_lengths, check_columns, row_prompt_groups
-from roll_ma.training.update_loop import PolicyUpdate, UpdateContext, UpdatePlan, run_update
+from roll_ma.training.update_loop import (
+    LossTerm,
+    PolicyUpdate,
+    TermPart,
+    UpdateContext,
+    UpdatePlan,
+    run_update,
+)
 
 TRAIN_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages")
 # per-agent sums over micro-batches, epochs and ranks; tokens: this agent's response tokens, units: the
@@ -47,8 +48,6 @@ PPO_SUMS = (
     "clipped",
     "tokens",
     "units",
-    "action_entropy",
-    "choice_rows",
     "is_weight",
     "is_truncated",
     "logprob_gap",
@@ -56,28 +55,6 @@ PPO_SUMS = (
     "input_tokens_run",
 )
 PPO_MAXIMA = ("is_weight", "logprob_gap")  # decoupled: largest weight; reused pi_old: largest |gap|
-
-
-@dataclass
-class _ActionBonus:
-    """The action entropy bonus of one update: its weight at this step and each row's legal answers."""
-
-    coef: float
-    choices: list[list[list[int]]]  # per row: token ids of each legal action's answer
-    has_choice: np.ndarray  # (N,) float32: 1 where a row has two or more legal actions
-
-    @classmethod
-    def of(cls, rows: DataProto, coef: float) -> _ActionBonus | None:
-        if coef <= 0:
-            return None
-        if "action_choices" not in rows.non_tensor:
-            raise ValueError(
-                "study.action_entropy_coef > 0 but the rows carry no 'action_choices' "
-                "(env workers fill them for games when the bonus is on)"
-            )
-        choices = [list(c) for c in rows.non_tensor["action_choices"]]
-        has_choice = np.array([len(c) >= 2 for c in choices], dtype=np.float32)
-        return cls(coef, choices, has_choice)
 
 
 @dataclass
@@ -95,18 +72,14 @@ class _MicroBatch:
     truncated: torch.Tensor | None  # (b, R) decoupled: where the cap cut the weight
     gap: torch.Tensor | None  # (b, R) reused pi_old: |pi_old - engine's log-prob|
     kl: torch.Tensor | None = None  # (b, R) with a reference
-    action_ent: torch.Tensor | None = None  # (b,) the action bonus on
-    choice_rows: torch.Tensor | None = None  # (b,) real rows with two or more legal actions
 
 
 class PPOLoss:
     """The ``MicroBatchLoss`` of one PPO update over ``rows``.
 
-    counts: (N, 3) response tokens (the skip test), the loss's unit per ``loss_agg`` (tokens or 1 per
-    row), rows with a choice among legal actions (the action bonus is a mean over decisions).
+    counts: (N, 2 + terms) response tokens (the skip test), the loss's unit per ``loss_agg`` (tokens or 1
+    per row), then each extra term's own denominator (``LossTerm.counts``).
     """
-
-    sum_fields: tuple[str, ...] = PPO_SUMS
 
     def __init__(
         self,
@@ -145,12 +118,14 @@ class PPOLoss:
         self.row_slot = row_slots(agent_of_row, agent_ids)  # (N,)
         self.maxima = AgentSums(PPO_MAXIMA, len(agent_ids), reduce="max")
         self.entropy_coef = entropy_coef_at(algo.entropy_coef, algo.entropy_decay_steps, ctx.step)
-        action_coef = entropy_coef_at(ctx.study_cfg.action_entropy_coef, algo.entropy_decay_steps, ctx.step)
-        self.bonus = _ActionBonus.of(rows, action_coef)  # None while off
+        # a study's extra terms, those on at this step
+        terms = (make(engine, rows, ctx) for make in ctx.loss_terms)
+        self.terms: list[LossTerm] = [t for t in terms if t is not None]
+        self.sum_fields = PPO_SUMS + tuple(f for t in self.terms for f in t.sum_fields)
+        assert len(set(self.sum_fields)) == len(self.sum_fields), self.sum_fields
         tokens = self.cols["response_mask"].float().sum(-1).numpy().astype(np.float64)  # (N,)
         units = tokens if algo.loss_agg == "token_mean" else np.ones(n)
-        choices = self.bonus.has_choice.astype(np.float64) if self.bonus is not None else np.zeros(n)
-        self.counts = np.stack([tokens, units, choices], axis=1)  # (N, 3)
+        self.counts = np.stack([tokens, units] + [t.counts.astype(np.float64) for t in self.terms], axis=1)
         self.groups = row_prompt_groups(rows, engine.batching)  # (N,) or None: each group's prefix once
         # (N,) x 2 what a token budget counts: real prompt and response tokens, or with shared prompts each
         # row's shared prefix and the rest (they add up to the same row)
@@ -159,13 +134,19 @@ class PPOLoss:
     def micro_loss(
         self, idx: torch.Tensor, real: torch.Tensor, local_denoms: np.ndarray, sums: AgentSums
     ) -> torch.Tensor:
-        local_denom, choice_denom = float(local_denoms[1]), float(local_denoms[2])
         m = self._forward(idx, real)
-        loss = self._loss(m, local_denom, choice_denom)
+        loss = self._loss(m, float(local_denoms[1]))
+        parts: list[TermPart | None] = []  # each extra term's share (None: it sits this micro-batch out)
+        for k, term in enumerate(self.terms):  # after the forward above (a term's own forward comes next)
+            denom = float(local_denoms[2 + k])  # 0: the mini-batch has nothing of this term
+            part = term.micro_loss(idx, real, denom) if denom > 0 else None
+            if part is not None:
+                loss = loss + part.loss
+            parts.append(part)
         with torch.no_grad():
             slots = self.row_slot[idx]
             for s in torch.unique(slots[real > 0]).tolist():
-                sums.add(s, self._agent_sums(m, s, slots))
+                sums.add(s, self._agent_sums(m, s, slots) | self._term_sums(parts, slots == s))
         return loss
 
     def _forward(self, idx: torch.Tensor, real: torch.Tensor) -> _MicroBatch:
@@ -198,9 +179,9 @@ class PPOLoss:
             gap = (old - cols["rollout_log_probs"][idx].to(dev).float()).abs()  # (b, R)
         return _MicroBatch(idx, real, mask, adv, log_probs, entropy, old, weights, truncated, gap)
 
-    def _loss(self, m: _MicroBatch, local_denom: float, choice_denom: float) -> torch.Tensor:
-        """The policy loss plus the KL (``kl_mode: loss``), minus the entropy and action entropy bonuses;
-        keeps the KL and the action entropy on ``m`` for the metrics."""
+    def _loss(self, m: _MicroBatch, local_denom: float) -> torch.Tensor:
+        """The policy loss plus the KL (``kl_mode: loss``), minus the entropy bonus; keeps the KL on ``m`` for
+        the metrics."""
         algo, dev, cols, idx, mask = self.algo, self.engine.device, self.cols, m.idx, m.mask
         loss, _ = self.policy_loss(m.log_probs, m.old, m.adv, mask, algo, local_denom, m.weights)
         if "ref_log_probs" in cols:
@@ -210,11 +191,6 @@ class PPOLoss:
                 loss = loss + algo.kl_coef * aggregate(m.kl, mask, algo.loss_agg, local_denom)
         if self.entropy_coef > 0:
             loss = loss - self.entropy_coef * aggregate(m.entropy, mask, algo.loss_agg, local_denom)
-        if self.bonus is not None and choice_denom > 0:
-            has_choice = torch.from_numpy(self.bonus.has_choice[idx.numpy()]).to(dev)  # (b,)
-            m.choice_rows = has_choice * m.real.to(dev)  # (b,)
-            m.action_ent = self._action_entropy(idx)  # (b,)
-            loss = loss - self.bonus.coef * (m.action_ent * m.choice_rows).sum() / choice_denom
         return loss
 
     def _agent_sums(self, m: _MicroBatch, s: int, slots: torch.Tensor) -> dict[str, float]:
@@ -240,10 +216,6 @@ class PPOLoss:
         units = toks if algo.loss_agg == "token_mean" else float(((slots == s) & (real > 0)).sum())
         kl_sum = 0.0 if m.kl is None else float(aggregate(m.kl.detach(), agent_mask, algo.loss_agg, 1.0))
         ent_sum = float(aggregate(ent, agent_mask, algo.loss_agg, 1.0))
-        a_ent = a_rows = 0.0
-        if m.action_ent is not None and m.choice_rows is not None:
-            agent_rows = m.choice_rows * (slots == s).to(dev, m.choice_rows.dtype)  # (b,)
-            a_ent, a_rows = float((m.action_ent.detach() * agent_rows).sum()), float(agent_rows.sum())
         return {
             "policy_loss": float(pl),
             "kl": kl_sum,
@@ -251,8 +223,6 @@ class PPOLoss:
             "clipped": stats.get("clip_frac", 0.0) * toks,
             "tokens": toks,
             "units": units,
-            "action_entropy": a_ent,
-            "choice_rows": a_rows,
             "is_weight": is_w,
             "is_truncated": is_trunc,
             "logprob_gap": gap_sum,
@@ -269,21 +239,17 @@ class PPOLoss:
         saved = shared_prompt_tokens(p, self.groups[rows]) if self.groups is not None else 0
         return total, total - saved
 
-    def _action_entropy(self, idx: torch.Tensor) -> torch.Tensor:
-        """(b,) entropy of each row's choice among its legal actions, under the policy being trained."""
-        assert self.bonus is not None
-        cols, dev = self.cols, self.engine.device
-        prompt_len = cols["input_ids"].shape[1] - cols["responses"].shape[1]
-        prompt_ids = cols["input_ids"][idx, :prompt_len].to(dev)  # (b, P) left-padded
-        prompt_mask = cols["attention_mask"][idx, :prompt_len].to(dev)  # (b, P)
-        lp, mask = choice_log_probs(
-            self.engine.engine,
-            prompt_ids,
-            prompt_mask,
-            [self.bonus.choices[int(i)] for i in idx],
-            self.temperature,
-        )  # (b, K) each
-        return choice_entropy(lp, mask)
+    def _term_sums(self, parts: list[TermPart | None], of_agent: torch.Tensor) -> dict[str, float]:
+        """One agent's sums of each extra term over this micro-batch (``of_agent``: (b,) bool, its rows);
+        zeros where a term added nothing."""
+        out: dict[str, float] = {}
+        for term, part in zip(self.terms, parts, strict=True):
+            if part is None:
+                out.update(dict.fromkeys(term.sum_fields, 0.0))
+                continue
+            for name, per_row in part.row_sums.items():  # (b,) each
+                out[name] = float((per_row * of_agent.to(per_row.device, per_row.dtype)).sum())
+        return out
 
     def agent_metrics(self, sums: AgentSums, maxima: AgentSums, slot: int) -> dict[str, float]:
         """One agent's metrics from the update's all-reduced sums and maxima."""
@@ -296,8 +262,8 @@ class PPOLoss:
         }
         if "ref_log_probs" in self.cols:
             metrics["kl"] = t["kl"] / units if units > 0 else 0.0
-        if t["choice_rows"] > 0:  # only while the action bonus is on (it costs a forward per action)
-            metrics["action_entropy"] = t["action_entropy"] / t["choice_rows"]
+        for term in self.terms:
+            metrics.update(term.agent_metrics({f: t[f] for f in term.sum_fields}))
         if self.decoupled and toks > 0:  # per response token of this agent
             metrics.update(
                 is_weight_mean=t["is_weight"] / toks,

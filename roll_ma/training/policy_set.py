@@ -49,7 +49,7 @@ from roll_ma.training.policy_plan import (
 )
 from roll_ma.training.policy_weights import FullWeights, LoraWeights
 from roll_ma.training.scoring import check_columns, log_prob_columns
-from roll_ma.training.update_loop import UpdateContext
+from roll_ma.training.update_loop import LossTermMaker, UpdateContext
 from roll_ma.training.update_metrics import agent_row_metrics, agent_update_metrics, token_totals
 
 DEFAULT_UPDATE = UpdateRequest()  # a ppo update at step 0 of every trainable agent
@@ -66,7 +66,9 @@ class PolicySet:
         algo_cfg: loss settings (PPO clip, KL, entropy, aggregation).
         seed: seed of adapter init and mini-batch shuffling.
         rank, world_size: this process in the data-parallel group of train workers.
-        study_cfg: game-study helpers the update uses (the entropy bonus over legal actions).
+        study_cfg: the study settings the update passes on to its extra loss terms.
+        loss_terms: a study's extra terms of the PPO loss (``LossTermMaker``: the action entropy bonus of
+            ``roll_ma/studies``), given by the train worker's spec.
         reference_copies: also inject a frozen copy of every trainable adapter (DPO's reference "the
             adapter as the phase started": ``dpo_reference.snapshot_reference`` fills it; no second model).
         critic_cfg: the value critic(s) of ``algorithm.advantage=gae`` (``training/critic.py``): one
@@ -76,7 +78,7 @@ class PolicySet:
     def __init__(self, model_cfg: ModelConfig, agents: Sequence[AgentSpec], adapters: Sequence[AdapterSpec],
                  train_cfg: TrainConfig, algo_cfg: AlgorithmConfig, seed: int = 0, rank: int = 0,
                  world_size: int = 1, reference_copies: bool = False, study_cfg: StudyConfig | None = None,
-                 critic_cfg: CriticConfig | None = None):
+                 critic_cfg: CriticConfig | None = None, loss_terms: Sequence[LossTermMaker] = ()):
         # the update, the critic and the scoring read true or false, as the run plan decided it (padded rows
         # share nothing: auto is off there whatever the attention)
         if train_cfg.share_prompt_prefix == "auto" and train_cfg.remove_padding:
@@ -84,6 +86,7 @@ class PolicySet:
                              "plan's choice (RunPlan.worker_train_config)")
         self.model_cfg, self.train_cfg, self.algo_cfg = model_cfg, train_cfg, algo_cfg
         self.study_cfg = study_cfg or StudyConfig()
+        self.loss_terms = tuple(loss_terms)
         self.critic_cfg = critic_cfg or CriticConfig()
         self.critic: CriticSet | None = None
         self.agents, self.adapters = list(agents), list(adapters)
@@ -181,7 +184,7 @@ class PolicySet:
         self.require_model()
         ctx = UpdateContext(step=request.step, temperature=request.temperature, algo_cfg=self.algo_cfg,
                             study_cfg=self.study_cfg, behavior_correction=request.behavior_correction,
-                            dpo=request.dpo)
+                            dpo=request.dpo, loss_terms=self.loss_terms)
         objective = objective_named(request.objective)
         objective.check(data, self.algo_cfg)
         agent_ids = self.agent_ids(data) if len(data) else np.zeros(0, dtype=np.int64)

@@ -17,6 +17,7 @@ so each rank divides its micro-batch's loss by (the mini-batch's global count / 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -162,6 +163,42 @@ class UpdateContext:
     study_cfg: StudyConfig
     behavior_correction: bool = False  # UpdateRequest.behavior_correction: the decoupled PPO objective
     dpo: DPOSettings | None = None  # UpdateRequest.dpo: the DPO loss's settings
+    loss_terms: tuple[LossTermMaker, ...] = ()  # a study's extra terms of the PPO loss (``LossTerm``)
+
+
+@dataclass
+class TermPart:
+    """What a ``LossTerm`` adds to one micro-batch: its loss and each row's share of its per-agent sums."""
+
+    loss: torch.Tensor  # () added to the micro-batch's loss
+    row_sums: dict[str, torch.Tensor]  # each of the term's sum_fields -> (b,) detached, 0 on padding rows
+
+
+class LossTerm(Protocol):
+    """An extra term of the PPO loss that a study adds (``roll_ma/studies``: the action entropy bonus).
+
+    A ``LossTermMaker`` builds it per policy update from the rows (or returns None: off at this step). It has
+    a denominator of its own (``counts``; the update loop sums it per mini-batch like the loss's) and
+    per-agent sums of its own (``sum_fields``), from which it reports its metrics.
+    """
+
+    counts: np.ndarray  # (N,) what each row adds to the term's denominator
+    sum_fields: tuple[str, ...]  # the per-agent quantities it adds up (beside the objective's own)
+
+    def micro_loss(self, idx: torch.Tensor, real: torch.Tensor, local_denom: float) -> TermPart | None:
+        """The term over rows ``idx`` ((b,); ``real``: 0 on a placeholder row) divided by ``local_denom`` (its
+        mini-batch count / world size, > 0: a mini-batch that counts nothing for the term skips it), or
+        None (no loss, zero sums). Runs after the objective's own forward of the micro-batch."""
+        ...
+
+    def agent_metrics(self, sums: dict[str, float]) -> dict[str, float]:
+        """One agent's metrics from its all-reduced ``sum_fields``."""
+        ...
+
+
+# builds a policy update's term from its engine, its rows and the step (None: off); the train worker gets
+# the makers with its spec (``TrainWorkerSpec.loss_terms``): Ray ships a study's function by reference
+LossTermMaker = Callable[[PolicyEngine, DataProto, UpdateContext], LossTerm | None]
 
 
 class TrainObjective(Protocol):

@@ -62,7 +62,7 @@ class TrainWorker(Worker):
         strategy: TrainBackend = cls(
             spec.model, agent_specs, adapter_specs, spec.train, spec.algorithm, spec.seed, self.rank,
             self.world_size, reference_copies=spec.reference_copies, study_cfg=spec.study,
-            critic_cfg=spec.critic,
+            critic_cfg=spec.critic, loss_terms=spec.loss_terms,
         )
         check_capabilities(strategy, spec.train.strategy, spec.reference_copies)
         strategy.initialize(total_steps=total_steps)

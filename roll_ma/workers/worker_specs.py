@@ -28,6 +28,7 @@ from roll_ma.config.schema import (
 )
 from roll_ma.config.typed import suggest
 from roll_ma.training.micro_batches import MicroBatching
+from roll_ma.training.update_loop import LossTermMaker
 
 SpecT = TypeVar("SpecT", bound="WorkerSpec")
 
@@ -82,7 +83,9 @@ class TrainWorkerSpec(WorkerSpec):
             (``RunPlan.worker_train_config``) wherever rows are packed.
         algorithm: loss settings (``algorithm``).
         critic: the value critic's settings (``critic``; read with ``algorithm.advantage=gae``).
-        study: the game-study helpers the update uses (``study``).
+        study: the study settings the update passes on to its extra loss terms (``study``).
+        loss_terms: a study's extra terms of the PPO loss, their makers (``LossTermMaker``; the driver takes
+            those the run plan names from ``roll_ma.studies``' registrations: Ray imports their module here).
         seed: adapter init and mini-batch shuffling.
         reference_copies: hold a frozen copy of every trainable adapter (a DPO phase's reference).
     """
@@ -94,6 +97,7 @@ class TrainWorkerSpec(WorkerSpec):
     algorithm: AlgorithmConfig
     critic: CriticConfig
     study: StudyConfig
+    loss_terms: tuple[LossTermMaker, ...]
     seed: int
     reference_copies: bool
 

@@ -110,17 +110,6 @@ def test_kl_estimators():
         kl_estimate(logp, ref, "k2")
 
 
-def test_class_balance_weights_by_hand():
-    from roll_ma.algorithms.advantages import class_balance_weights
-
-    # agent 0: classes a, a, a, b -> shares 3/4 and 1/4, two classes -> a: 0.5 / 0.75 = 2/3, b: 0.5 / 0.25 = 2
-    # agent 1: only class a -> weight 1; unlabelled rows -> weight 1
-    w = class_balance_weights([0, 0, 0, 0, 1, 1, 0], ["a", "a", "a", "b", "a", "a", ""])
-    assert np.allclose(w, [2 / 3, 2 / 3, 2 / 3, 2, 1, 1, 1])
-    # each class of agent 0 now weighs the same in total: 3 * 2/3 = 1 * 2
-    assert np.isclose(w[:3].sum(), w[3])
-
-
 def test_entropy_coef_decays_linearly_to_zero():
     # coef 0.2 over 10 steps: step 1 -> 0.2, step 6 -> 0.2 * (1 - 5/10) = 0.1, step 11 on -> 0
     assert entropy_coef_at(0.2, 10, 1) == pytest.approx(0.2)

@@ -23,7 +23,8 @@ def test_marft_tiny_is_ppo_with_a_critic_that_warms_up_two_steps_and_no_referenc
     plan = _plan("marft_tiny")
     assert dataclasses.replace(plan, agents=()) == RunPlan(
         rl=True, objectives=("ppo",), uses_critic=True, critic_warmup_steps=2, reference_needed=False,
-        reference_workers=0, step_kind="synchronous", shares_prompts=plan.shares_prompts, agents=())
+        reference_workers=0, step_kind="synchronous", shares_prompts=plan.shares_prompts, agents=(),
+        loss_terms=(), advantage_weights=None)
     assert [plan.critic_only(step) for step in (1, 2, 3)] == [True, True, False]
 
 
@@ -37,10 +38,12 @@ def test_grpo_runs_have_no_critic_and_a_reference_only_with_a_kl_term():
     tiny = _plan("math_selfplay_tiny")  # kl_coef 0
     assert dataclasses.replace(tiny, agents=()) == RunPlan(
         rl=True, objectives=("ppo",), uses_critic=False, critic_warmup_steps=0, reference_needed=False,
-        reference_workers=0, step_kind="synchronous", shares_prompts=tiny.shares_prompts, agents=())
+        reference_workers=0, step_kind="synchronous", shares_prompts=tiny.shares_prompts, agents=(),
+        loss_terms=(), advantage_weights="balance_reward_classes")  # study.balance_reward_classes
     assert not tiny.critic_only(1)
     hanabi = _plan("tiny_hanabi_selfplay")  # kl_coef 0.05, the base on the train worker
     assert (hanabi.uses_critic, hanabi.reference_needed, hanabi.reference_workers) == (False, True, 0)
+    assert hanabi.loss_terms == ("action_entropy",)  # study.action_entropy_coef 0.25: the study's bonus
 
 
 def test_reference_workers_start_only_when_a_kl_term_reads_them():

@@ -1,5 +1,6 @@
 """What several end-to-end tests read: one toy run trained once per session, in this process (sharing the
-session's Ray), instead of once per test."""
+session's Ray), instead of once per test. The tests call ``run_training`` as an entry point does, so the
+studies are wired in as the entry points wire them (``roll_ma.run``: ``import roll_ma.studies``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from pipeline_helpers import TOY_AGENTS, TOY_STEPS, load, toy_config
+
+import roll_ma.studies  # noqa: F401  (the joint search's step kind, the action entropy bonus, ...)
 
 
 @pytest.fixture(scope="session")

@@ -105,6 +105,9 @@ def test_joint_search_distills_a_better_joint_policy_that_the_next_rollout_plays
         assert first[f"search/distill/{adapter}/steps"] > 0
         assert first[f"search/distill/{adapter}/target_prob_min_after"] >= stop
     assert first["search/value_policy_after"] > first["search/value_policy"]
+    # the action entropy bonus (a study's loss term, shipped to the train workers with their spec) ran
+    assert cfg.study.action_entropy_coef > 0 and all(f"agent/{a}/action_entropy" in first
+                                                     for a in ("player_0", "player_1"))
     # step 2's rollout ran on the distilled adapters: version 1 and a log-prob gap of ~0 (_check_run)
 
 

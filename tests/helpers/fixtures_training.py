@@ -69,7 +69,8 @@ def make_strategy(tiny_model_dir: str, adapter_init_dir: Callable[[str], str]) -
     def make(agents: Sequence[AgentConfig | str], zero_stage: int = 0, algo: AlgorithmConfig | None = None,
              strategy: str = "multi_agent_deepspeed", seed: int = 0, dtype: str = "float32",
              reference_copies: bool = False, study: StudyConfig | None = None,
-             critic: CriticConfig | None = None, model: dict | None = None, **train_kwargs: Any) -> Any:
+             critic: CriticConfig | None = None, model: dict | None = None, loss_terms: tuple = (),
+             **train_kwargs: Any) -> Any:
         cfgs = [AgentConfig(name=a) if isinstance(a, str) else a for a in agents]
         cfgs = [a if a.init_adapter else dataclasses.replace(a, init_adapter=adapter_init_dir(a.adapter_name))
                 for a in cfgs]
@@ -82,7 +83,8 @@ def make_strategy(tiny_model_dir: str, adapter_init_dir: Callable[[str], str]) -
             sharing = prompt_sharing(train_cfg, model_cfg.attn_implementation)
             train_cfg = dataclasses.replace(train_cfg, share_prompt_prefix=sharing)
         s = cls(model_cfg, agent_specs, adapter_specs, train_cfg, algo or AlgorithmConfig(), seed=seed,
-                reference_copies=reference_copies, study_cfg=study, critic_cfg=critic)
+                reference_copies=reference_copies, study_cfg=study, critic_cfg=critic,
+                loss_terms=loss_terms)
         s.initialize()
         return s
 

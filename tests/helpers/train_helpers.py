@@ -111,7 +111,7 @@ def worker_spec(model: ModelConfig, agents: Sequence[AgentConfig], **settings: A
     """A train worker's spec for a test: ``model`` and ``agents``, the suite's small LoRA, every other block
     at its schema default unless ``settings`` names it (``train=TrainConfig(...)``, ``seed=3``, ...)."""
     defaults: dict[str, Any] = {"lora": LORA, "train": TrainConfig(), "algorithm": AlgorithmConfig(),
-                                "critic": CriticConfig(), "study": StudyConfig(), "seed": 0,
+                                "critic": CriticConfig(), "study": StudyConfig(), "loss_terms": (), "seed": 0,
                                 "reference_copies": False}
     return TrainWorkerSpec.from_settings({**defaults, "model": model, "agents": agents, **settings})
 

@@ -35,7 +35,7 @@ from roll_ma.workers.workflow_worker import WorkflowWorker
 
 SETTINGS = {"model": ModelConfig(), "lora": LoraConfig(), "agents": [AgentConfig(name="a0")],
             "train": TrainConfig(), "algorithm": AlgorithmConfig(), "critic": CriticConfig(),
-            "study": StudyConfig(), "seed": 3, "reference_copies": False}
+            "study": StudyConfig(), "loss_terms": (), "seed": 3, "reference_copies": False}
 
 
 def test_a_spec_of_every_setting_is_built_and_read_by_the_worker_as_given():

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from roll_ma.algorithms.advantages import RowWeights
 from roll_ma.config.run_plan import RunPlan
 from roll_ma.config.schema import RunConfig
 from roll_ma.inference.infer_backend import SleepLevel
@@ -19,6 +20,27 @@ from roll_ma.pipelines.session import RunSession
 # step_hook(workers, step): runs after each step's work; what it returns joins that step's metrics
 # (benchmarks use it to probe the workers; training never needs it)
 StepHook = Callable[[RunWorkers, int], "dict[str, float] | None"]
+# the advantage weights a study adds (RunPlan.advantage_weights -> its RowWeights): the core imports no
+# study; ``roll_ma.studies`` registers them when imported ("balance_reward_classes")
+STUDY_ADVANTAGE_WEIGHTS: dict[str, RowWeights] = {}
+
+
+def register_advantage_weights(name: str, weigh: RowWeights) -> None:
+    """Let the RL step weight the rows' advantages by ``weigh`` in runs whose plan names ``name``."""
+    if STUDY_ADVANTAGE_WEIGHTS.get(name, weigh) is not weigh:
+        raise ValueError(f"the advantage weights {name!r} are registered already")
+    STUDY_ADVANTAGE_WEIGHTS[name] = weigh
+
+
+def study_advantage_weights(name: str | None) -> RowWeights | None:
+    """The weights the run plan names (``RunPlan.advantage_weights``), as ``roll_ma.studies`` registered."""
+    if name is None:
+        return None
+    if name not in STUDY_ADVANTAGE_WEIGHTS:
+        raise ValueError(f"study.{name}: the advantage weights {name!r} are a study's (roll_ma.studies), not "
+                         "loaded in this process; import roll_ma.studies before the run starts "
+                         "(roll_ma.train and start_pipeline.py do)")
+    return STUDY_ADVANTAGE_WEIGHTS[name]
 
 
 @dataclass
@@ -33,6 +55,7 @@ class RLRun:
     gpus: dict[str, int]  # GPUs that run each pass, for MFU per GPU
     engine_sleep: SleepLevel | None  # how the engine frees GPU memory while the trainer works (None: never)
     served: dict[str, int]  # adapter -> the version (step of its update) the engines serve
+    advantage_weights: RowWeights | None = None  # a study's weights of the advantages (the plan's)
     step_hook: StepHook | None = None
 
     @property
@@ -81,6 +104,7 @@ def prepare_rl_run(session: RunSession, step_hook: StepHook | None = None) -> RL
     """Set up the steps' parts on a started session, and push the trainer's adapters into every engine
     (version = the step whose update produced them: the checkpoint's step on resume, else 0)."""
     cfg, workers, start = session.cfg, session.workers, session.start_step
+    advantage_weights = study_advantage_weights(session.plan.advantage_weights)  # before any work
     profile = workers.train.flops_profile()  # model shape and GPU peak: MFU of every pass
     gpus = {"reference": workers.ref_source.world_size, "old_log_probs": cfg.train.num_workers,
             "values": cfg.train.num_workers, "update": cfg.train.num_workers}
@@ -99,5 +123,6 @@ def prepare_rl_run(session: RunSession, step_hook: StepHook | None = None) -> RL
         gpus=gpus,
         engine_sleep=workers.engine_sleep(cfg.rollout.sleep_level),
         served={a: (start if a in trainable else 0) for a in adapters},
+        advantage_weights=advantage_weights,
         step_hook=step_hook,
     )

@@ -117,7 +117,7 @@ def compute_advantages(run: RLRun, batch: DataProto, step: int, timer: StepTimer
     """Advantages normalised per agent, the team's reward metrics (and the critic's, with GAE)."""
     cfg = run.cfg
     with timer("advantages"):
-        batch = add_advantages(batch, cfg.algorithm, cfg.study.balance_reward_classes)
+        batch = add_advantages(batch, cfg.algorithm, run.advantage_weights)
     metrics = team_reward_metrics(batch, run.agent_names, cfg.algorithm.share_reward_in_agent)
     if run.plan.uses_critic:
         metrics.update(critic_metrics(batch, run.agent_names))
