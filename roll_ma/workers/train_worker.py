@@ -59,10 +59,12 @@ class TrainWorker(Worker):
         spec = self.spec
         agent_specs, adapter_specs = plan_adapters(spec.lora, spec.agents)
         cls = train_strategy_class(spec.train.strategy)
+        # a study's loss terms only where a run has some: a user's backend written before them still builds
+        terms = {"loss_terms": spec.loss_terms} if spec.loss_terms else {}
         strategy: TrainBackend = cls(
             spec.model, agent_specs, adapter_specs, spec.train, spec.algorithm, spec.seed, self.rank,
             self.world_size, reference_copies=spec.reference_copies, study_cfg=spec.study,
-            critic_cfg=spec.critic, loss_terms=spec.loss_terms,
+            critic_cfg=spec.critic, **terms,
         )
         check_capabilities(strategy, spec.train.strategy, spec.reference_copies)
         strategy.initialize(total_steps=total_steps)
