@@ -605,6 +605,12 @@ def measure_and_emit(result: dict[str, Any], measure: Callable[[], dict[str, Any
     return result
 
 
+def exit_code(result: dict[str, Any]) -> int:
+    """A runner's exit status: 1 when its run failed (the result line says why), so that a runner started
+    alone tells its shell; run_all.py reads the result line either way."""
+    return 1 if result.get("error") else 0
+
+
 def run_logged(
     cmd: list[str], env: dict[str, str], tag: str, step_line: re.Pattern[str] | None = None
 ) -> tuple[str, dict[str, Any], list[float]]:

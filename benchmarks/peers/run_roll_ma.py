@@ -37,6 +37,7 @@ from job import (  # noqa: E402
     KV_CACHE_ONLY,
     Job,
     Row,
+    exit_code,
     gpu_identity,
     measure_and_emit,
     parse_runner_args,
@@ -351,4 +352,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_code(main()))

@@ -47,6 +47,7 @@ from job import (  # noqa: E402
     Job,
     Row,
     agent_prompts,
+    exit_code,
     gpu_identity,
     longest_prompt_tokens,
     measure_and_emit,
@@ -296,4 +297,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_code(main()))

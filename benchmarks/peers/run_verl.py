@@ -38,6 +38,7 @@ from job import (  # noqa: E402
     Job,
     Row,
     agent_prompts,
+    exit_code,
     flash_attn_installed,
     gpu_identity,
     longest_prompt_tokens,
@@ -367,4 +368,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_code(main()))

@@ -1214,3 +1214,15 @@ def test_issue60_job_keys_adapters_and_update_rows_are_checked(tmp_path):
         peer_job.load_job(_write(tmp_path, rows__trl__settings__update_rows=0))
     job = peer_job.load_job(_write(tmp_path, rows__trl__settings__update_rows=None))
     assert job.rows["trl"].settings.update_rows is None and job.rows["trl"].adapters == "per_agent"
+
+
+def test_a_runner_whose_run_failed_exits_1_with_its_result_line(capsys):
+    """A runner started alone tells its shell that the run failed; the result line still says why."""
+    def failing_measure():
+        raise RuntimeError("model path /nowhere does not exist")
+
+    failed = peer_job.measure_and_emit({"framework": "roll_ma"}, failing_measure)
+    assert peer_job.exit_code(failed) == 1 and "model path /nowhere" in failed["error"]
+    assert "model path /nowhere" in capsys.readouterr().out  # the result line, printed either way
+    ok = peer_job.measure_and_emit({"framework": "roll_ma"}, lambda: {"step_s": 1.0})
+    assert peer_job.exit_code(ok) == 0
