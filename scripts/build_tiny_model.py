@@ -105,7 +105,9 @@ class Examples:
         self.math = make_env("math_selfplay")
         self.hanabi = make_env("tiny_hanabi")
         # why: a separate stream, so the habits do not shift the examples' draws
-        self.habits = hanabi_habits(self.hanabi, random.Random(seed + 1)) if hanabi_answers == "habits" else None
+        self.habits = (
+            hanabi_habits(self.hanabi, random.Random(seed + 1)) if hanabi_answers == "habits" else None
+        )
 
     def solver(self, problem: dict) -> tuple[str, str]:
         turn = self.math.reset(0, problem=problem)
@@ -146,7 +148,9 @@ class Examples:
         return getattr(self, role)(draw_problem(self.rng))
 
 
-def encode(tok, examples: list[tuple[str, str]], eos_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def encode(
+    tok, examples: list[tuple[str, str]], eos_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(B, T) ids, attention mask and labels: the loss is on the reply and its end token only."""
     prompts = tok([p for p, _ in examples], add_special_tokens=False)["input_ids"]
     replies = tok([r for _, r in examples], add_special_tokens=False)["input_ids"]
@@ -167,8 +171,9 @@ def solver_accuracy(model, tok, problems: list[dict], examples: Examples) -> flo
     model.eval()
     prompts = [examples.solver(p)[0] for p in problems]
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    out = model.generate(**enc, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id,
-                         eos_token_id=tok.eos_token_id)
+    out = model.generate(
+        **enc, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
+    )
     texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     model.train()
     return sum(extract_boxed(t) == p["answer"] for t, p in zip(texts, problems)) / len(problems)
@@ -182,7 +187,9 @@ def check_reload(out: Path, tok, texts: list[str], messages: list[dict]) -> None
     for t in texts + ["Ünïcödé 日本語 🙂 \t\n x^2 ∑ \\boxed{} 12345"]:
         a, b = tok(t, add_special_tokens=False)["input_ids"], loaded(t, add_special_tokens=False)["input_ids"]
         assert a == b and loaded.decode(b) == t, f"tokenizer changed on reload: {t!r}"
-    assert loaded.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == render(messages)
+    assert loaded.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == render(
+        messages
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -196,9 +203,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--hanabi-answers", choices=["uniform", "habits"], default="uniform",
-                    help="tiny Hanabi answers: uniformly random (the shipped base), or fixed random habits "
-                    "per information set (a base whose card matters to it; see docs/tiny_model.md)")
+    ap.add_argument(
+        "--hanabi-answers",
+        choices=["uniform", "habits"],
+        default="uniform",
+        help="tiny Hanabi answers: uniformly random (the shipped base), or fixed random habits "
+        "per information set (a base whose card matters to it; see docs/tiny_model.md)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -218,13 +229,26 @@ def main(argv: list[str] | None = None) -> None:
     tok = build_tokenizer(corpus, vocab_size=512, min_frequency=2)
     eos_id = tok.convert_tokens_to_ids("<|im_end|>")
     config = Qwen2Config(
-        vocab_size=len(tok), hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True, rope_theta=10000.0,
-        bos_token_id=None, eos_token_id=eos_id, pad_token_id=tok.pad_token_id)
+        vocab_size=len(tok),
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=tok.pad_token_id,
+    )
     model = Qwen2ForCausalLM(config)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup))
-    print(f"tokenizer {len(tok)} tokens, model {sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
+    print(
+        f"tokenizer {len(tok)} tokens, model {sum(p.numel() for p in model.parameters()):,} parameters",
+        flush=True,
+    )
 
     start, log, acc = time.time(), [], 0.0
     model.train()
@@ -238,9 +262,18 @@ def main(argv: list[str] | None = None) -> None:
         opt.zero_grad(set_to_none=True)
         if step % args.eval_every == 0:
             acc = solver_accuracy(model, tok, heldout, examples)
-            log.append({"step": step, "seconds": round(time.time() - start, 1), "loss": round(loss.item(), 4),
-                        "solver_acc": acc})
-            print(f"step {step}  {time.time() - start:.0f}s  loss {loss.item():.3f}  solver acc {acc:.3f}", flush=True)
+            log.append(
+                {
+                    "step": step,
+                    "seconds": round(time.time() - start, 1),
+                    "loss": round(loss.item(), 4),
+                    "solver_acc": acc,
+                }
+            )
+            print(
+                f"step {step}  {time.time() - start:.0f}s  loss {loss.item():.3f}  solver acc {acc:.3f}",
+                flush=True,
+            )
             if acc >= args.threshold:  # the jump is sudden: stop on accuracy, not on time
                 break
 
@@ -251,11 +284,22 @@ def main(argv: list[str] | None = None) -> None:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     check_reload(out, tok, corpus[:300], [{"role": "user", "content": "Problem: 37+48"}])
-    info = {"steps": step, "seconds": round(time.time() - start, 1), "solver_acc": acc, "threshold": args.threshold,
-            "params": sum(p.numel() for p in model.parameters()), "vocab": len(tok), "mix": mix,
-            "args": vars(args), "log": log, "built": time.strftime("%Y-%m-%d")}
+    info = {
+        "steps": step,
+        "seconds": round(time.time() - start, 1),
+        "solver_acc": acc,
+        "threshold": args.threshold,
+        "params": sum(p.numel() for p in model.parameters()),
+        "vocab": len(tok),
+        "mix": mix,
+        "args": vars(args),
+        "log": log,
+        "built": time.strftime("%Y-%m-%d"),
+    }
     (out / "build_info.json").write_text(json.dumps(info, indent=1))
-    print(f"saved {out}: {step} steps, {info['seconds']:.0f}s, held-out solver accuracy {acc:.3f}", flush=True)
+    print(
+        f"saved {out}: {step} steps, {info['seconds']:.0f}s, held-out solver accuracy {acc:.3f}", flush=True
+    )
 
 
 if __name__ == "__main__":
