@@ -90,16 +90,43 @@ def compose_raw(name: str, config_path: str | None, overrides: list[str]) -> dic
     return raw
 
 
+def _names_itself(path: Path, overrides: list[str]) -> bool:
+    """Whether the run's name is its own: set on the command line or in the yaml itself (not in a config its
+    ``defaults:`` extend)."""
+    if any(o.lstrip("+").split("=", 1)[0] == "name" for o in overrides):
+        return True
+    import yaml  # type: ignore[import-untyped]  # no stubs installed
+
+    try:
+        own = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return True  # composition read it already; keep what it gave
+    return isinstance(own, dict) and "name" in own
+
+
+def shipped_search_path(path: Path) -> list[str]:
+    """A user's yaml may extend a shipped config by name (``defaults: [math_selfplay_tiny, _self_]``): the
+    folders of the shipped configs go on Hydra's search path, after the yaml's own folder."""
+    folders = [d for d in config_dirs(None) if d != path.parent.resolve() and "'" not in str(d)]
+    if not folders:
+        return []
+    return ["hydra.searchpath=[" + ",".join(f"'file://{d}'" for d in folders) + "]"]
+
+
 def _composed(path: Path, overrides: list[str]) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    search = shipped_search_path(path)
+    if not _names_itself(path, overrides) and "'" not in path.stem:
+        # the yaml's own name, not one its defaults took from a shipped config (whose outputs/ it would share)
+        search.append(f"++name='{path.stem}'")
     with initialize_config_dir(config_dir=str(path.parent), version_base=None):
-        base = compose(config_name=path.stem)
+        base = compose(config_name=path.stem, overrides=search)
         # a key the yaml lacks is added ('+key') so that validation can name it with a did-you-mean,
         # together with every other problem, instead of Hydra stopping at the first one
         try:
-            cfg = compose(config_name=path.stem, overrides=[_addable(o, base) for o in overrides])
+            cfg = compose(config_name=path.stem, overrides=search + [_addable(o, base) for o in overrides])
         except Exception as err:
             # name the override(s) Hydra could not apply: each one tried alone on the yaml
             problems = [p for o in overrides for p in _alone(path, o, base)]
@@ -116,7 +143,7 @@ def _alone(path: Path, override: str, base: Any) -> list[ConfigProblem]:
     from hydra import compose
 
     try:
-        compose(config_name=path.stem, overrides=[_addable(override, base)])
+        compose(config_name=path.stem, overrides=shipped_search_path(path) + [_addable(override, base)])
     except Exception as err:  # noqa: BLE001 - the problem of this one override
         return [composition_problem(err, override)]
     return []
@@ -133,7 +160,7 @@ def _composition_problems(err: BaseException, path: Path, overrides: list[str]) 
     if isinstance(err, InterpolationResolutionError):
         return [interpolation_problem(err, overrides, path)]
     if isinstance(err, MissingConfigException):  # a defaults entry (an override's is named by _alone)
-        return [defaults_problem(err, path.parent, path)]
+        return [defaults_problem(err, path.parent, path, sorted(available_configs()))]
     if isinstance(err, OSError) and getattr(err, "filename", None):
         return [ConfigProblem(str(err.filename), f"cannot be read ({err.strerror or first_line(err)})")]
     return [composition_problem(err, str(path))]

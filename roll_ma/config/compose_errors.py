@@ -189,9 +189,10 @@ def undecodable_problem(err: UnicodeDecodeError, primary: Path) -> ConfigProblem
     )
 
 
-def defaults_problem(err: Any, config_dir: Path, primary: Path) -> ConfigProblem:
+def defaults_problem(err: Any, config_dir: Path, primary: Path, shipped: list[str]) -> ConfigProblem:
     """A ``defaults:`` entry Hydra cannot find (``MissingConfigException``: "In 'mine': Could not load
-    'basee'"), named by the file and line that list it, with the closest config of ``config_dir``."""
+    'basee'"), named by the file and line that list it, with the closest config of ``config_dir`` (else of
+    the ``shipped`` configs' names, which an entry may name too)."""
     missing = str(getattr(err, "missing_cfg_file", "") or "").strip("/")
     named_in = re.match(r"In '([^']+)'", str(err))
     listing = config_dir / f"{named_in.group(1)}.yaml" if named_in else primary
@@ -209,7 +210,7 @@ def defaults_problem(err: Any, config_dir: Path, primary: Path) -> ConfigProblem
     else:
         what = f"defaults: {missing!r} is no config in {config_dir}"
         known = sorted(str(f.relative_to(config_dir).with_suffix("")) for f in config_dir.rglob("*.yaml"))
-        close = _closest(missing, known)
+        close = _closest(missing, known) or _closest(missing, shipped)
     fix = f"did you mean {close!r}?" if close else f"there are: {', '.join(known[:12]) or 'none'}"
     return ConfigProblem(where, f"{what}; {fix} (an entry names a config there by its path, without .yaml)")
 
