@@ -14,6 +14,18 @@ from roll_ma.interrupts import HungUp, Terminated, deferred_stops, exit_code, st
 HUP_LINE = "stopped by SIGHUP (a closed terminal or ssh session)"
 
 
+@pytest.fixture(autouse=True)
+def _signals_as_in_a_terminal():
+    """SIGINT and SIGHUP as a run started in a terminal gets them: a test run under nohup or as a shell's
+    background job inherits them ignored, which stop_signals rightly leaves alone."""
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGHUP)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
 def _signal_self(signum: int) -> None:
     os.kill(os.getpid(), signum)  # the handler runs in this (the main) thread before the call returns
 
