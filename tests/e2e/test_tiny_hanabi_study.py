@@ -157,8 +157,10 @@ def test_sweep_reads_each_evaluation_once_and_refuses_too_many_cores(tmp_path):
     with pytest.raises(SystemExit, match="given twice"):
         sweep.parse_variants(["a=train.lr=1e-4", "a=train.lr=2e-4"])
     too_many = subprocess.run([sys.executable, str(STUDY / "tiny_hanabi_sweep.py"), "--cores-per-run",
-                               "100000"], capture_output=True, text=True, timeout=60)
+                               "100000", "--out", str(tmp_path / "sweep")], capture_output=True, text=True,
+                              timeout=60)
     assert too_many.returncode != 0 and "more than the" in too_many.stderr
+    assert not (tmp_path / "sweep").exists()  # a refused sweep leaves no folder behind
 
 
 @pytest.mark.slow

@@ -93,8 +93,6 @@ def main() -> None:
                    help="seconds before every run is stopped (0: none)")
     args = p.parse_args()
 
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     variants = parse_variants(args.variant)
     # seed-major: the first runs to finish cover every model and variant
     runs = [(m, int(s), v) for s in args.seeds.split(",") for v in variants for m in args.models.split(",")]
@@ -103,6 +101,8 @@ def main() -> None:
                                                               args.cores_per_run)]
     if not groups:
         raise SystemExit(f"--cores-per-run {args.cores_per_run} is more than the {len(cpus)} usable cores")
+    out = Path(args.out).resolve()  # made once the arguments are known good: a refused run leaves no folder
+    out.mkdir(parents=True, exist_ok=True)
     print(f"{len(runs)} runs on {len(groups)} groups of {args.cores_per_run} cores, output {out}", flush=True)
 
     deadline = time.monotonic() + args.time_limit if args.time_limit > 0 else float("inf")
