@@ -266,7 +266,8 @@ PY
     tar -czf "$OUT/p45_logs.tgz" -C /tmp/p45 $(cd /tmp/p45 && ls -d */*.log run_all.log 2>/dev/null) 2>/dev/null ;;
   chains)  # issues 45, 48: one queue of runs per GPU, each in the background, its items one after another on
     # that GPU. CHAIN0="item item ..." CHAIN1=... (CHAIN<g> for GPU g); an item: gpu_tests (pytest -m gpu;
-    # gpu_test:<path> the GPU tests of one file or folder), math7b (the shipped math_selfplay_7b, 4 steps),
+    # gpu_test:<path> the GPU tests of one file or folder), math7b (the shipped math_selfplay_7b, 4 steps; math7b:before
+    # the tree in .before/, math7b+key=value+... with overrides),
     # decode (benchmarks/decode_floor.py on math_selfplay_7b's engine: decode against the bandwidth floor),
     # mfu (benchmarks/train_mfu.py at the job's shape, with a profile of the update),
     # before:AGENTS / after:AGENTS (the peers job's roll_ma row from the tree in .before/ or this tree, issue 48's
