@@ -81,16 +81,16 @@ def encode_chats(tokenizer: Any, conversations: list[list[dict]], max_prompt_tok
     searches = [_cut_search(messages, max_prompt_tokens) for messages in conversations]
     results: list[tuple[list[int], bool] | None] = [None] * len(searches)
     asked = {row: next(search) for row, search in enumerate(searches)}
-    while asked:
-        rows = list(asked)
-        with _tokenizer_threads(threads):
+    with _tokenizer_threads(threads):
+        while asked:
+            rows = list(asked)
             measured = chat_prompt_ids_batch(tokenizer, [asked[row] for row in rows])
-        for row, ids in zip(rows, measured):
-            try:
-                asked[row] = searches[row].send(ids)
-            except StopIteration as done:
-                results[row] = done.value
-                del asked[row]
+            for row, ids in zip(rows, measured):
+                try:
+                    asked[row] = searches[row].send(ids)
+                except StopIteration as done:
+                    results[row] = done.value
+                    del asked[row]
     assert all(result is not None for result in results)
     return results  # type: ignore[return-value]  # every search returned
 

@@ -31,14 +31,38 @@ def _conversation(rng: random.Random) -> list[dict]:
     return messages
 
 
+class _CountingCalls:
+    """The tokenizer's chat-template calls, counted, with TOKENIZERS_PARALLELISM as each one saw it."""
+
+    def __init__(self, tokenizer, monkeypatch):
+        self.calls: list[str | None] = []
+        render = tokenizer.apply_chat_template
+
+        def counted(*args, **kwargs):
+            self.calls.append(os.environ.get("TOKENIZERS_PARALLELISM"))
+            return render(*args, **kwargs)
+
+        monkeypatch.setattr(tokenizer, "apply_chat_template", counted)
+
+
 @pytest.mark.parametrize("threads", [False, True])
-def test_encoded_together_equals_one_at_a_time(tokenizer, threads):
+def test_encoded_together_equals_one_at_a_time(tokenizer, threads, monkeypatch):
     rng = random.Random(0)
     conversations = [_conversation(rng) for _ in range(60)]
     budget = 120
-    one_by_one = [encode_chat(tokenizer, messages, budget) for messages in conversations]
+    counter = _CountingCalls(tokenizer, monkeypatch)
+    one_by_one = []
+    probes = []  # each conversation's tokenizations, one at a time
+    for messages in conversations:
+        before = len(counter.calls)
+        one_by_one.append(encode_chat(tokenizer, messages, budget))
+        probes.append(len(counter.calls) - before)
+    counter.calls.clear()
     together = encode_chats(tokenizer, conversations, budget, threads=threads)
     assert together == one_by_one
+    # in lockstep: one batched call per probe of the longest search, not one per prompt and probe
+    assert len(counter.calls) == max(probes) < sum(probes)
+    assert set(counter.calls) == {"true" if threads else os.environ.get("TOKENIZERS_PARALLELISM")}
     cut = sum(truncated for _, truncated in one_by_one)
     assert 10 < cut < 60  # the set holds prompts that fit and prompts cut (both paths of the search)
     assert all(len(ids) <= budget for ids, _ in together)

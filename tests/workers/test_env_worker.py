@@ -228,16 +228,28 @@ def test_over_long_history_is_cut_from_the_left_keeping_system_and_current(tiny_
     assert "CURRENT OBSERVATION" in text and text.count("old observation") < 50
 
 
-def test_a_round_encoded_together_gives_the_same_rows(hanabi, tiny_model_dir):
+def test_a_round_encoded_together_gives_the_same_rows(hanabi, tiny_model_dir, monkeypatch):
     """env.batch_encode: the round's prompts encoded in one batched call per probe, cuts included, give
     the rows of one prompt at a time."""
+    import roll_ma.workers.env_worker as env_worker
+
     rollout, _ = hanabi
+    rounds_together = []  # each round's chats, as the batched path got them
+
+    def recorded(tokenizer, chats, *args, **kwargs):
+        rounds_together.append(len(chats))
+        return encode_chats(tokenizer, chats, *args, **kwargs)
+
+    encode_chats = env_worker.encode_chats
+    monkeypatch.setattr(env_worker, "encode_chats", recorded)
     batches = [
         _env_worker(tiny_model_dir, EnvConfig(name="tiny_hanabi", batch_encode=together), HANABI_AGENTS,
                     ["p0", "p1"], max_prompt_tokens=90).run_episodes(rollout, _specs(4, seed=5), step=1)
         for together in (False, True)
     ]
     alone, together = batches
+    # only the second worker took the batched path: one call a round, with every episode's turn in it
+    assert rounds_together == [4, 4]  # tiny_hanabi: two rounds of the 4 episodes' turns
     assert any(alone.non_tensor["prompt_truncated"])  # the budget cuts some prompts
     assert alone.non_tensor["prompt_truncated"].tolist() == together.non_tensor["prompt_truncated"].tolist()
     assert torch.equal(alone.batch["input_ids"], together.batch["input_ids"])
