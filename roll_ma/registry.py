@@ -117,6 +117,30 @@ class Registry(Generic[T]):
                 "process that uses it imports")
 
 
+class StudyPlugs(Generic[T]):
+    """What a study adds to the core by name (an RL step kind, a PPO loss term, advantage weights): the core
+    imports no study; ``roll_ma.studies`` registers its plugs when imported, and the core looks up the name
+    its run plan gives. A process that never imported the studies is told so by the setting that asked."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._by_name: dict[str, T] = {}
+
+    def register(self, name: str, obj: T) -> None:
+        """Add ``obj`` as ``name``; the same object twice (a module imported again) is fine."""
+        if self._by_name.get(name, obj) is not obj:
+            raise ValueError(f"the {self.kind} {name!r} is registered already")
+        self._by_name[name] = obj
+
+    def get(self, name: str, setting: str) -> T:
+        """The plug ``name``, which ``setting`` (the config's words) asked for."""
+        if name not in self._by_name:
+            raise ValueError(f"{setting}: the {self.kind} {name!r} is a study's (roll_ma.studies), not "
+                             "loaded in this process; import roll_ma.studies before the run starts "
+                             "(roll_ma.train and start_pipeline.py do)")
+        return self._by_name[name]
+
+
 def takes_positional(*args: str) -> Callable[[Any], str | None]:
     """A ``Registry`` check: the object is a function roll_ma can call with the positional ``args``."""
 

@@ -15,6 +15,7 @@ from roll_ma.distributed.resources import ResourceManager
 from roll_ma.distributed.shm_transfer import remove_orphans
 from roll_ma.inference.infer_backend import SleepLevel
 from roll_ma.preflight.validate_resources import gpus_per_worker
+from roll_ma.registry import StudyPlugs
 from roll_ma.training.ds_utils import SHARERS_VAR
 from roll_ma.training.micro_batches import MicroBatching
 from roll_ma.training.update_loop import LossTermMaker
@@ -178,25 +179,12 @@ def build_workers(cfg: RunConfig, plan: RunPlan, seats: list[str], reference_cop
 
 # the PPO loss terms a study adds (RunPlan.loss_terms -> the term's maker): the core imports no study;
 # ``roll_ma.studies`` registers its terms when imported ("action_entropy")
-STUDY_LOSS_TERMS: dict[str, LossTermMaker] = {}
-
-
-def register_loss_term(name: str, make: LossTermMaker) -> None:
-    """Let the train workers add ``name``'s term to the PPO loss, built by ``make`` per policy update (a
-    study's ``LossTermMaker``), in runs whose plan names it (``RunPlan.loss_terms``)."""
-    if STUDY_LOSS_TERMS.get(name, make) is not make:
-        raise ValueError(f"the PPO loss term {name!r} is registered already")
-    STUDY_LOSS_TERMS[name] = make
+STUDY_LOSS_TERMS: StudyPlugs[LossTermMaker] = StudyPlugs("PPO loss term")
 
 
 def study_loss_terms(names: tuple[str, ...]) -> tuple[LossTermMaker, ...]:
     """The makers of the loss terms ``names`` (the run plan's), as ``roll_ma.studies`` registered them."""
-    missing = [name for name in names if name not in STUDY_LOSS_TERMS]
-    if missing:
-        raise ValueError(f"the run's PPO loss terms {missing} (action_entropy: study.action_entropy_coef "
-                         "> 0) are a study's (roll_ma.studies), not loaded in this process; import "
-                         "roll_ma.studies before the run starts (roll_ma.train and start_pipeline.py do)")
-    return tuple(STUDY_LOSS_TERMS[name] for name in names)
+    return tuple(STUDY_LOSS_TERMS.get(name, "study.action_entropy_coef > 0") for name in names)
 
 
 def train_worker_spec(cfg: RunConfig, plan: RunPlan, reference_copies: bool) -> TrainWorkerSpec:

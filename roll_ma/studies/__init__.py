@@ -14,13 +14,13 @@ Ray worker goes there with the call, or with the train worker's spec (a loss ter
 in the worker.
 """
 
-from roll_ma.pipelines.clusters import register_loss_term
-from roll_ma.pipelines.rl.loop import register_step_kind
-from roll_ma.pipelines.rl.rl_run import register_advantage_weights
+from roll_ma.pipelines.clusters import STUDY_LOSS_TERMS
+from roll_ma.pipelines.rl.loop import STUDY_STEPS
+from roll_ma.pipelines.rl.rl_run import STUDY_ADVANTAGE_WEIGHTS
 from roll_ma.studies.action_entropy import action_entropy_bonus
 from roll_ma.studies.joint_search_step import joint_search_step
 from roll_ma.studies.reward_classes import balance_reward_classes
 
-register_step_kind("joint_search", joint_search_step)
-register_loss_term("action_entropy", action_entropy_bonus)
-register_advantage_weights("balance_reward_classes", balance_reward_classes)
+STUDY_STEPS.register("joint_search", joint_search_step)
+STUDY_LOSS_TERMS.register("action_entropy", action_entropy_bonus)
+STUDY_ADVANTAGE_WEIGHTS.register("balance_reward_classes", balance_reward_classes)

@@ -72,3 +72,18 @@ def test_ppo_clip_passes_the_config_through():
     ours, stats = POLICY_LOSSES.get("ppo_clip")(lp, old, adv, mask, algo, 2.0, None)
     direct, direct_stats = ppo_clip_loss(lp, old, adv, mask, 0.1, 0.3, "seq_mean", 2.0)
     assert torch.equal(ours, direct) and stats == direct_stats
+
+
+def test_a_study_plug_is_found_by_name_and_its_absence_is_named_by_the_setting_that_asked():
+    from roll_ma.registry import StudyPlugs
+
+    plugs: StudyPlugs[object] = StudyPlugs("PPO loss term")
+    term, other = object(), object()
+    plugs.register("bonus", term)
+    plugs.register("bonus", term)  # the studies imported again: the same object is fine
+    with pytest.raises(ValueError, match="'bonus' is registered already"):
+        plugs.register("bonus", other)
+    assert plugs.get("bonus", "study.bonus_coef > 0") is term
+    refused = r"^study.x_coef > 0: the PPO loss term 'x' .* import roll_ma.studies"
+    with pytest.raises(ValueError, match=refused):
+        plugs.get("x", "study.x_coef > 0")

@@ -72,6 +72,7 @@ def test_the_train_workers_get_the_bonus_only_once_the_studies_are_imported(monk
     assert clusters.study_loss_terms(("action_entropy",)) == BONUS and clusters.study_loss_terms(()) == ()
     spec = worker_spec(ModelConfig(), [AgentConfig(name="a0")], loss_terms=BONUS)
     assert pickle.loads(pickle.dumps(spec)).loss_terms == BONUS  # shipped by reference: the worker imports it
-    monkeypatch.setattr(clusters, "STUDY_LOSS_TERMS", {})
-    with pytest.raises(ValueError, match=r"\['action_entropy'\] .* import roll_ma.studies"):
+    monkeypatch.setattr(clusters.STUDY_LOSS_TERMS, "_by_name", {})
+    refused = r"study.action_entropy_coef > 0: the PPO loss term 'action_entropy' .* import roll_ma.studies"
+    with pytest.raises(ValueError, match=refused):
         clusters.study_loss_terms(("action_entropy",))

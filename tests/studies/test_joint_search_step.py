@@ -101,7 +101,8 @@ def test_the_loop_takes_the_joint_search_step_only_once_the_studies_are_imported
     from roll_ma.studies.joint_search_step import joint_search_step
 
     run = SimpleNamespace(plan=SimpleNamespace(step_kind="joint_search"))
-    assert loop.STUDY_STEPS["joint_search"] is joint_search_step
-    monkeypatch.setattr(loop, "STUDY_STEPS", {})
-    with pytest.raises(ValueError, match="the joint search is a study .*import roll_ma.studies"):
+    assert loop.STUDY_STEPS.get("joint_search", "study.joint_search_every") is joint_search_step
+    monkeypatch.setattr(loop.STUDY_STEPS, "_by_name", {})
+    with pytest.raises(ValueError, match="study.joint_search_every > 0: the RL step kind 'joint_search' is a "
+                       "study.s .*import roll_ma.studies"):
         loop.choose_step(run)

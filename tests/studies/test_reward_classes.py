@@ -47,6 +47,6 @@ def test_the_rl_step_gets_the_weights_only_once_the_studies_are_imported(monkeyp
 
     assert rl_run.study_advantage_weights("balance_reward_classes") is balance_reward_classes
     assert rl_run.study_advantage_weights(None) is None
-    monkeypatch.setattr(rl_run, "STUDY_ADVANTAGE_WEIGHTS", {})
+    monkeypatch.setattr(rl_run.STUDY_ADVANTAGE_WEIGHTS, "_by_name", {})
     with pytest.raises(ValueError, match=r"study.balance_reward_classes: .* import roll_ma.studies"):
         rl_run.study_advantage_weights("balance_reward_classes")

@@ -50,6 +50,7 @@ from roll_ma.pipelines.rl.step import synchronous_step
 from roll_ma.pipelines.rl.step_streamed import streamed_step
 from roll_ma.pipelines.session import RunSession, done_line, open_session, start_session
 from roll_ma.pipelines.step_timer import startup_line
+from roll_ma.registry import StudyPlugs
 from roll_ma.tracking import eval_change_line, initial_eval_summary, plot_rewards, read_metrics
 
 
@@ -97,14 +98,7 @@ def last_lines(session: RunSession, plot: Path | None) -> list[str]:
 Step = Callable[[RLRun, int], dict[str, Any]]
 # the step kinds a study adds (RunPlan.step_kind -> the step's maker, given the run): the core imports no
 # study; ``roll_ma.studies`` registers its kinds when imported ("joint_search")
-STUDY_STEPS: dict[str, Callable[[RLRun], Step]] = {}
-
-
-def register_step_kind(kind: str, make: Callable[[RLRun], Step]) -> None:
-    """Let the loop take ``kind``'s step, made by ``make(run)`` once per run (a study's step kind)."""
-    if STUDY_STEPS.get(kind, make) is not make:
-        raise ValueError(f"the RL loop's step kind {kind!r} is registered already")
-    STUDY_STEPS[kind] = make
+STUDY_STEPS: StudyPlugs[Callable[[RLRun], Step]] = StudyPlugs("RL step kind")
 
 
 def choose_step(run: RLRun) -> Step:
@@ -113,15 +107,9 @@ def choose_step(run: RLRun) -> Step:
     kind = run.plan.step_kind
     if kind == "streamed":
         return streamed_step
-    if kind in STUDY_STEPS:
-        return STUDY_STEPS[kind](run)
-    if kind == "joint_search":
-        raise ValueError("study.joint_search_every > 0: the joint search is a study (roll_ma.studies), "
-                         "not loaded in this process; import roll_ma.studies before the run starts "
-                         "(roll_ma.train and start_pipeline.py do)")
-    if kind != "synchronous":
-        raise ValueError(f"the RL loop has no step for a run plan of step kind {kind!r}")
-    return synchronous_step
+    if kind == "synchronous":
+        return synchronous_step
+    return STUDY_STEPS.get(kind, "study.joint_search_every > 0")(run)  # the one study step a plan names
 
 
 def header_line(session: RunSession) -> str:

@@ -16,31 +16,19 @@ from roll_ma.pipelines.clusters import RunWorkers
 from roll_ma.pipelines.rl.adapter_sync import AdapterSync
 from roll_ma.pipelines.rl.rollout_queue import RolloutQueue
 from roll_ma.pipelines.session import RunSession
+from roll_ma.registry import StudyPlugs
 
 # step_hook(workers, step): runs after each step's work; what it returns joins that step's metrics
 # (benchmarks use it to probe the workers; training never needs it)
 StepHook = Callable[[RunWorkers, int], "dict[str, float] | None"]
 # the advantage weights a study adds (RunPlan.advantage_weights -> its RowWeights): the core imports no
 # study; ``roll_ma.studies`` registers them when imported ("balance_reward_classes")
-STUDY_ADVANTAGE_WEIGHTS: dict[str, RowWeights] = {}
-
-
-def register_advantage_weights(name: str, weigh: RowWeights) -> None:
-    """Let the RL step weight the rows' advantages by ``weigh`` in runs whose plan names ``name``."""
-    if STUDY_ADVANTAGE_WEIGHTS.get(name, weigh) is not weigh:
-        raise ValueError(f"the advantage weights {name!r} are registered already")
-    STUDY_ADVANTAGE_WEIGHTS[name] = weigh
+STUDY_ADVANTAGE_WEIGHTS: StudyPlugs[RowWeights] = StudyPlugs("advantage weights")
 
 
 def study_advantage_weights(name: str | None) -> RowWeights | None:
     """The weights the run plan names (``RunPlan.advantage_weights``), as ``roll_ma.studies`` registered."""
-    if name is None:
-        return None
-    if name not in STUDY_ADVANTAGE_WEIGHTS:
-        raise ValueError(f"study.{name}: the advantage weights {name!r} are a study's (roll_ma.studies), not "
-                         "loaded in this process; import roll_ma.studies before the run starts "
-                         "(roll_ma.train and start_pipeline.py do)")
-    return STUDY_ADVANTAGE_WEIGHTS[name]
+    return None if name is None else STUDY_ADVANTAGE_WEIGHTS.get(name, f"study.{name}")
 
 
 @dataclass
