@@ -685,6 +685,14 @@ if __name__ == "__main__":
     main()
 
 
+def refuse_update_rows(job: Job, row: Row, why: str) -> None:
+    """``settings.update_rows`` sizes TRL's micro-batches; a runner whose micro-batches are token budgets
+    refuses it, saying ``why``."""
+    if row.settings.update_rows is not None:
+        raise ValueError(f"{job.source}: rows.{row.name}.settings.update_rows={row.settings.update_rows}: "
+                         f"{why}; leave update_rows out")
+
+
 def plain_sleep(row: Row) -> bool:
     """A peer's sleep setting: on or off. Freeing the KV cache alone is roll_ma's (rollout.sleep_level=
     kv_cache); a peer's row asking for it is refused rather than run as something else."""

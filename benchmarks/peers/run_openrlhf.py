@@ -43,6 +43,7 @@ from job import (  # noqa: E402
     parse_runner_args,
     phase_medians,
     plain_sleep,
+    refuse_update_rows,
     rows_of_run,
     run_logged,
     runner_parser,
@@ -259,9 +260,7 @@ def check_row(job: Job, row: Row, n_agents: int | None = None, flags: list[str] 
     installed: skipped), update_rows (its micro-batches come from the token budget here), kv_cache sleep."""
     where = f"{job.source}: rows.{row.name}"
     plain_sleep(row)
-    if row.settings.update_rows is not None:
-        raise ValueError(f"{where}.settings.update_rows={row.settings.update_rows}: this runner sizes "
-                         "OpenRLHF's micro-batches from settings.update_tokens; leave update_rows out")
+    refuse_update_rows(job, row, "this runner sizes OpenRLHF's micro-batches from settings.update_tokens")
     flags = flags if flags is not None else train_ppo_ray_flags()
     if flags is not None:
         unknown = [k for k in row.native if not any(re.fullmatch(f, k) for f in flags)]

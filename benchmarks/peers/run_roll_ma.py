@@ -42,6 +42,7 @@ from job import (  # noqa: E402
     measure_and_emit,
     parse_runner_args,
     phase_medians,
+    refuse_update_rows,
     rows_of_run,
     runner_parser,
     shrink_for_smoke,
@@ -216,9 +217,7 @@ def check_row(job: Job, row: Row, n_agents: int) -> None:
     from roll_ma.config import RunConfig, to_dataclass
 
     where = f"{job.source}: rows.{row.name}"
-    if row.settings.update_rows is not None:
-        raise ValueError(f"{where}.settings.update_rows={row.settings.update_rows}: roll_ma's micro-batches "
-                         "are token budgets (settings.update_tokens); leave update_rows out")
+    refuse_update_rows(job, row, "roll_ma's micro-batches are token budgets (settings.update_tokens)")
     raw: dict[str, Any] = {}
     for key, value in row.native.items():
         _set(raw, key, value)

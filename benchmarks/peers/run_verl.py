@@ -46,6 +46,7 @@ from job import (  # noqa: E402
     parse_runner_args,
     phase_medians,
     plain_sleep,
+    refuse_update_rows,
     rows_of_run,
     run_logged,
     runner_parser,
@@ -220,9 +221,8 @@ def check_row(job: Job, row: Row, n_agents: int | None = None, config: dict[str,
     installed: the key check is skipped, the run would fail at its import anyway)."""
     where = f"{job.source}: rows.{row.name}"
     plain_sleep(row)
-    if row.settings.update_rows is not None:
-        raise ValueError(f"{where}.settings.update_rows={row.settings.update_rows}: verl's micro-batches are "
-                         "token budgets (use_dynamic_bsz, settings.update_tokens); leave update_rows out")
+    refuse_update_rows(job, row,
+                       "verl's micro-batches are token budgets (use_dynamic_bsz, settings.update_tokens)")
     config = config if config is not None else verl_config_keys()
     if config is not None:
         unknown = [k for k in row.native

@@ -109,7 +109,8 @@ def choose_step(run: RLRun) -> Step:
         return streamed_step
     if kind == "synchronous":
         return synchronous_step
-    return STUDY_STEPS.get(kind, "study.joint_search_every > 0")(run)  # the one study step a plan names
+    setting = "study.joint_search_every > 0" if kind == "joint_search" else f"RunPlan.step_kind={kind!r}"
+    return STUDY_STEPS.get(kind, setting)(run)
 
 
 def header_line(session: RunSession) -> str:
