@@ -549,6 +549,12 @@ def runner_parser(doc: str | None, one_agent: bool = True) -> argparse.ArgumentP
         help="the job's row whose settings this run uses (default: the framework's name); a row with "
         "adapters: shared trains one adapter on every seat's rows",
     )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check the row at this N (the runner's own check, in its own environment), print one line and "
+        "exit: nothing starts and the model is not read (run_all.py does this for every run before any)",
+    )
     return p
 
 
@@ -585,6 +591,9 @@ def parse_runner_args(
             check(job, row, args.agents)
         except ValueError as exc:
             p.error(str(exc).splitlines()[0])
+    if getattr(args, "check", False):
+        print(f"ok: rows.{row.name} at N = {args.agents}", flush=True)
+        raise SystemExit(0)
     return args, job, row
 
 

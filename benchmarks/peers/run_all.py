@@ -35,6 +35,13 @@ peer's PYTHONPATH, then DIR/common's (the wheels all staged peers share).
         --out-dir /tmp/smoke_out
 
 A row name may carry ``@N[+N]`` (``openrlhf@1``): only those N.
+
+Before any run starts, each planned row is checked at each N by its own runner (``--check``, in that
+run's environment); a refusal stops the whole call in seconds, one line a row. ``--check-only`` does that
+and prints the plan, so a lease's chains can be checked on a CPU first:
+
+    python benchmarks/peers/run_all.py --check-only --rows roll_ma_noahead,trl_mb32_awake --agents 3,8 \
+        --out-dir /tmp/unused
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +276,33 @@ def run_one(
         result.setdefault("gpu_index", gpu)
     print(f"[run_all] {tag}: step_s={result.get('step_s')} error={result.get('error')}", flush=True)
     return result
+
+
+def check_runs(
+    job: Job, runs: list[Run], model: str, args: argparse.Namespace, workers: int = 4
+) -> list[str]:
+    """Each planned (row, N, layout) checked by its own runner (``--check``, in the run's environment: the
+    peer's site folder, so its installed version answers) before any run starts; the refusals, one line
+    each. A row that cannot run at an N (TRL's update_rows not dividing a run's rows, an unknown native
+    key) is then refused in seconds, not after the runs before it took the GPU for minutes."""
+    first: dict[tuple[str, int, bool], Run] = {}
+    for run in runs:
+        first.setdefault((run[0], run[1], run[3]), run)
+
+    def check(run: Run) -> str | None:
+        name, n, agent, shared, _ = run
+        row = job.rows[name]
+        cmd = runner_command(row, n, agent, shared, model, args) + ["--check"]
+        output, code = run_process(cmd, runner_env(row.framework, args.sites), timeout=600)
+        if code == 0:
+            return None
+        lines = [line for line in output.splitlines() if line.strip()]
+        said = next((line for line in reversed(lines) if ": error: " in line), lines[-1] if lines else "")
+        why = said.split(": error: ", 1)[-1] if said else f"exit code {code}, no output"
+        return f"{name} at N = {n}: {why}"
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return [why for why in pool.map(check, first.values()) if why]
 
 
 class StartStagger:
@@ -571,6 +606,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument("--timeout", type=int, default=3600, help="seconds per runner process")
     p.add_argument(
+        "--check-only",
+        action="store_true",
+        help="check every planned run's row with its runner (as before any run), print the plan, start "
+        "nothing: a chain's rows checked on a CPU before a GPU lease",
+    )
+    p.add_argument(
         "--stagger-s",
         type=float,
         default=None,
@@ -595,6 +636,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             p.error(f"--rows {name}@{'+'.join(map(str, sorted(only)))}: N is not among the agents this call "
                     f"runs ({', '.join(map(str, agents))}; --agents)")
     repeats = args.repeats or job.repeats
+    peer_rows: list[tuple[str, set[int] | None]] = []
+    if job.episodes.relay:  # the peers' rows of a relay job: written as not runnable, not run
+        peer_rows = [(name, only) for name, only in rows if job.rows[name].framework != "roll_ma"]
+        rows = [(name, only) for name, only in rows if job.rows[name].framework == "roll_ma"]
+    planned = plan_runs(job, rows, agents, repeats)
+    refused = check_runs(job, planned, args.model or "-", args)  # the model is built after, and not read
+    for why in refused:
+        print(f"[run_all] refused before any run: {why}", file=sys.stderr, flush=True)
+    if refused:
+        raise SystemExit(2)
+    if args.check_only:
+        for run in planned:
+            print(f"[run_all] planned: {run_tag(*run)}", flush=True)
+        return {}
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     saved = out_dir / "peers.json"
@@ -616,16 +671,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         saved.write_text(json.dumps(summary, indent=1))
         write_tables(out_dir, summary)
 
-    if job.episodes.relay:  # the peers' rows of a relay job: written, not run
-        peer_rows = [(name, only) for name, only in rows if job.rows[name].framework != "roll_ma"]
-        rows = [(name, only) for name, only in rows if job.rows[name].framework == "roll_ma"]
+    if peer_rows:
         model = args.model or "-"
         record([{"row": name, "framework": job.rows[name].framework, "agents": n, "agent": None,
                  "shared": False, "repeat": 0, "not_runnable": True}
                 for name, only in peer_rows for n in agents if only is None or n in only])  # fmt: skip
     model = args.model or build_model(job, args.device, out_dir)
     gpus: list[str | None] = [g.strip() for g in args.gpus.split(",")] if args.device == "cuda" else [None]
-    queues = assign_gpus(job, plan_runs(job, rows, agents, repeats), gpus)
+    queues = assign_gpus(job, planned, gpus)
     stagger = StartStagger(args.stagger_s if args.stagger_s is not None else (45.0 if len(gpus) > 1 else 0.0))
 
     def worker(gpu: str | None) -> None:

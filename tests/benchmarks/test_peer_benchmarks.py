@@ -1226,3 +1226,45 @@ def test_a_runner_whose_run_failed_exits_1_with_its_result_line(capsys):
     assert "model path /nowhere" in capsys.readouterr().out  # the result line, printed either way
     ok = peer_job.measure_and_emit({"framework": "roll_ma"}, lambda: {"step_s": 1.0})
     assert peer_job.exit_code(ok) == 0
+
+
+def test_a_runners_check_says_ok_and_starts_nothing(job, capsys):
+    p = peer_job.runner_parser(None, one_agent=False)
+    argv = ["--agents", "3", "--model", "/nowhere", "--row", "roll_ma_noahead", "--check"]
+    with pytest.raises(SystemExit) as stopped:
+        peer_job.parse_runner_args(p, argv, "roll_ma", run_roll_ma.check_row)
+    assert stopped.value.code == 0  # the model path is never read
+    assert capsys.readouterr().out.strip() == "ok: rows.roll_ma_noahead at N = 3"
+
+
+def test_run_all_refuses_a_row_its_runner_refuses_before_any_run(tmp_path, capsys):
+    """2026-12-02: trl_mb48_awake at N = 3 (48 rows do not divide a run's 64) reached the GPU after the
+    runs before it; each run's row is now checked by its own runner first, and nothing starts."""
+    pytest.importorskip("trl")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as stopped:
+        run_all.main(["--device", "cpu", "--rows", "roll_ma,trl_mb48_awake,trl_mb16", "--agents", "3",
+                      "--repeats", "2", "--out-dir", str(out)])  # fmt: skip
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    refusal = ("[run_all] refused before any run: trl_mb48_awake at N = 3: rows.trl_mb48_awake.settings."
+               "update_rows=48 does not divide this run's 64 rows a step")  # fmt: skip
+    assert refusal in err
+    assert err.count("refused before any run") == 1  # roll_ma and trl_mb16 pass; one line per (row, N)
+    assert not out.exists()  # no model built, no table, no log
+
+
+def test_run_all_check_only_prints_the_plan_and_runs_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    summary = run_all.main(["--device", "cpu", "--check-only", "--rows", "roll_ma,roll_ma_noahead@8",
+                            "--agents", "3,8", "--repeats", "1", "--out-dir", str(out)])  # fmt: skip
+    planned = [line.split()[-1] for line in capsys.readouterr().out.splitlines() if "planned:" in line]
+    assert planned == ["roll_ma_3agents_r0", "roll_ma_8agents_r0", "roll_ma_noahead_8agents_r0"]
+    assert summary == {} and not out.exists()
+    # a native key roll_ma's config does not have: refused by its runner, in the runner's words
+    bad = _write(tmp_path, rows__roll_ma__native={"env.decode_ahaed": 1})
+    with pytest.raises(SystemExit):
+        run_all.main(["--device", "cpu", "--check-only", "--job", str(bad), "--rows", "roll_ma",
+                      "--agents", "3", "--out-dir", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert "refused before any run: roll_ma at N = 3: " in err and "env.decode_ahaed: unknown key" in err
