@@ -24,6 +24,9 @@ How this sits on verl 0.9.1 without patching it (paths under verl/, lines of the
   ``grpo``), grouped here by AT-GRPO's uids.
 - The manager is verl's documented hook ``actor_rollout_ref.rollout.agent.agent_loop_manager_class``
   (trainer/main_ppo.py:118-124, workers/config/rollout.py:79); it only swaps in the worker class.
+- Each turn's prompt ids are roll_ma's (``ct_build_initial_tokens`` returns roll_ma.envs.prompts'
+  encode_chat's), the rest of a turn is verl's single-turn loop
+  (experimental/agent_loop/single_turn_agent_loop.py).
 
 PettingLLMs' ``lora`` regime (one LoRA per agent) needs verl patches (docs/studies/issue60_plan.md, items 1-2)
 and is not here.
@@ -41,6 +44,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+from roll_ma.envs.prompts import encode_chat
 
 AGENT_LOOP = "atgrpo_relay"  # actor_rollout_ref.rollout.agent.default_agent_loop
 MANAGER = f"{__name__}.RelayAgentLoopManager"  # actor_rollout_ref.rollout.agent.agent_loop_manager_class
@@ -70,16 +75,15 @@ class RelayAgentLoop(SingleTurnAgentLoop):
             row.output.extra_fields.update({TURN_KEY: row.turn, SEAT_KEY: row.seat, "reward_extra_info": {}})
         return [row.output for row in rows]
 
-    def _cap_text_prompt_length(self, prompt_ids: list[int]) -> list[int]:
-        """Refuse a turn's prompt over rollout.prompt_length: verl would cut it from the left (system
-        message first), which roll_ma never does, and the two runs would no longer do the same work."""
+    async def ct_build_initial_tokens(self, messages: list[dict], **_: Any) -> list[int]:
+        """A turn's prompt ids as roll_ma's env worker encodes them (roll_ma.envs.prompts.encode_chat: the
+        chat template with the generation prompt; a prompt over rollout.prompt_length, the job's
+        prompt.max_prompt_tokens, cut from the left of its text, the system message kept). verl's builder
+        would give the same ids uncut but keep the last prompt_length ids of a long one, system message
+        lost: the two runs would no longer feed the model the same prompts."""
         limit = self.rollout_config.prompt_length
-        if len(prompt_ids) > limit:
-            raise ValueError(
-                f"a relay turn's prompt has {len(prompt_ids)} tokens > rollout.prompt_length={limit}: raise "
-                "prompt.max_prompt_tokens in the job file"
-            )
-        return prompt_ids
+        ids, _cut = await self.loop.run_in_executor(None, encode_chat, self.tokenizer, messages, limit)
+        return ids
 
 
 def reward_tokens(response_length: int, reward: float) -> torch.Tensor:

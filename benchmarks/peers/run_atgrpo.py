@@ -107,7 +107,7 @@ def atgrpo_settings(
         # verl counts a mini-batch in dataset rows x rollout.n; a game's session returns turns(N) rows, so
         # one optimizer step on the step's rows (PettingLLMs' update_actor each step) is games x turns rows
         f"{ARR}.actor.ppo_mini_batch_size": turns_x_games,
-        "data.max_prompt_length": job.prompt.max_prompt_tokens,  # a turn's prompt over it is refused, not cut
+        "data.max_prompt_length": job.prompt.max_prompt_tokens,  # a turn over it: cut as roll_ma cuts
         "algorithm.adv_estimator": ADV_ESTIMATOR,
         f"{ARR}.rollout.agent.default_agent_loop": AGENT_LOOP,
         f"+{ARR}.rollout.agent.agent_loop_manager_class": MANAGER,

@@ -359,7 +359,7 @@ def test_the_agent_loop_sends_seat_games_relay_prompts_one_row_a_turn(relay, tin
     atgrpo_loop = _verl()
     from transformers import AutoTokenizer
 
-    from roll_ma.envs.prompts import chat_prompt_ids
+    from roll_ma.envs.prompts import chat_prompt_ids, encode_chat
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     job = _small_relay(relay)
@@ -383,9 +383,23 @@ def test_the_agent_loop_sends_seat_games_relay_prompts_one_row_a_turn(relay, tin
         assert out.response_mask == [1] * len(out.response_ids)
         turn = step.next_turn
     assert f"said: {_reply(0, 2)}" in tokenizer.decode(server.prompts[2])  # turn 2 carries turn 0's reply
-    # a turn's prompt over rollout.prompt_length is refused, never cut from the left as verl would
-    with pytest.raises(ValueError, match=r"a relay turn's prompt has \d+ tokens > rollout.prompt_length=40"):
-        _run_game(atgrpo_loop, tokenizer, spec, copy=2, prompt_length=40)
+    # a prompt over rollout.prompt_length is cut as roll_ma cuts it (its text from the left, the system
+    # message kept), not as verl's builder would (the ids from the left); one of the system alone is refused
+    limit = len(server.prompts[1]) - 1  # turn 0 fits, turns 1 and 2 (with the replies) do not
+    cut_outputs, cut_server = _run_game(atgrpo_loop, tokenizer, spec, copy=2, prompt_length=limit)
+    assert cut_server.prompts[0] == server.prompts[0]
+    for t in (1, 2):
+        messages = atgrpo_game.make_game(spec)  # the same game replayed for its turn t messages
+        turn = messages.reset(seed)
+        for k in range(t):
+            turn = messages.step(_reply(k, 2)).next_turn
+        ids, cut = encode_chat(tokenizer, turn.messages, limit)
+        assert cut and cut_server.prompts[t] == ids and len(ids) <= limit
+        assert tokenizer.decode(ids).count("You are seat") == 1  # the system message kept
+    with pytest.raises(
+        ValueError, match=r"the system prompt alone takes \d+ tokens > model.max_prompt_tokens"
+    ):
+        _run_game(atgrpo_loop, tokenizer, spec, copy=2, prompt_length=5)
 
 
 def _stored_rows(atgrpo_loop, monkeypatch, tokenizer, spec, copies, uid="game7"):
