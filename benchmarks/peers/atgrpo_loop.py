@@ -107,7 +107,12 @@ def turn_fields(
     ]
 
 
-class RelayAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):  # Ray forbids subclassing the actor class
+# An actor class at module level, as verl's AgentLoopWorkerTQ is: ray.remote(...) called at run time instead
+# ships the class to the actor by value, and AgentLoopWorkerTQ.__init__'s super() then meets a copy of its
+# own class and fails ("super(type, obj): obj must be an instance or subtype of type"; seen on CPU, Ray 2.60).
+# The base is the plain class: Ray forbids subclassing an actor class.
+@ray.remote
+class RelayAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):
     """verl's v1 agent-loop worker, with each relay turn row's uid and reward made the turn's own."""
 
     async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any) -> None:
@@ -132,4 +137,4 @@ class RelayAgentLoopManager(AgentLoopManagerTQ):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.agent_loop_workers_class = ray.remote(RelayAgentLoopWorker)
+        self.agent_loop_workers_class = RelayAgentLoopWorker

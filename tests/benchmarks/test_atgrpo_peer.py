@@ -417,7 +417,9 @@ def _stored_rows(atgrpo_loop, monkeypatch, tokenizer, spec, copies, uid="game7")
             rows.setdefault(key, {}).update({name: fields[name][i] for name in fields.keys()})
 
     monkeypatch.setattr(tq, "async_kv_batch_put", fake_put)
-    worker = object.__new__(atgrpo_loop.RelayAgentLoopWorker)  # its verl state, less what a Ray actor builds
+    worker = object.__new__(
+        atgrpo_loop.RelayAgentLoopWorker.__ray_actor_class__
+    )  # its verl state, less what a Ray actor builds
     worker.reward_loop_worker_handles, worker.distillation_enabled = None, False
     worker.processor, worker.tokenizer = None, tokenizer
     for copy in range(copies):
@@ -493,88 +495,159 @@ def test_verls_grpo_compares_one_seat_at_one_turn_across_the_copies(relay, tiny_
     assert all(last_turn_only[f"game7_{c}_0"] == last_turn_only[f"game7_{c}_2"] for c in range(copies))
 
 
-def _through_transfer_queue(model_dir: str) -> None:
-    """Run in a fresh process (its own Ray): one game's copies stored by the worker in a real TransferQueue,
-    then verl's trainer reads them and computes advantages (PPOTrainer._compute_advantage). Prints a JSON line
-    of each key's (uid, reward, advantage)."""
-    import json
+class FakeServer:
+    """verl's LLM server client for the agent-loop actors (pickled to them; this module is on their path): a
+    made-up reply a request, its digit share varying from call to call, ending in EOS."""
 
-    import atgrpo_loop
+    def __init__(self, model_dir: str):
+        self.model_dir, self.tokenizer, self.calls = model_dir, None, 0
+
+    async def generate(self, request_id=None, *, prompt_ids, sampling_params, **_):
+        from transformers import AutoTokenizer
+        from verl.workers.rollout.replica import TokenOutput
+
+        if self.tokenizer is None:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.calls += 1
+        text = "seat says " + "7" * (1 + self.calls % 5) + "x" * (self.calls % 3)
+        ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
+        steps = {"min_global_steps": 1, "max_global_steps": 1}
+        return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids), extra_fields=steps)
+
+
+def _rollout_through_verl(model_dir: str, out_dir: str) -> None:
+    """Run in a fresh process (its own Ray): one step's rollout of verl 0.9.1's v1 trainer with only the LLM
+    server made up - the manager loaded from run_atgrpo's override as verl's TaskRunner loads it, its
+    agent-loop worker actors, verl's TransferQueue and sync replay buffer, then the trainer's advantages
+    (PPOTrainer._compute_advantage). Prints a JSON line of every stored row."""
+    import json
+    import uuid
+
+    import numpy as np
     import ray
     import transfer_queue as tq
+    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
-    from transfer_queue import KVBatchMeta
     from transformers import AutoTokenizer
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+    from verl.utils.import_utils import load_class_from_fqn
 
-    ray.init(
-        num_cpus=4, include_dashboard=False, log_to_driver=False
-    )  # TQ's controller + 2 stores: 1 CPU each
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)  # logical: TQ 3 actors, 2 workers
     tq.init()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        spec = atgrpo_game.game_spec(
-            peer_job.seat_game(_small_relay(peer_job.load_job(PEERS / "relay.yaml")), 3), 5
+        job = _small_relay(peer_job.load_job(PEERS / "relay.yaml"))
+        path = run_atgrpo.write_train_file(job, 3, Path(out_dir) / "train.parquet")
+        overrides = run_atgrpo.atgrpo_overrides(
+            job, job.rows["atgrpo_shared"], 3, model_dir, str(path), out_dir
         )
-        worker = object.__new__(atgrpo_loop.RelayAgentLoopWorker)
-        worker.reward_loop_worker_handles, worker.distillation_enabled = None, False
-        worker.processor, worker.tokenizer = None, tokenizer
-        for copy in range(4):
-            outputs, _ = _run_game(atgrpo_loop, tokenizer, spec, copy)
-            kwargs = {"uid": "game7", "session_id": copy, "raw_prompt": [], "global_steps": 1}
-            asyncio.run(worker._agent_loop_postprocess(outputs, False, **kwargs))
-        tags = tq.kv_list()["train"]
-        keys = sorted(tags)
+        overrides += ["actor_rollout_ref.rollout.agent.num_workers=2", "actor_rollout_ref.rollout.n=4"]
+        with initialize_config_dir(
+            config_dir=str(_package_dir("verl") / "trainer" / "config"), version_base=None
+        ):
+            cfg = compose(config_name="ppo_trainer", overrides=overrides)
+        OmegaConf.resolve(cfg)
+        manager_cls = load_class_from_fqn(
+            cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class, "manager"
+        )
+        manager = manager_cls.create(config=cfg, llm_client=FakeServer(model_dir), teacher_client=None,
+                                     reward_loop_worker_handles=None)  # fmt: skip
+        # one step's games, as the trainer submits them (_next_train_batch, _submit_batch_to_rollout)
+        data = RLHFDataset(
+            data_files=[str(path)], tokenizer=AutoTokenizer.from_pretrained(model_dir), config=cfg.data
+        )
+        games = cfg.data.train_batch_size
+        batch_dict = collate_fn([data[i] for i in range(games)])
+        batch_dict["uid"] = np.array([str(uuid.uuid4()) for _ in range(games)], dtype=object)
+        batch = tu.get_tensordict(batch_dict)
+        tu.assign_non_tensor_data(batch, "global_steps", 1)
+        tags = [{"is_prompt": True, "status": "pending", "global_steps": 1} for _ in range(games)]
+        tq.kv_batch_put(keys=list(batch["uid"]), partition_id="train", tags=tags)
+        manager.generate_sequences(batch)
+        empty = OmegaConf.create({})
+        buffer = ReplayBuffer(
+            trainer_mode="sync",
+            trainer_config=empty,
+            max_off_policy_threshold=None,
+            max_off_policy_strategy="drop",
+            sampler_kwargs=empty,
+            poll_interval=0.5,
+        )
+        sampled, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=games)
         trainer = object.__new__(PPOTrainerSync)  # only its config is read by _compute_advantage
-        trainer.config = OmegaConf.create({
-            "algorithm": {"adv_estimator": "grpo_vectorized", "use_kl_in_reward": False, "gamma": 1.0,
-                          "lam": 1.0, "norm_adv_by_std_in_grpo": True,
-                          "rollout_correction": {"bypass_mode": True}},
-            "actor_rollout_ref": {"rollout": {"n": 4}},
-        })  # fmt: skip
-        trainer._compute_advantage(
-            KVBatchMeta(partition_id="train", keys=keys, tags=[tags[k] for k in keys]), {}
-        )
-        got = tq.kv_batch_get(
-            keys=keys, partition_id="train", select_fields=["uid", "rm_scores", "advantages"]
-        )
-        fields = zip(keys, list(got["uid"]), got["rm_scores"], got["advantages"])
+        trainer.config = cfg
+        trainer._compute_advantage(sampled, {})
+        names = ["uid", "rm_scores", "advantages", "prompts", "responses", "extra_info"]
+        got = tq.kv_batch_get(keys=sampled.keys, partition_id="train", select_fields=names)
+        columns = zip(*(list(got[n]) for n in names))
         rows = {
-            k: [u, float(r.sum()), float(a[0]), tags[k]["status"], tags[k]["seq_len"]]
-            for k, u, r, a in fields
-        }
-        print("ROWS " + json.dumps(rows))
+            key: {"uid": u, "reward": float(r.sum()), "advantage": float(a[0]), "prompt": p.tolist(),
+                  "response": resp.tolist(), "game": e[atgrpo_game.GAME_KEY]}
+            for key, (u, r, a, p, resp, e) in zip(sampled.keys, columns)
+        }  # fmt: skip
+        print("ROWS " + json.dumps({"games": games, "rows": rows}))
     finally:
         tq.close()
         ray.shutdown()
 
 
 @pytest.mark.slow
-def test_a_real_transfer_queue_keeps_each_turns_group_reward_and_verls_tags(tiny_model_dir):
-    """The same, through verl's own TransferQueue (not a stand-in): a second put over verl's keeps its tags
-    (the replay buffer's status, seq_len) and the trainer's GRPO groups each turn's copies (~40 s, Ray)."""
+def test_one_step_of_verls_trainer_rolls_out_the_relay_and_groups_each_turn(tiny_model_dir, tmp_path):
+    """verl 0.9.1's own rollout path with the port plugged in (only the LLM server made up; ~60 s, Ray):
+    every game's copies are stored one row a turn, each prompt SeatGame relay's with the copy's earlier
+    replies, each row's uid (game, turn, seat) and reward its turn's own, and verl's GRPO compares the copies
+    of a turn."""
     _verl()
     import json
     import os
     import subprocess
 
-    code = f"import test_atgrpo_peer as t; t._through_transfer_queue({str(tiny_model_dir)!r})"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(PEERS.parents[1]),
-                                                        os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    from transformers import AutoTokenizer
+
+    from roll_ma.envs.prompts import chat_prompt_ids
+
+    code = (
+        f"import test_atgrpo_peer as t; t._rollout_through_verl({str(tiny_model_dir)!r}, {str(tmp_path)!r})"
+    )
+    paths = [str(Path(__file__).parent), str(PEERS), str(PEERS.parent), str(PEERS.parents[1])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=400)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("ROWS ")]
     assert lines, out.stderr[-3000:]
-    rows = json.loads(lines[-1][len("ROWS ") :])
-    assert len(rows) == 4 * 3 and all(r[3] == "success" and r[4] > 0 for r in rows.values())
-    for turn in range(3):
-        group = [rows[f"game7_{c}_{turn}"] for c in range(4)]
-        assert {r[0] for r in group} == {f"game7/turn{turn}/seat{(5 + turn) % 3}"}
-        rewards = [r[1] for r in group]
-        assert rewards == pytest.approx([sum(ch.isdigit() for ch in _reply(turn, c)) / len(_reply(turn, c))
-                                         for c in range(4)])  # fmt: skip
-        mean = sum(rewards) / 4
-        std = (sum((x - mean) ** 2 for x in rewards) / 3) ** 0.5
-        assert [r[2] for r in group] == pytest.approx([(x - mean) / (std + 1e-6) for x in rewards], abs=1e-4)
+    result = json.loads(lines[-1][len("ROWS ") :])
+    rows, copies, turns = result["rows"], 4, 3
+    assert len(rows) == result["games"] * copies * turns == 8 * 4 * 3
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    sessions: dict[str, list] = {}
+    for key, row in rows.items():
+        sessions.setdefault(key.rsplit("_", 1)[0], []).append((int(key.rsplit("_", 1)[1]), row))
+    assert len(sessions) == result["games"] * copies
+    for session, turn_rows in sessions.items():
+        turn_rows.sort(key=lambda item: item[0])
+        game = atgrpo_game.make_game(turn_rows[0][1]["game"])
+        turn = game.reset(turn_rows[0][1]["game"]["seed"])
+        for t, row in turn_rows:
+            reply = tokenizer.decode(row["response"], skip_special_tokens=True)
+            assert row["prompt"] == chat_prompt_ids(
+                tokenizer, turn.messages
+            )  # SeatGame relay's, as roll_ma's
+            assert row["uid"] == f"{session.split('_')[0]}/turn{t}/seat{turn.player}"
+            step = game.step(reply)
+            assert row["reward"] == pytest.approx(step.rewards[turn.player])
+            turn = step.next_turn
+        assert turn is None
+    groups: dict[str, list] = {}
+    for row in rows.values():
+        groups.setdefault(row["uid"], []).append(row)
+    assert len(groups) == result["games"] * turns and all(len(g) == copies for g in groups.values())
+    for group in groups.values():
+        rewards = [r["reward"] for r in group]
+        mean = sum(rewards) / copies
+        std = (sum((x - mean) ** 2 for x in rewards) / (copies - 1)) ** 0.5
+        want = [(x - mean) / (std + 1e-6) if std > 0 else 0.0 for x in rewards]
+        assert [r["advantage"] for r in group] == pytest.approx(want, abs=1e-4)
 
 
 def test_verl_reads_the_games_parquet_and_hands_each_copy_its_game(relay, tiny_model_dir, tmp_path):
