@@ -78,9 +78,9 @@ class RelayAgentLoop(SingleTurnAgentLoop):
     async def ct_build_initial_tokens(self, messages: list[dict], **_: Any) -> list[int]:
         """A turn's prompt ids as roll_ma's env worker encodes them (roll_ma.envs.prompts.encode_chat: the
         chat template with the generation prompt; a prompt over rollout.prompt_length, the job's
-        prompt.max_prompt_tokens, cut from the left of its text, the system message kept). verl's builder
-        would give the same ids uncut but keep the last prompt_length ids of a long one, system message
-        lost: the two runs would no longer feed the model the same prompts."""
+        prompt.max_prompt_tokens, cut from the left of its text, the system message kept), so that both
+        runs feed the model the same ids. verl's own builder renders the template its own way per model
+        family and keeps the last prompt_length ids of a long prompt (the system message lost)."""
         limit = self.rollout_config.prompt_length
         ids, _cut = await self.loop.run_in_executor(None, encode_chat, self.tokenizer, messages, limit)
         return ids
