@@ -369,7 +369,9 @@ def test_the_agent_loop_sends_seat_games_relay_prompts_one_row_a_turn(relay, tin
     reference = peer_job.seat_game(job, 3)
     turn = reference.reset(seed)
     assert len(outputs) == len(server.prompts) == job.turns(3)
+    turn_messages = []
     for t, out in enumerate(outputs):
+        turn_messages.append(turn.messages)
         # the ids the server got are roll_ma's prompt ids of SeatGame relay's messages (chat_prompt_ids)
         assert server.prompts[t] == chat_prompt_ids(tokenizer, turn.messages) == out.prompt_ids
         reply = tokenizer.decode(out.response_ids, skip_special_tokens=True)
@@ -383,6 +385,14 @@ def test_the_agent_loop_sends_seat_games_relay_prompts_one_row_a_turn(relay, tin
         assert out.response_mask == [1] * len(out.response_ids)
         turn = step.next_turn
     assert f"said: {_reply(0, 2)}" in tokenizer.decode(server.prompts[2])  # turn 2 carries turn 0's reply
+
+    async def verls_own_ids(messages):  # the builder the loop's ct_build_initial_tokens stands in for
+        from verl.experimental.agent_loop.agent_loop import AgentLoopBase
+
+        loop, _ = _agent_loop(atgrpo_loop, tokenizer, copy=0)
+        return await AgentLoopBase.ct_build_initial_tokens(loop, messages)
+
+    assert asyncio.run(verls_own_ids(turn_messages[2])) == server.prompts[2]  # uncut: the same ids
     # a prompt over rollout.prompt_length is cut as roll_ma cuts it (its text from the left, the system
     # message kept), not as verl's builder would (the ids from the left); one of the system alone is refused
     limit = len(server.prompts[1]) - 1  # turn 0 fits, turns 1 and 2 (with the replies) do not
