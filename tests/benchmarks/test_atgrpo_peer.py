@@ -265,6 +265,29 @@ def test_run_all_plans_one_run_a_row_and_runs_it_on_the_relay_job(relay, tmp_pat
     assert run_all.combine(row, 8, True, [summary["runs"][-1]])["runs"] == "1/1"
 
 
+def test_run_alls_check_before_any_run_asks_the_runner_in_verls_environment(tmp_path, capsys, monkeypatch):
+    """run_all --check-only: the row checked by run_atgrpo.py --check, in the run's environment (verl's staged
+    site folder, so the installed verl's config answers), and refused there in one line."""
+    seen = []
+    real_env = run_all.runner_env
+    monkeypatch.setattr(
+        run_all, "runner_env", lambda site, sites, gpu=None: seen.append(site) or real_env(site, sites)
+    )
+    relay_file = str(PEERS / "relay.yaml")
+    argv = ["--check-only", "--rows", "atgrpo_shared", "--agents", "3,8", "--out-dir", str(tmp_path)]
+    assert run_all.main([*argv, "--job", relay_file]) == {}
+    assert seen == ["verl", "verl"]  # N = 3 and 8, each in verl's environment
+    out = capsys.readouterr().out
+    assert (
+        "planned: atgrpo_shared_3agents_shared_r0" in out
+        and "planned: atgrpo_shared_8agents_shared_r2" in out
+    )
+    with pytest.raises(SystemExit):
+        run_all.main([*argv, "--job", _job_with(tmp_path, row_changes={"adapters": "per_agent"})])
+    refused = capsys.readouterr().err
+    assert "refused before any run: atgrpo_shared at N = 3" in refused and "single-policy regime" in refused
+
+
 # ---------------------------------------------------------------------------- on verl 0.9.1, where it imports
 def _verl():
     pytest.importorskip("verl.trainer.ppo.v1.agent_loop_tq", reason="verl 0.9.1 with its dependencies")
