@@ -188,7 +188,11 @@ _SECTIONS = {
     "gpu": Gpu,
     "settings": Settings,
 }
-FRAMEWORK_NAMES = ("roll_ma", "trl", "verl", "openrlhf")
+FRAMEWORK_NAMES = ("roll_ma", "trl", "verl", "openrlhf", "atgrpo")
+# Frameworks whose one run plays every seat of a game (run_all plans one run a row, whatever its adapters),
+# so a turn's prompt can carry the earlier turns' replies (a relay job): roll_ma, and AT-GRPO on verl
+# (atgrpo_loop.py). The others train one agent a run on prompts handed to them in advance.
+WHOLE_GAME_FRAMEWORKS = ("roll_ma", "atgrpo")
 
 
 _NOT_IN_FILE = ("source", "name")  # set by the loader, never written in a job file

@@ -19,7 +19,8 @@ ratios are taken only between rows measured on one GPU model. Results are saved 
 (peers.json, peers.md), so a run_all started in the background can be read while it goes on.
 
 A job whose turns carry earlier replies (``episodes.relay``) cannot be handed to a single-turn trainer:
-the peers' rows are written as not runnable, with why, and only roll_ma's rows run.
+the peers' rows are written as not runnable, with why; roll_ma's rows run, and so do AT-GRPO's on verl
+(``atgrpo``, run_atgrpo.py), whose one run plays every seat of each game as roll_ma's does.
 
 Each framework runs in its own Python environment: ``--sites DIR`` holds one folder per peer (DIR/trl,
 DIR/verl, DIR/openrlhf: its staged pins, stage_peer_wheels.sh) whose site-packages goes first on that
@@ -66,9 +67,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from job import FRAMEWORK_NAMES, Job, Row, is_oom, load_job, read_result  # noqa: E402
+from job import FRAMEWORK_NAMES, WHOLE_GAME_FRAMEWORKS, Job, Row, is_oom, load_job, read_result  # noqa: E402
 
 RUNNERS = {f: HERE / f"run_{f}.py" for f in FRAMEWORK_NAMES}
+SITE = {"atgrpo": "verl"}  # the AT-GRPO port runs on verl's staged wheels (--sites DIR/verl), nothing new
 PHASES = ("rollout", "scoring", "old_log_probs", "update", "sync")
 COLUMNS = [
     "row",
@@ -151,7 +153,7 @@ def runner_command(
                          f"adapters: {row.adapters}")
     cmd = [sys.executable, str(RUNNERS[framework]), "--agents", str(n_agents), "--model", model]
     cmd += ["--row", row.name] + (["--job", args.job] if args.job else [])
-    if not shared and framework != "roll_ma":
+    if not shared and framework not in WHOLE_GAME_FRAMEWORKS:
         cmd += ["--agent", str(agent)]
     if framework in ("roll_ma", "trl"):
         cmd += ["--device", args.device] + (["--smoke"] if args.smoke else [])
@@ -258,7 +260,8 @@ def run_one(
     print(f"[run_all] {tag} on GPU {gpu}: {' '.join(cmd)}", flush=True)
     start = time.perf_counter()
     with GpuPeak(gpu) as peak:
-        output, code = run_process(cmd, runner_env(row.framework, args.sites, gpu), args.timeout)
+        env = runner_env(SITE.get(row.framework, row.framework), args.sites, gpu)
+        output, code = run_process(cmd, env, args.timeout)
     log_path.write_text(output[-200_000:])  # the tail: engines log a lot, and the device returns few MB
     result = read_result(output) or {
         "error": f"no result line (exit code {code}; timeout {args.timeout} s)"
@@ -293,7 +296,8 @@ def check_runs(
         name, n, agent, shared, _ = run
         row = job.rows[name]
         cmd = runner_command(row, n, agent, shared, model, args) + ["--check"]
-        output, code = run_process(cmd, runner_env(row.framework, args.sites), timeout=600)
+        site = SITE.get(row.framework, row.framework)
+        output, code = run_process(cmd, runner_env(site, args.sites), timeout=600)
         if code == 0:
             return None
         lines = [line for line in output.splitlines() if line.strip()]
@@ -329,7 +333,7 @@ def combine(row: Row, n_agents: int, shared: bool, runs: list[dict[str, Any]]) -
     """One repeat of one table row. roll_ma, or any shared-adapter run: its one run. A peer: its N
     per-agent runs summed (median, min and max step time, response tokens, each phase), the largest GPU
     peak, the first error; a repeat missing any of its runs has no step time."""
-    expected = 1 if (row.framework == "roll_ma" or shared) else n_agents
+    expected = 1 if (row.framework in WHOLE_GAME_FRAMEWORKS or shared) else n_agents
     errors = [r["error"] for r in runs if r.get("error")]
     complete = len(runs) == expected and all(r.get("step_s") is not None for r in runs)
     step_s = _sum([r.get("step_s") for r in runs]) if complete else None
@@ -487,6 +491,7 @@ def headline(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 RUN_MINUTES = {
     ("verl", True): 13.0,
     ("verl", False): 9.0,
+    ("atgrpo", True): 13.0,  # not measured yet: verl's start-up and a whole step's rows, as verl's shared run
     ("roll_ma", True): 6.2,
     ("openrlhf", True): 3.9,
     ("trl", True): 3.5,
@@ -510,7 +515,7 @@ def plan_runs(
                 row = job.rows[name]
                 if row.shared:
                     runs.append((name, n, None, True, repeat))
-                elif row.framework == "roll_ma":
+                elif row.framework in WHOLE_GAME_FRAMEWORKS:
                     runs.append((name, n, None, False, repeat))
                 else:
                     runs += [(name, n, a, False, repeat) for a in range(n)]
@@ -526,7 +531,7 @@ def assign_gpus(job: Job, runs: list[Run], gpus: list[Any]) -> dict[Any, list[Ru
     for run in runs:
         name, n, agent, shared, _ = run
         framework = job.rows[name].framework
-        whole = framework == "roll_ma" or agent is None or n == 1
+        whole = framework in WHOLE_GAME_FRAMEWORKS or agent is None or n == 1
         cost = RUN_MINUTES.get((framework, whole), 5.0)
         key = (name, n, agent, shared)
         free = [g for g in gpus if g != last.get(key)] if len(gpus) > 1 and key in last else gpus
@@ -637,9 +642,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"runs ({', '.join(map(str, agents))}; --agents)")
     repeats = args.repeats or job.repeats
     peer_rows: list[tuple[str, set[int] | None]] = []
-    if job.episodes.relay:  # the peers' rows of a relay job: written as not runnable, not run
-        peer_rows = [(name, only) for name, only in rows if job.rows[name].framework != "roll_ma"]
-        rows = [(name, only) for name, only in rows if job.rows[name].framework == "roll_ma"]
+    if job.episodes.relay:  # the single-turn peers' rows of a relay job: written as not runnable, not run
+        whole = {name for name, _ in rows if job.rows[name].framework in WHOLE_GAME_FRAMEWORKS}
+        peer_rows = [(name, only) for name, only in rows if name not in whole]
+        rows = [(name, only) for name, only in rows if name in whole]
     planned = plan_runs(job, rows, agents, repeats)
     refused = check_runs(job, planned, args.model or "-", args)  # the model is built after, and not read
     for why in refused:
@@ -674,7 +680,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if peer_rows:
         model = args.model or "-"
         record([{"row": name, "framework": job.rows[name].framework, "agents": n, "agent": None,
-                 "shared": False, "repeat": 0, "not_runnable": True}
+                 "shared": job.rows[name].shared, "repeat": 0, "not_runnable": True}
                 for name, only in peer_rows for n in agents if only is None or n in only])  # fmt: skip
     model = args.model or build_model(job, args.device, out_dir)
     gpus: list[str | None] = [g.strip() for g in args.gpus.split(",")] if args.device == "cuda" else [None]

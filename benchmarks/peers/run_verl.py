@@ -94,6 +94,26 @@ def verl_overrides(
     agent: int | None = 0,
     longest_prompt: int | None = None,
 ) -> list[str]:
+    """``verl_settings`` as Hydra's ``key=value`` lines (``legacy_trainer``: the deprecated trainer, if the v1
+    one (TransferQueue) cannot start)."""
+    settings = verl_settings(job, row, n_agents, model, train_file, out_dir, agent, longest_prompt)
+    lines = [f"{key}={value}" for key, value in settings.items()]
+    if legacy_trainer:
+        lines.append("trainer.use_v1=False")
+    return lines
+
+
+def verl_settings(
+    job: Job,
+    row: Row,
+    n_agents: int,
+    model: str,
+    train_file: str,
+    out_dir: str,
+    agent: int | None = 0,
+    longest_prompt: int | None = None,
+    taken_elsewhere: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """The Hydra overrides of one agent's run (agent None: the shared run, every seat's prompts) at
     ``row``'s settings, keys of verl/trainer/config/ppo_trainer.yaml; the row's native keys are added as
     they are (``data.max_prompt_length: longest`` = ``longest_prompt``, the run's longest prompt in tokens).
@@ -106,7 +126,10 @@ def verl_overrides(
 
     pi_old: with ``algorithm.rollout_correction.bypass_mode: true`` (verl's documented way to skip "the
     expensive actor forward pass for old_log_prob") vLLM's log-probs of the sampled tokens are pi_old;
-    false is verl's default (decoupled mode), one more forward over every row."""
+    false is verl's default (decoupled mode), one more forward over every row.
+
+    ``taken_elsewhere``: keys a runner built on this one (run_atgrpo.py) sets itself, which the row's native
+    keys may not set either."""
     g, gpu, s = job.grpo, job.gpu, row.settings
     prompts = rows_of_run(job, n_agents, agent) // job.episodes.group_size
     arr = "actor_rollout_ref"
@@ -175,7 +198,7 @@ def verl_overrides(
     }
     if not packed:
         out[ATTN_KEY] = "sdpa"
-    taken = sorted(set(row.native) & set(out))
+    taken = sorted(set(row.native) & (set(out) | set(taken_elsewhere)))
     if taken:  # one source for each setting: the job's work or the row's settings, not both
         raise ValueError(f"{job.source}: rows.{row.name}.native sets {', '.join(taken)}, which the job sets")
     for key, value in row.native.items():
@@ -184,10 +207,7 @@ def verl_overrides(
                 raise ValueError("data.max_prompt_length: longest needs the run's prompts (longest_prompt)")
             value = longest_prompt
         out[key] = value
-    lines = [f"{key}={value}" for key, value in out.items()]
-    if legacy_trainer:  # the deprecated trainer, if the v1 one (TransferQueue) cannot start
-        lines.append("trainer.use_v1=False")
-    return lines
+    return out
 
 
 def verl_config_keys() -> dict[str, Any] | None:
@@ -263,6 +283,11 @@ def write_train_file(job: Job, n_agents: int, agent: int | None, path: Path) -> 
 def verl_passes(job: Job, row: Row) -> str:
     """What verl 0.9.1's sync v1 trainer runs per step with these overrides (trainer/ppo/v1/trainer_base.py
     _step_once; the config defaults named are verl's)."""
+    return "; ".join(verl_pass_list(job, row))
+
+
+def verl_pass_list(job: Job, row: Row) -> list[str]:
+    """``verl_passes`` one pass an item, the rollout first."""
     passes = [
         "vLLM generation (async server; rollout.calculate_log_probs=True: vLLM returns the sampled tokens' "
         "log-probs) with the rule-based reward computed in the reward loop during generation",
@@ -278,7 +303,7 @@ def verl_passes(job: Job, row: Row) -> str:
         "update: one mini-batch, one optimizer step, token-budget micro-batches (forward + backward)",
         "weight sync: the LoRA adapter to vLLM (update_weights)",
     ]
-    return "; ".join(passes)
+    return passes
 
 
 def read_metrics(path: Path, warmup: int) -> dict[str, Any]:

@@ -149,7 +149,8 @@ def test_row_errors_name_the_row_and_its_key(tmp_path):
     with pytest.raises(ValueError, match=r"missing key\(s\) rows.openrlhf.settings.liger_kernel"):
         peer_job.load_job(_write(tmp_path, rows__openrlhf__settings__liger_kernel=REMOVE))
     with pytest.raises(
-        ValueError, match=r"rows.openrlhf.framework='deepspeed-chat': use one of roll_ma, trl, verl, openrlhf"
+        ValueError,
+        match=r"rows.openrlhf.framework='deepspeed-chat': use one of roll_ma, trl, verl, openrlhf, atgrpo",
     ):
         peer_job.load_job(_write(tmp_path, rows__openrlhf__framework="deepspeed-chat"))
     with pytest.raises(ValueError, match=r"rows.openrlhf.settings.attention='flash': use packed or padded"):
@@ -196,12 +197,14 @@ def test_the_smoke_job_is_one_game_a_step_at_the_runs_n(job):
 def test_the_relay_job_is_job_yaml_with_its_overrides(job):
     relay = peer_job.load_job(PEERS / "relay.yaml")
     assert relay.agents == (3, 8) and relay.episodes.relay and relay.prompt.max_prompt_tokens == 1024
-    # every other key is job.yaml's: mappings merged key by key (episodes keeps its turns and sizes)
+    # every other key is job.yaml's: mappings merged key by key (episodes keeps its turns and sizes); its rows
+    # are job.yaml's and the AT-GRPO port's, which runs the relay (tests/benchmarks/test_atgrpo_peer.py)
     assert relay == dataclasses.replace(
         job,
         agents=(3, 8),
         episodes=dataclasses.replace(job.episodes, relay=True),
         prompt=dataclasses.replace(job.prompt, max_prompt_tokens=1024),
+        rows={**job.rows, "atgrpo_shared": relay.rows["atgrpo_shared"]},
     )
     game = peer_job.seat_game(relay, 3)
     assert game.relay_reply_chars == relay.episodes.relay_reply_chars == 200
