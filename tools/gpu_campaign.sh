@@ -322,12 +322,13 @@ PY
         k=$((k + 1))  # each item its own out-dir: an item repeated later in the chain adds runs, replaces none
         case "$item" in  # a peer's rows wait for its wheels (install_peer_wheels.sh, a later call)
           *"|"*) rows=$(echo "$item" | cut -d'|' -f2)
-            for fw in $(echo "$rows" | tr ',' '\n' | cut -d@ -f1 | cut -d_ -f1 | grep -v '^roll' | sort -u); do
+            # (the AT-GRPO port, atgrpo_*, runs on verl's wheels)
+            for fw in $(echo "$rows" | tr ',' '\n' | cut -d@ -f1 | cut -d_ -f1 | grep -v '^roll' | sed 's/^atgrpo$/verl/' | sort -u); do
               echo "while [ ! -e /tmp/peer_stage/.done.$fw ]; do sleep 5; done" >> $script
             done ;;
         esac
         case "$item" in  # then a run that starts Ray waits until 40 s after the last such start on any GPU
-          math7b*|before:*|after:*|*roll_ma*|*verl*|*openrlhf*) echo "flock /tmp/ch/start.lock bash -c 'w=\$(( \$(cat /tmp/ch/last_start \
+          math7b*|before:*|after:*|*roll_ma*|*verl*|*openrlhf*|*atgrpo*) echo "flock /tmp/ch/start.lock bash -c 'w=\$(( \$(cat /tmp/ch/last_start \
             2>/dev/null || echo 0) + 40 - \$(date +%s) )); [ \$w -gt 0 ] && sleep \$w; date +%s > /tmp/ch/last_start'" >> $script ;;
         esac
         case "$item" in
