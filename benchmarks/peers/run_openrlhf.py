@@ -14,6 +14,19 @@ on every path, LoRA or not), and flash-attn==2.8.3 has no binary wheel for the l
 this runner puts an import-only stand-in first on the path (``--flash-attn-shim``; every function raises)
 and runs sdpa attention without sample packing, the only paths that never call flash-attn.
 
+What stops it (read from its source; docs/benchmarks.md has the run): its actor's optimizer is
+DeepSpeed's config optimizer ``AdamW`` (utils/deepspeed/deepspeed.py:358), which DeepSpeed 0.19.6 makes a
+FusedAdam, an op it JIT-builds with nvcc; no flag of train_ppo_ray selects torch's Adam
+(``"torch_adam": true`` is a DeepSpeed config key OpenRLHF never writes) and ``--ds.adam_offload`` swaps it
+for DeepSpeedCPUAdam, another JIT build. Then its LoRA weights cannot reach vLLM: broadcast_to_vllm
+(trainer/ray/ppo_actor.py:409-490) sends the PEFT model's parameters by their PEFT names
+(``base_model.model.*``, ``lora_A``/``lora_B``, unmerged) to vLLM's ``load_weights``, which has no such
+names, to an engine started without LoRA (vllm_engine.py:263-280): OpenRLHF#1349's third blocker. The sync
+ends step 1, before its log line, so a run with LoRA ends at step 1 and the result line names the failure
+(``upstream_failure``). Had a step 2 finished, ``vllm_kl`` (its vLLM-vs-actor log-prob gap, logged when
+the row turns on ``--algo.advantage.is_correction_level``) against ``kl`` would say whether the rollouts
+came from the trained weights.
+
     python benchmarks/peers/run_openrlhf.py --agents 3 --agent 0 --model /path/to/random-qwen2.5-7b
     python benchmarks/peers/run_openrlhf.py --agents 3 --agent 0 --model M --print-command   # no run
 """
@@ -178,6 +191,71 @@ def parse_steps(output: str) -> list[dict[str, float]]:
     return [steps[k] for k in sorted(steps)]
 
 
+# What ends an OpenRLHF 0.11.2 LoRA run on this stack, each as its output says it (the earliest one found
+# is the cause; later ones follow from it); the name says where it comes from.
+UPSTREAM_FAILURES = (
+    (
+        r"invalid literal for int\(\) with base 10: '\d+[a-z]",
+        "DeepSpeed 0.19.6's JIT builder cannot read an arch-specific TORCH_CUDA_ARCH_LIST entry such as "
+        "9.0a (op_builder/builder.py:708); this runner names the GPU's plain capability instead",
+    ),
+    (
+        r"CUDA_HOME environment variable is not set|CUDA_HOME does not exist|nvcc: not found",
+        "no nvcc for DeepSpeed's FusedAdam JIT build (OpenRLHF 0.11.2 has no flag for torch's Adam)",
+    ),
+    (
+        r"Error building extension 'fused_adam'",
+        "DeepSpeed's FusedAdam JIT build failed (the compiler's output is above it)",
+    ),
+    (
+        r"mismatch dtype: src torch\.float32, dst torch\.bfloat16",
+        "OpenRLHF#1349 (1): fp32 LoRA weights sent to a bf16 vLLM engine (PR #1348 casts them)",
+    ),
+    (r"pidfd_getfd", "OpenRLHF#1349 (2): the CUDA-IPC handoff of the weights to vLLM is not permitted here"),
+    (
+        r"no module or parameter named \W*base_model",
+        "OpenRLHF#1349 (3): broadcast_to_vllm sends the PEFT model's parameter names (base_model.model.*, "
+        "lora_A/lora_B) to vLLM's load_weights, which has none of them: the trained adapter never reaches "
+        "generation",
+    ),
+)
+
+
+def upstream_failure(output: str) -> str | None:
+    """The name of the known failure that shows first in OpenRLHF's output, None if none shows."""
+    found = [(m.start(), name) for pattern, name in UPSTREAM_FAILURES if (m := re.search(pattern, output))]
+    return min(found)[1] if found else None
+
+
+def plain_arch_list(arch: str) -> str:
+    """``arch`` (TORCH_CUDA_ARCH_LIST, ``;`` or space separated) without arch-specific suffixes, deduplicated:
+    "8.0 9.0a 10.0f+PTX" -> "8.0;9.0;10.0+PTX". DeepSpeed 0.19.6 reads every part of an entry as an int
+    (op_builder/builder.py:708); a plain 9.0 build of FusedAdam needs none of Hopper's own instructions."""
+    plain = [re.sub(r"^(\d+\.\d+)[a-z]+", r"\1", cc) for cc in re.split(r"[;\s]+", arch) if cc]
+    return ";".join(dict.fromkeys(plain))
+
+
+def nvcc_path(env: dict[str, str]) -> str | None:
+    """The nvcc a JIT build in ``env`` would run, looked for as torch.utils.cpp_extension finds CUDA_HOME
+    (CUDA_HOME or CUDA_PATH, else nvcc on PATH, else /usr/local/cuda); None if there is none."""
+    import shutil
+
+    for home in (env.get("CUDA_HOME"), env.get("CUDA_PATH")):
+        if home:
+            return str(Path(home) / "bin" / "nvcc") if (Path(home) / "bin" / "nvcc").exists() else None
+    found = shutil.which("nvcc", path=env.get("PATH"))
+    return found or (str(p) if (p := Path("/usr/local/cuda/bin/nvcc")).exists() else None)
+
+
+def adapter_evidence(steps: list[dict[str, float]]) -> dict[str, list[float | None]]:
+    """Per step, what says whether vLLM generated from the trained weights: ``vllm_kl``, the mean gap
+    between vLLM's log-probs of its own tokens and the actor's (logged only with is_correction on), and
+    ``kl``, the actor's from the reference (the base model). Step 1 samples before any update, so its
+    vllm_kl is the two engines' numerical floor; past it, a vllm_kl that stays at the floor while kl grows
+    well above it means the rollouts used the trained adapter, one that follows kl means the base."""
+    return {key: [s.get(key) for s in steps] for key in ("vllm_kl", "kl")}
+
+
 def gpu_arch_list() -> str | None:
     """The visible GPUs' compute capabilities as TORCH_CUDA_ARCH_LIST wants them ("9.0"), from nvidia-smi
     (no CUDA context in this process); None where there is no nvidia-smi."""
@@ -202,9 +280,11 @@ def run(
         env["PYTHONPATH"] = os.pathsep.join(
             [str(write_flash_attn_shim(work / "shim")), env.get("PYTHONPATH", "")]
         )
-    arch = env.get("TORCH_CUDA_ARCH_LIST") or gpu_arch_list()
-    if arch:  # DeepSpeed's FusedAdam JIT build fails on torch's own list for Hopper ("9.0a"); name the GPU's
-        env["TORCH_CUDA_ARCH_LIST"] = arch
+    # the GPU's own capability first: the image's list (which its last run kept, and which held "9.0a")
+    # would also make the FusedAdam JIT build compile for every GPU it names
+    arch = gpu_arch_list() or env.get("TORCH_CUDA_ARCH_LIST")
+    if arch:
+        env["TORCH_CUDA_ARCH_LIST"] = plain_arch_list(arch)
     cmd = [
         sys.executable,
         "-m",
@@ -228,6 +308,10 @@ def run(
         **outcome,
         "attention": "flash_attention_2" if flash else "sdpa",
         "flash_attn": "installed" if flash else ("import-only stand-in" if shim else "missing"),
+        "torch_cuda_arch_list": env.get("TORCH_CUDA_ARCH_LIST"),
+        "nvcc": nvcc_path(env),
+        "upstream_failure": upstream_failure(output) if outcome["returncode"] else None,
+        "adapter_evidence": adapter_evidence(steps),
     }
     return out
 

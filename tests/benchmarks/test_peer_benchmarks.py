@@ -757,6 +757,75 @@ def test_openrlhf_step_lines_are_read_through_rays_prefix():
     assert [s["timing/step_total"] for s in steps] == [80.25, 41.5] and steps[1]["response_length"] == 256.0
 
 
+def test_openrlhf_names_the_failure_that_shows_first():
+    arch = "  File \"builder.py\", line 708\nValueError: invalid literal for int() with base 10: '0a'\n"
+    assert "cannot read an arch-specific" in run_openrlhf.upstream_failure(arch)
+    assert "no nvcc" in run_openrlhf.upstream_failure(
+        "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root."
+    )
+    # the engine's refusal as Ray passes it on (quotes escaped), after the weights' first tensor is sent
+    sync = (
+        "(LLMRayActor pid=7) update weight: base_model.model.model.embed_tokens.weight, dtype: bf16\n"
+        "ray.exceptions.RayTaskError(Exception): Call to collective_rpc method failed: There is no module or "
+        "parameter named \\'base_model\\' in Qwen2ForCausalLM. The available parameters ...\n"
+    )
+    assert run_openrlhf.upstream_failure(sync).startswith("OpenRLHF#1349 (3): broadcast_to_vllm")
+    # the earliest is the cause: a dtype refusal before the names' is #1349's first blocker
+    dtype = "Worker failed with error 'mismatch dtype: src torch.float32, dst torch.bfloat16'\n"
+    assert run_openrlhf.upstream_failure(dtype + sync).startswith("OpenRLHF#1349 (1)")
+    assert run_openrlhf.upstream_failure("Traceback\nRuntimeError: something else\n") is None
+
+
+def test_openrlhf_arch_list_is_plain_for_deepspeeds_jit_build():
+    assert run_openrlhf.plain_arch_list("9.0a") == "9.0"
+    assert run_openrlhf.plain_arch_list(" 8.0 9.0a;9.0 10.0f+PTX ") == "8.0;9.0;10.0+PTX"
+    for arch in ("9.0", "8.0;9.0+PTX"):  # every entry DeepSpeed's sort key reads (builder.py:708)
+        for cc in run_openrlhf.plain_arch_list(arch).split(";"):
+            assert all(int(part.split("+")[0]) >= 0 for part in cc.split("."))
+
+
+def test_openrlhf_finds_the_nvcc_a_jit_build_would_run(tmp_path):
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").write_text("")
+    (cuda / "bin" / "nvcc").chmod(0o755)  # PATH's search takes executables only
+    empty = str(tmp_path / "nothing")
+    assert run_openrlhf.nvcc_path({"CUDA_HOME": str(cuda), "PATH": empty}) == str(cuda / "bin" / "nvcc")
+    # CUDA_HOME names the toolkit: no nvcc there is none, whatever PATH holds (as torch's build sees it)
+    assert run_openrlhf.nvcc_path({"CUDA_HOME": empty, "PATH": str(cuda / "bin")}) is None
+    assert run_openrlhf.nvcc_path({"PATH": str(cuda / "bin")}) == str(cuda / "bin" / "nvcc")
+
+
+def test_openrlhf_adapter_evidence_is_read_per_step():
+    out = "\n".join(
+        [
+            "✨ Global step 1: {'kl': 0.0, 'vllm_kl': 0.0004, 'timing/step_total': 80.0}",
+            "✨ Global step 2: {'kl': 0.02, 'vllm_kl': 0.0005, 'timing/step_total': 40.0}",
+            "✨ Global step 3: {'kl': 0.03, 'timing/step_total': 40.0}",
+        ]
+    )
+    evidence = run_openrlhf.adapter_evidence(run_openrlhf.parse_steps(out))
+    assert evidence == {"vllm_kl": [0.0004, 0.0005, None], "kl": [0.0, 0.02, 0.03]}
+
+
+def test_openrlhf_source_still_has_the_failures_the_runner_names():
+    """What the runner's docstring says of OpenRLHF's source, checked where it is installed: no torch_adam
+    in its DeepSpeed optimizer config, no LoRA in its vLLM engines, and the PEFT model's own parameters
+    (no merge) in its weight sync. A release that changes one of these makes this fail, and the names."""
+    root = _package_dir("openrlhf")
+    if root is None:
+        pytest.skip(
+            "openrlhf is not installed (pip install --no-deps openrlhf==0.11.2 is enough for this check)"
+        )
+    strategy = (root / "utils" / "deepspeed" / "deepspeed.py").read_text()
+    assert '"type": "AdamW"' in strategy and "torch_adam" not in strategy
+    engines = (root / "trainer" / "ray" / "vllm_engine.py").read_text()
+    assert "enable_lora" not in engines and "LoRARequest" not in engines
+    actor = (root / "trainer" / "ray" / "ppo_actor.py").read_text()
+    sync = actor[actor.index("def broadcast_to_vllm(self):") : actor.index("class PolicyModelActor")]
+    assert "model.named_parameters()" in sync and "merge" not in sync
+
+
 def test_flash_attn_stand_in_imports_and_refuses_to_compute(tmp_path):
     root = run_openrlhf.write_flash_attn_shim(tmp_path)
     code = (
