@@ -629,8 +629,8 @@ def run_logged(
 ) -> tuple[str, dict[str, Any], list[float]]:
     """Run a peer's own launcher; (its output, {returncode, oom, error}, step ends) with the error its
     last line that says one. The output is read as it comes: each line that matches ``step_line`` (the
-    launcher's per-step log line) ends a step at the time it arrives (seconds since the launch). The
-    output's tail is echoed for the record."""
+    launcher's per-step log line) ends a step at the time it arrives (seconds since the launch). Each line
+    is echoed as it comes, so that a run killed by run_all's timeout leaves its log up to that moment."""
     print(f"[{tag}] " + " ".join(cmd), flush=True)
     launched = time.monotonic()
     proc = subprocess.Popen(
@@ -642,9 +642,10 @@ def run_logged(
         if step_line is not None and step_line.search(line):
             step_ends.append(time.monotonic() - launched)
         lines.append(line)
+        sys.stdout.write(line)
+        sys.stdout.flush()
     proc.wait()
     output = "".join(lines)
-    sys.stdout.write(output[-20000:])
     error = None
     if proc.returncode != 0:
         bad = [ln for ln in output.splitlines() if "Error" in ln or "error" in ln]

@@ -57,6 +57,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -214,24 +215,39 @@ def stop_all_runs(*_: Any) -> None:
     sys.exit(143)
 
 
-def run_process(cmd: list[str], env: dict[str, str], timeout: int) -> tuple[str, int | None]:
+def run_process(
+    cmd: list[str], env: dict[str, str], timeout: int, log_path: Path | None = None
+) -> tuple[str, int | None]:
     """(output, exit code; None on timeout) of ``cmd`` in its own session; afterwards every process
-    left in that session (Ray workers, vLLM engine cores) is killed, so the next run gets a free GPU."""
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    LIVE_SESSIONS.add(proc.pid)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-        code: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        kill_session(proc.pid)
-        output, _ = proc.communicate()
-        code = None
-    finally:
-        kill_session(proc.pid)  # the session's leftovers (its leader has exited)
-        LIVE_SESSIONS.discard(proc.pid)
+    left in that session (Ray workers, vLLM engine cores) is killed, so the next run gets a free GPU.
+
+    With ``log_path`` the output goes to that file as it comes (a run cut short by the timeout, or by
+    run_all itself being stopped, leaves its log up to that moment), then the file keeps its tail: engines
+    log a lot, and the device returns few MB."""
+    with (
+        tempfile.TemporaryFile("w+", errors="replace") if log_path is None
+        else open(log_path, "w+", errors="replace")
+    ) as log:
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        LIVE_SESSIONS.add(proc.pid)
+        try:
+            code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            kill_session(proc.pid)  # the session's leftovers (or, on a timeout, the whole run)
+            LIVE_SESSIONS.discard(proc.pid)
+            proc.wait()
+        log.seek(0)
+        output = log.read()
+    if log_path is not None and len(output) > LOG_TAIL_CHARS:
+        log_path.write_text(output[-LOG_TAIL_CHARS:])
     return output, code
+
+
+LOG_TAIL_CHARS = 200_000
 
 
 # One planned run: (row name, N, agent or None, shared, repeat)
@@ -261,8 +277,7 @@ def run_one(
     start = time.perf_counter()
     with GpuPeak(gpu) as peak:
         env = runner_env(SITE.get(row.framework, row.framework), args.sites, gpu)
-        output, code = run_process(cmd, env, args.timeout)
-    log_path.write_text(output[-200_000:])  # the tail: engines log a lot, and the device returns few MB
+        output, code = run_process(cmd, env, args.timeout, log_path)
     result = read_result(output) or {
         "error": f"no result line (exit code {code}; timeout {args.timeout} s)"
         if code is None

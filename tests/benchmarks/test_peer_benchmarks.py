@@ -198,13 +198,13 @@ def test_the_relay_job_is_job_yaml_with_its_overrides(job):
     relay = peer_job.load_job(PEERS / "relay.yaml")
     assert relay.agents == (3, 8) and relay.episodes.relay and relay.prompt.max_prompt_tokens == 1024
     # every other key is job.yaml's: mappings merged key by key (episodes keeps its turns and sizes); its rows
-    # are job.yaml's and the AT-GRPO port's, which runs the relay (tests/benchmarks/test_atgrpo_peer.py)
+    # are job.yaml's and the AT-GRPO port's (atgrpo_*), which run the relay (tests/benchmarks/test_atgrpo_peer.py)
     assert relay == dataclasses.replace(
         job,
         agents=(3, 8),
         episodes=dataclasses.replace(job.episodes, relay=True),
         prompt=dataclasses.replace(job.prompt, max_prompt_tokens=1024),
-        rows={**job.rows, "atgrpo_shared": relay.rows["atgrpo_shared"]},
+        rows={**job.rows, **{name: row for name, row in relay.rows.items() if name.startswith("atgrpo_")}},
     )
     game = peer_job.seat_game(relay, 3)
     assert game.relay_reply_chars == relay.episodes.relay_reply_chars == 200
@@ -1340,3 +1340,41 @@ def test_run_all_check_only_prints_the_plan_and_runs_nothing(tmp_path, capsys):
                       "--agents", "3", "--out-dir", str(out)])  # fmt: skip
     err = capsys.readouterr().err
     assert "refused before any run: roll_ma at N = 3: " in err and "env.decode_ahaed: unknown key" in err
+
+
+def test_a_run_cut_by_its_timeout_leaves_its_log_and_no_process(tmp_path):
+    """The log is written as the runner prints: a run killed at its timeout (here: one that blocks on a
+    pipe nobody writes) keeps what it said, its whole session is gone, and the exit code is None."""
+    child = (
+        "import os, sys; print('started engine', flush=True); print(os.getpid(), flush=True); "
+        "r, w = os.pipe(); os.read(r, 1)"
+    )
+    log = tmp_path / "run.log"
+    env = dict(os.environ)
+    output, code = run_all.run_process([sys.executable, "-c", child], env, timeout=3, log_path=log)
+    assert code is None
+    assert log.read_text() == output and output.startswith("started engine\n")
+    pid = int(output.splitlines()[1])
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert not run_all.LIVE_SESSIONS
+    # a run that ends keeps its code, and a long log only its tail
+    noisy = f"print('x' * {run_all.LOG_TAIL_CHARS + 10}); print('last line')"
+    output, code = run_all.run_process([sys.executable, "-c", noisy], env, timeout=60, log_path=log)
+    assert code == 0 and output.endswith("last line\n")
+    assert len(log.read_text()) == run_all.LOG_TAIL_CHARS and log.read_text().endswith("last line\n")
+
+
+def test_a_runner_echoes_its_launchers_lines_as_they_come(tmp_path):
+    """A runner (run_verl, run_atgrpo, run_openrlhf) reads its launcher through job.run_logged: each line is
+    passed on at once, so a launcher that hangs and is killed by run_all's timeout leaves its log."""
+    launcher = "import os; print('vllm server up', flush=True); r, w = os.pipe(); os.read(r, 1)"
+    runner = (
+        f"import re, sys; sys.path[:0] = {[str(PEERS), str(PEERS.parent)]!r}; import job; "
+        f"job.run_logged([sys.executable, '-c', {launcher!r}], {{}}, 'run_x', re.compile('step:'))"
+    )
+    log = tmp_path / "run.log"
+    output, code = run_all.run_process([sys.executable, "-c", runner], dict(os.environ), 5, log)
+    assert code is None
+    assert output.splitlines()[0].startswith("[run_x] ") and "vllm server up" in output.splitlines()[1:]
+    assert log.read_text() == output

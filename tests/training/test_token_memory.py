@@ -149,13 +149,22 @@ def test_token_budget_update_equals_row_update(make_strategy, remove_padding):
     ):
         s = make_strategy(["a0", "a1"], **kwargs)
         rows = on_policy(s, batch)
+        snapshot_before = snapshot(s)
         metrics = s.train_step(rows).metrics
-        results.append((snapshot(s), metrics, rows.batch["old_log_probs"]))
-    (w_rows, m_rows, old_rows), (w_tok, m_tok, old_tok) = results
+        moments = {a: s.optimizer_state(a)["exp_avg"] for a in ("a0", "a1")}
+        results.append((snapshot(s), moments, metrics, rows.batch["old_log_probs"]))
+    (w_rows, g_rows, m_rows, old_rows), (w_tok, g_tok, m_tok, old_tok) = results
     torch.testing.assert_close(old_tok, old_rows, rtol=1e-4, atol=1e-5)
-    for adapter in w_rows:
+    # After one step Adam's first moment is (1 - beta1) x the clipped gradient: compare that. The weights
+    # moved by lr x g / (|g| + eps), which flips by up to 2 lr where g is near zero and summed in another
+    # order, so they are compared only at the size of a step.
+    for adapter in g_rows:
+        assert len(g_rows[adapter]) == len(g_tok[adapter]) > 0
+        for tok, row in zip(g_tok[adapter], g_rows[adapter], strict=True):
+            torch.testing.assert_close(tok, row, rtol=1e-4, atol=1e-6 * float(row.abs().max()))
         for k in w_rows[adapter]:
-            torch.testing.assert_close(w_tok[adapter][k], w_rows[adapter][k], rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(w_tok[adapter][k], w_rows[adapter][k], rtol=0, atol=2.5e-2)
+        assert any(not torch.equal(w_tok[adapter][k], snapshot_before[adapter][k]) for k in w_tok[adapter])
     for k in ("agent/a0/policy_loss", "agent/a1/entropy", "agent/a0/tokens"):
         assert m_tok[k] == pytest.approx(m_rows[k], rel=1e-4, abs=1e-6)
 
