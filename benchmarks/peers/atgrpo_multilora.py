@@ -1,0 +1,268 @@
+"""PettingLLMs' ``lora`` regime on verl 0.9.1: an actor with one LoRA adapter and one optimizer per agent
+(issue 60, stage 2, plan item 1; ported, not PettingLLMs' code).
+
+- ``MultiLoraFSDPEngine`` is verl's FSDP/FSDP2 LM engine (workers/engine/fsdp/transformer_impl.py) with N
+  adapters agent_0..agent_{N-1} on one base (verl builds its adapter ``default``; we add N copies of its
+  config and drop it), one optimizer and one lr schedule per agent, and ``use_agent(k)``: the active adapter,
+  and verl's own ``optimizer`` / ``lr_scheduler`` attributes pointed at agent k's. Every verl code path that
+  steps, clips or schedules (``optimizer_step`` l. 788, ``lr_scheduler_step`` l. 836) then acts on agent k
+  only. ``optimizer_zero_grad`` frees every agent's gradients (see atgrpo_adapters.py for why).
+- ``MultiLoraTrainingWorker`` is verl's TrainingWorker (workers/engine_workers.py:77) on that engine. Each
+  row's agent is the batch's ``agent_id`` column (atgrpo_adapters.AGENT_COLUMN); ``infer_batch`` scores each
+  agent's rows under its own adapter and returns them in row order, ``no_lora_adapter`` (verl's reference
+  path when the reference is the actor with adapters off, trainer/ppo/v1/trainer_base.py:1703) scores every
+  row on the base; ``train_mini_batch`` updates one agent at a time on its own rows, each with as many
+  mini-batches as the whole batch would have had (PettingLLMs calls update_actor once per agent on its
+  sub-batch, multi_agents_ppo_trainer.py ~l. 568-600).
+- ``MultiLoraActorRolloutRefWorker`` is verl's ActorRolloutRefWorker with that actor, through verl's own
+  class attribute ``actor_worker_cls`` (engine_workers.py:460). The number of agents is
+  ``actor_rollout_ref.model.lora.agents`` (HFModelConfig.lora is a free dict, workers/config/model.py:132).
+
+Where verl 0.9.1 is in the way (lines of the 0.9.1 wheel; the smallest patch named):
+
+- engine_workers.py:136-143: TrainingWorker builds its engine with ``EngineRegistry.new`` and offers no hook
+  for the class. ``MultiLoraTrainingWorker`` lets verl build its engine (an unbuilt object: device mesh only,
+  the model is built in ``reset``) and replaces it. Patch: an ``engine_cls`` class attribute.
+- transformer_impl.py:217-223: one FSDPCheckpointManager with one optimizer and one scheduler, so
+  save/load_checkpoint keeps only the active agent's optimizer state (the module's state_dict has every
+  adapter). Patch: one checkpoint manager per agent, or a manager taking a list of optimizers. Not done here.
+- transformer_impl.py:996-1008 (``get_per_tensor_param``) and engine_workers.py:728-823 (``update_weights``)
+  export the adapter named ``default`` and vLLM takes one LoRA id (rollout/vllm_rollout/utils.py
+  ``VLLM_LORA_INT_ID``): the rollout side of one LoRA per agent is plan item 2 and not here.
+- With data parallelism every rank must hold the same number of rows of each agent (FSDP's collectives run
+  once per agent's sub-batch); ``_check_same_agent_rows`` raises where they differ instead of hanging.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from atgrpo_adapters import (
+    AGENT_COLUMN,
+    adapter_name,
+    add_agent_adapters,
+    build_agent_optimizers,
+    free_gradients,
+    in_row_order,
+    rows_by_agent,
+    set_agent_adapter,
+)
+from verl.single_controller.base.decorator import make_nd_compute_dataproto_dispatch_fn, register
+from verl.utils import tensordict_utils as tu
+from verl.utils.fsdp_utils import load_fsdp_optimizer, offload_fsdp_optimizer
+from verl.utils.tensordict_utils import nested_tensor_from_tensor_list
+from verl.workers.config.optimizer import build_optimizer
+from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+
+# actor_rollout_ref.model.lora.<AGENTS_KEY>: how many agents (adapters) the actor holds.
+AGENTS_KEY = "agents"
+
+
+def agents_of(model_config) -> int:
+    agents = int((model_config.lora or {}).get(AGENTS_KEY, 0))
+    if agents < 1:
+        raise ValueError(f"model.lora.{AGENTS_KEY} must be >= 1 for the multi-LoRA actor, got {agents}")
+    if model_config.lora_rank <= 0:
+        raise ValueError("the multi-LoRA actor needs model.lora_rank > 0")
+    if model_config.lora.get("merge", False):
+        raise ValueError(
+            "model.lora.merge=True merges one adapter into the base; one adapter per agent can't"
+        )
+    if getattr(model_config, "lora_adapter_path", None):
+        raise ValueError(
+            "model.lora_adapter_path loads one adapter; the multi-LoRA actor starts N fresh ones"
+        )
+    return agents
+
+
+class MultiLoraFSDPEngine(FSDPEngineWithLMHead):
+    """verl's FSDP LM engine holding one LoRA adapter, one optimizer and one lr schedule per agent."""
+
+    def __init__(self, model_config, engine_config, optimizer_config, checkpoint_config, agents: int):
+        super().__init__(model_config, engine_config, optimizer_config, checkpoint_config)
+        self.agents = agents
+        self.agent_optimizers: list = []  # [agent] torch optimizer over agent's LoRA parameters only
+        self.agent_lr_schedulers: list = []  # [agent] its lr schedule, stepped only by its own updates
+        self.active_agent = 0
+
+    # ---- building (verl's _build_model_optimizer calls these, transformer_impl.py:588-627)
+    def _build_lora_module(self, module):
+        module = super()._build_lora_module(module)  # verl's adapter 'default', verl's LoraConfig
+        add_agent_adapters(module, self.agents)
+        # verl casts its adapter to the base dtype for FSDP's flat groups (l. 371-381); the new ones likewise
+        base_dtype = next((p.dtype for n, p in module.named_parameters() if "lora_" not in n), None)
+        for name, param in module.named_parameters():
+            if "lora_" in name and base_dtype is not None and param.dtype != base_dtype:
+                param.data = param.data.to(base_dtype)
+        return module
+
+    def _build_optimizer(self, module):
+        self.agent_optimizers = build_agent_optimizers(
+            module, self.agents, lambda params: build_optimizer(params, self.optimizer_config)
+        )
+        return self.agent_optimizers[0]
+
+    def _build_lr_scheduler(self, optimizer):
+        self.agent_lr_schedulers = []
+        for agent_optimizer in self.agent_optimizers:
+            self.agent_lr_schedulers.append(super()._build_lr_scheduler(agent_optimizer))
+        return self.agent_lr_schedulers[0]
+
+    # ---- the active agent
+    def use_agent(self, agent_id: int) -> None:
+        """Forwards run under agent ``agent_id``'s adapter; verl steps, clips, schedules its optimizer."""
+        if not 0 <= agent_id < self.agents:
+            raise ValueError(f"agent {agent_id} outside 0..{self.agents - 1}")
+        set_agent_adapter(self.module, agent_id)
+        if self.agent_optimizers:  # a forward-only engine has none
+            self.optimizer = self.agent_optimizers[agent_id]
+            self.lr_scheduler = self.agent_lr_schedulers[agent_id]
+        self.active_agent = agent_id
+
+    def optimizer_zero_grad(self):
+        free_gradients(self.agent_optimizers)
+
+    def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True):
+        super().to(device, model=model, optimizer=optimizer, grad=grad)  # the model and the active optimizer
+        if not optimizer or self.engine_config.forward_only:
+            return
+        for agent_id, other in enumerate(self.agent_optimizers):  # the other agents' optimizer states
+            if agent_id == self.active_agent:
+                continue
+            if device == "cpu":
+                offload_fsdp_optimizer(other)
+            else:
+                load_fsdp_optimizer(other, device)
+
+    def agent_state(self, agent_id: int) -> dict[str, torch.Tensor]:
+        """Agent ``agent_id``'s LoRA weights, full tensors by name (for tests and for the weight sync)."""
+        tag = adapter_name(agent_id)
+        return {
+            name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+            for name, p in self.module.named_parameters()
+            if f".{tag}." in name
+        }
+
+
+def _check_same_agent_rows(engine, rows: dict[int, torch.Tensor]) -> None:
+    """Every data-parallel rank runs one forward/backward per agent present: their agents and row counts
+    must agree, or FSDP's collectives would wait on each other for ever."""
+    group = engine.get_data_parallel_group()
+    if torch.distributed.get_world_size(group) == 1:
+        return
+    mine = {k: len(v) for k, v in rows.items()}
+    everyone: list = [None] * torch.distributed.get_world_size(group)
+    torch.distributed.all_gather_object(everyone, mine, group=group)
+    if any(counts != mine for counts in everyone):
+        raise ValueError(f"rows per agent differ across data-parallel ranks: {everyone}")
+
+
+def _merge_metrics(per_agent: dict[int, dict]) -> dict:
+    """Each key's values over all agents (verl's trainer reads keys like ``mfu`` as they are), and each
+    agent's own under ``agent_{k}/``."""
+    merged: dict = {}
+    for agent_id, metrics in per_agent.items():
+        for key, value in metrics.items():
+            merged[f"{adapter_name(agent_id)}/{key}"] = value
+            if key not in merged:
+                merged[key] = copy.deepcopy(value) if hasattr(value, "extend") else [value]
+            elif hasattr(merged[key], "extend") and hasattr(value, "extend"):
+                merged[key].extend(value)
+            else:
+                merged[key].append(value)
+    return merged
+
+
+def _select_rows(data, rows: torch.Tensor):
+    """verl's row selection, plus the per-row ``global_token_num`` list (kept whole by verl's selection)."""
+    part = tu.index_select_tensor_dict(data, rows)
+    tokens = tu.get(data, key="global_token_num", default=None)
+    if isinstance(tokens, list) and len(tokens) == len(data):
+        tu.assign_non_tensor(part, global_token_num=[tokens[i] for i in rows.tolist()])
+    return part
+
+
+class MultiLoraTrainingWorker(TrainingWorker):
+    """verl's TrainingWorker on ``MultiLoraFSDPEngine``: each row scored and trained under its agent's
+    LoRA."""
+
+    def __init__(self, config):
+        super().__init__(config)  # builds verl's engine object (not the model: that is reset()'s job)
+        if not isinstance(self.engine, FSDPEngineWithLMHead):
+            raise ValueError(
+                f"the multi-LoRA actor runs on verl's FSDP LM engine, not {type(self.engine).__name__}"
+            )
+        self.engine = MultiLoraFSDPEngine(
+            model_config=self.model_config,
+            engine_config=self.engine_config,
+            optimizer_config=self.optimizer_config,
+            checkpoint_config=self.checkpoint_config,
+            agents=agents_of(self.model_config),
+        )
+
+    def _rows(self, data) -> dict[int, torch.Tensor]:
+        if AGENT_COLUMN not in data.keys():
+            raise ValueError(f"the multi-LoRA actor needs the batch's {AGENT_COLUMN!r} column (B,)")
+        rows = rows_by_agent(data[AGENT_COLUMN], self.engine.agents)
+        _check_same_agent_rows(self.engine, rows)
+        return rows
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
+    def infer_batch(self, data):
+        if tu.get(data, key="no_lora_adapter", default=False):
+            return super().infer_batch(data)  # the reference: verl disables every adapter (l. 425)
+        parts = {}
+        for agent_id, rows in self._rows(data).items():
+            self.engine.use_agent(agent_id)
+            parts[agent_id] = (rows, super().infer_batch(_select_rows(data, rows)))
+        if not self.engine.is_mp_src_rank_with_outputs():
+            return None
+        return self._in_row_order(parts, len(data))
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
+    def train_mini_batch(self, data):
+        batch_size = len(data)
+        mini_batch_size = tu.pop(data, key="mini_batch_size", default=None)
+        num_mini_batch = tu.pop(data, key="num_mini_batch", default=None)
+        if mini_batch_size is not None:  # as verl counts it (engine_workers.py:263-268): rows over all ranks
+            num_mini_batch = batch_size // (mini_batch_size // self.engine.get_data_parallel_size())
+        if not num_mini_batch:
+            raise ValueError("train_mini_batch needs mini_batch_size or num_mini_batch")
+        outputs = {}
+        for agent_id, rows in self._rows(data).items():
+            if len(rows) % num_mini_batch:
+                raise ValueError(
+                    f"agent {agent_id}: {len(rows)} rows do not split into {num_mini_batch} mini-batches"
+                )
+            part = _select_rows(data, rows)
+            tu.assign_non_tensor(part, num_mini_batch=num_mini_batch)
+            self.engine.use_agent(agent_id)
+            outputs[agent_id] = super().train_mini_batch(part)
+        if not self.engine.is_mp_src_rank_with_outputs():
+            return None
+        metrics = _merge_metrics({k: tu.get(out, "metrics") for k, out in outputs.items()})
+        return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics}).cpu()
+
+    def _in_row_order(self, parts: dict, batch_size: int):
+        """One TensorDict of the agents' outputs, rows in the batch's order; metrics merged."""
+        first = next(iter(parts.values()))[1]
+        tensors = {}
+        for key, value in first.items():
+            if key == "metrics" or not isinstance(value, torch.Tensor):
+                continue
+            per_row = in_row_order(
+                [(rows, list(out[key].unbind())) for rows, out in parts.values()], batch_size
+            )
+            tensors[key] = (
+                nested_tensor_from_tensor_list(per_row) if value.is_nested else torch.stack(per_row)
+            )
+        metrics = _merge_metrics({k: tu.get(out, "metrics") for k, (_, out) in parts.items()})
+        return tu.get_tensordict(tensor_dict=tensors, non_tensor_dict={"metrics": metrics})
+
+
+class MultiLoraActorRolloutRefWorker(ActorRolloutRefWorker):
+    """verl's actor/rollout/ref worker whose actor is ``MultiLoraTrainingWorker`` (verl's own hook)."""
+
+    actor_worker_cls = MultiLoraTrainingWorker
