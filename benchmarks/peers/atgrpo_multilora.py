@@ -6,7 +6,8 @@
   config and drop it), one optimizer and one lr schedule per agent, and ``use_agent(k)``: the active adapter,
   and verl's own ``optimizer`` / ``lr_scheduler`` attributes pointed at agent k's. Every verl code path that
   steps, clips or schedules (``optimizer_step`` l. 788, ``lr_scheduler_step`` l. 836) then acts on agent k
-  only. ``optimizer_zero_grad`` frees every agent's gradients (see atgrpo_adapters.py for why).
+  only. ``optimizer_zero_grad`` frees every agent's gradients (atgrpo_adapters.py says why; verl itself frees
+  the active optimizer's on leaving train mode, engine/base.py:312, transformer_impl.py:1138).
 - ``MultiLoraTrainingWorker`` is verl's TrainingWorker (workers/engine_workers.py:77) on that engine. Each
   row's agent is the batch's ``agent_id`` column (atgrpo_adapters.AGENT_COLUMN); ``infer_batch`` scores each
   agent's rows under its own adapter and returns them in row order, ``no_lora_adapter`` (verl's reference
@@ -17,6 +18,8 @@
 - ``MultiLoraActorRolloutRefWorker`` is verl's ActorRolloutRefWorker with that actor, through verl's own
   class attribute ``actor_worker_cls`` (engine_workers.py:460). The number of agents is
   ``actor_rollout_ref.model.lora.agents`` (HFModelConfig.lora is a free dict, workers/config/model.py:132).
+- ``MultiLoraPPOTrainer`` (``trainer.v1.trainer_mode=atgrpo_multilora``) is verl's sync v1 trainer starting
+  that worker; ``VERL_USE_EXTERNAL_MODULES=atgrpo_multilora`` registers it in verl's driver process.
 
 Where verl 0.9.1 is in the way (lines of the 0.9.1 wheel; the smallest patch named):
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import copy
 
+import ray
 import torch
 from atgrpo_adapters import (
     AGENT_COLUMN,
@@ -49,6 +53,9 @@ from atgrpo_adapters import (
     set_agent_adapter,
 )
 from verl.single_controller.base.decorator import make_nd_compute_dataproto_dispatch_fn, register
+from verl.trainer.ppo.utils import Role
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 from verl.utils.fsdp_utils import load_fsdp_optimizer, offload_fsdp_optimizer
 from verl.utils.tensordict_utils import nested_tensor_from_tensor_list
@@ -58,6 +65,8 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 # actor_rollout_ref.model.lora.<AGENTS_KEY>: how many agents (adapters) the actor holds.
 AGENTS_KEY = "agents"
+# trainer.v1.trainer_mode: verl's sync v1 trainer with the multi-LoRA actor
+TRAINER_MODE = "atgrpo_multilora"
 
 
 def agents_of(model_config) -> int:
@@ -266,3 +275,18 @@ class MultiLoraActorRolloutRefWorker(ActorRolloutRefWorker):
     """verl's actor/rollout/ref worker whose actor is ``MultiLoraTrainingWorker`` (verl's own hook)."""
 
     actor_worker_cls = MultiLoraTrainingWorker
+
+
+@register_trainer(TRAINER_MODE)
+class MultiLoraPPOTrainer(PPOTrainerSync):
+    """verl's sync v1 trainer (``trainer.v1.trainer_mode=sync``) whose actor worker is the multi-LoRA one; the
+    swap is verl's own pattern (trainer/ppo/v1/trainer_separate_async.py:114-126). The actor worker class is
+    fixed at trainer_base.py:805 (``ray.remote(ActorRolloutRefWorker)``). main_ppo looks the mode up in the
+    process that runs it (main_ppo.py:141), so this module must be imported there: verl imports the modules
+    named in ``VERL_USE_EXTERNAL_MODULES`` on its own import (verl/__init__.py:49-52)."""
+
+    def _init_resource_pool_mgr(self):
+        super()._init_resource_pool_mgr()
+        for role in (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef):
+            if role in self.role_worker_mapping:
+                self.role_worker_mapping[role] = ray.remote(MultiLoraActorRolloutRefWorker)

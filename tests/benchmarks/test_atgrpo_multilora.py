@@ -231,9 +231,11 @@ def verl_cpu(tmp_path_factory):
     # before MultiLoraTrainingWorker replaces it
     patch.setenv("VERL_ENGINE_DEVICE", "cuda")
     patch.setattr(platform_manager, "_current_platform", _cpu_platform())
-    # the worker's metrics ask the device module for peak memory (engine_workers.py:219); torch.cpu has none
-    patch.setattr(torch.cpu, "max_memory_allocated", lambda *a: 0, raising=False)
-    patch.setattr(torch.cpu, "max_memory_reserved", lambda *a: 0, raising=False)
+    # verl asks the device module for memory figures (engine_workers.py:219, memory_utils.py:47); torch.cpu
+    # has none of them
+    for name in ("max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved"):
+        patch.setattr(torch.cpu, name, lambda *a: 0, raising=False)
+    patch.setattr(torch.cpu, "empty_cache", lambda: None, raising=False)
     # verl patches trl's value-head class when trl imports (monkey_patch.py:352); the trl here is newer than
     # verl's and lacks it, and the GPU stage has no trl on verl's path
     patch.setattr(verl_monkey_patch, "is_trl_available", lambda: False)
@@ -476,3 +478,95 @@ def test_each_row_is_scored_under_its_own_agents_adapter_and_the_reference_under
     # adapters back on after the reference: the agents' scores are as before
     again = _log_probs(worker, agent_ids, seeds)
     assert all(torch.equal(a, b) for a, b in zip(again, mixed))
+
+
+# ---------------------------------------------------------------------------- as verl's trainer drives it
+def _trainer_config(model_path: str, agents: int):
+    """verl's own ppo_trainer config (hydra), as run_atgrpo would override it for the multi-LoRA actor."""
+    import importlib.util
+
+    import atgrpo_multilora
+    from hydra import compose, initialize_config_dir
+
+    config_dir = Path(importlib.util.find_spec("verl").origin).parent / "trainer" / "config"
+    overrides = [
+        f"actor_rollout_ref.model.path={model_path}",
+        "actor_rollout_ref.model.lora_rank=4",
+        "actor_rollout_ref.model.lora_alpha=8",
+        f"+actor_rollout_ref.model.lora.{atgrpo_multilora.AGENTS_KEY}={agents}",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.actor.optim.lr=0.01",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+        f"trainer.v1.trainer_mode={atgrpo_multilora.TRAINER_MODE}",
+        "trainer.use_v1=true",
+        "algorithm.adv_estimator=grpo_vectorized",  # as run_atgrpo sets it (no critic)
+        "trainer.n_gpus_per_node=1",
+    ]
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def test_verls_sync_trainer_under_its_mode_starts_the_multi_lora_actor(verl_cpu):
+    import atgrpo_multilora
+    from verl.trainer.ppo.utils import Role
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    config = _trainer_config(verl_cpu, 3)
+    trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
+    assert trainer_cls is atgrpo_multilora.MultiLoraPPOTrainer
+    trainer = trainer_cls.__new__(trainer_cls)  # only its worker mapping: no Ray, no TransferQueue
+    trainer.config = config
+    trainer._init_resource_pool_mgr()
+    # LoRA: verl scores the reference on the actor with adapters off, so one worker holds both
+    assert set(trainer.role_worker_mapping) == {Role.ActorRollout}
+    worker = trainer.role_worker_mapping[Role.ActorRollout].__ray_metadata__.modified_class
+    assert issubclass(worker, atgrpo_multilora.MultiLoraActorRolloutRefWorker)
+
+
+def _ppo_batch(agent_ids, seeds, **extra):
+    """The fields verl's ppo_loss reads (workers/utils/losses.py:86-97) on top of ``_batch``'s rows."""
+    batch = _batch(agent_ids, seeds, **extra)
+    n = len(seeds)
+    batch["old_log_probs"] = torch.full((n, RESPONSE), -4.0)  # (B, R)
+    batch["advantages"] = torch.linspace(1.0, -1.0, n)[:, None].expand(n, RESPONSE).clone()  # (B, R)
+    return batch
+
+
+def test_verls_actor_worker_scores_and_updates_each_agent_on_its_own_adapter(verl_cpu):
+    """verl's ActorRolloutRefWorker (role actor) from verl's config, its entry points as the v1 trainer calls
+    them: compute_log_prob (per agent; with ``no_lora_adapter`` the reference) and update_actor with verl's
+    ppo_loss."""
+    import atgrpo_multilora
+
+    config = _trainer_config(verl_cpu, 3)
+    outer = atgrpo_multilora.MultiLoraActorRolloutRefWorker(config.actor_rollout_ref, role="actor")
+    torch.manual_seed(0)
+    outer.init_model()
+    assert isinstance(outer.actor, atgrpo_multilora.MultiLoraTrainingWorker)
+    engine = outer.actor.engine
+    assert engine.agents == 3 and sorted(engine.module.peft_config) == ["agent_0", "agent_1", "agent_2"]
+
+    before = [_agent(outer.actor, k) for k in range(3)]
+    reference = outer.compute_log_prob(_batch([0, 2], [3, 3], no_lora_adapter=True))
+    metrics = outer.update_actor(
+        _ppo_batch([2, 0, 2, 0], [1, 2, 3, 4], mini_batch_size=4, global_batch_size=4, epochs=1)
+    )["metrics"]
+    after = [_agent(outer.actor, k) for k in range(3)]
+    assert not _equal(before[0], after[0]) and not _equal(before[2], after[2])
+    assert _equal(before[1], after[1])  # no rows of agent 1: its weights, moments and schedule untouched
+    assert {"agent_0/actor/pg_loss", "agent_2/actor/pg_loss", "mfu"} <= set(metrics)
+    assert len(metrics["loss"]) == 2  # one optimizer step for each agent present
+
+    scored = outer.compute_log_prob(_batch([0, 2, 1], [3, 3, 3]))["log_probs"].unbind()
+    ref_after = outer.compute_log_prob(_batch([0, 2], [3, 3], no_lora_adapter=True))["log_probs"].unbind()
+    assert all(
+        torch.equal(a, b) for a, b in zip(reference["log_probs"].unbind(), ref_after)
+    )  # base unchanged
+    assert not torch.equal(scored[0], scored[1])  # agents 0 and 2 trained differently on the same tokens
+    assert torch.equal(scored[2], ref_after[0])  # agent 1 untrained: lora_B zero, exactly the base
