@@ -44,8 +44,10 @@ import ray
 import torch
 from atgrpo_adapters import (
     AGENT_COLUMN,
+    TEMPLATE_ADAPTER,
     adapter_name,
     add_agent_adapters,
+    agent_parameters,
     build_agent_optimizers,
     free_gradients,
     in_row_order,
@@ -146,13 +148,46 @@ class MultiLoraFSDPEngine(FSDPEngineWithLMHead):
                 load_fsdp_optimizer(other, device)
 
     def agent_state(self, agent_id: int) -> dict[str, torch.Tensor]:
-        """Agent ``agent_id``'s LoRA weights, full tensors by name (for tests and for the weight sync)."""
-        tag = adapter_name(agent_id)
-        return {
-            name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
-            for name, p in self.module.named_parameters()
-            if f".{tag}." in name
-        }
+        """Agent ``agent_id``'s LoRA parameters as the module names them (``...lora_A.agent_1.weight``),
+        full tensors, copied."""
+        return {name: _full(p).clone() for name, p in agent_parameters(self.module, agent_id)}
+
+    # ---- the weight sync's export (plan item 2 sends it; verl's own export names one adapter)
+    def agent_lora_params(self, agent_id: int) -> tuple[dict[str, torch.Tensor], dict]:
+        """Agent ``agent_id``'s LoRA as verl's export hands its one adapter to vLLM when the base is already
+        there (transformer_impl.py:1001-1004, 1025-1026: peft's adapter state dict, the adapter's name left
+        out of the keys, full tensors; and its LoraConfig as a dict, l. 1060), for a TensorLoRARequest of
+        that agent's own id."""
+        from peft.utils.save_and_load import get_peft_model_state_dict
+        from verl.utils.model import convert_weight_keys
+
+        name = adapter_name(agent_id)
+        state = get_peft_model_state_dict(self.module, adapter_name=name)
+        state = convert_weight_keys(
+            state, getattr(self.module, "_fsdp_wrapped_module", self.module)
+        )  # l. 1018
+        return {k: _full(v).detach().cpu() for k, v in state.items()}, self.module.peft_config[name].to_dict()
+
+    def get_per_tensor_param(self, layered_summon=False, base_sync_done=False, **kwargs):
+        """verl's export reads the adapter named ``default`` (l. 1001). The base weights (``base_sync_done``
+        False: the LoRA parameters left out) are every agent's: verl's export as it is, under agent 0's
+        LoraConfig (all agents share it). One LoRA for all agents does not exist: that call is refused, the
+        agents' LoRAs are ``agent_lora_params``."""
+        if base_sync_done:
+            raise NotImplementedError(
+                "one LoRA per agent: export each with agent_lora_params(agent_id) (issue 60 plan item 2)"
+            )
+        configs = self.module.peft_config
+        configs[TEMPLATE_ADAPTER] = configs[adapter_name(0)]
+        try:
+            return super().get_per_tensor_param(layered_summon=layered_summon, base_sync_done=False, **kwargs)
+        finally:
+            del configs[TEMPLATE_ADAPTER]
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """An FSDP2 parameter's whole tensor (a DTensor's all-gather); a plain tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
 def _check_same_agent_rows(engine, rows: dict[int, torch.Tensor]) -> None:

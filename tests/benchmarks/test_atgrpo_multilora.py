@@ -250,7 +250,7 @@ def verl_cpu(tmp_path_factory):
         patch.undo()
 
 
-def _worker(model_path: str, agents: int):
+def _config(model_path: str, agents: int):
     """verl's TrainingWorker config for an actor with ``agents`` LoRAs; fp32 throughout and one row per
     micro-batch, so that equal work gives bit-equal results."""
     import atgrpo_multilora
@@ -268,9 +268,14 @@ def _worker(model_path: str, agents: int):
                               infer_micro_batch_size_per_gpu=1)  # fmt: skip
     # clip_grad small enough to clip every step: another agent's gradient in the norm would show
     optim = FSDPOptimizerConfig(lr=1e-2, weight_decay=0.1, clip_grad=0.01, total_training_steps=10)
-    config = TrainingWorkerConfig(model_type="language_model", model_config=model, engine_config=engine,
-                                  optimizer_config=optim, checkpoint_config=CheckpointConfig())  # fmt: skip
-    worker = atgrpo_multilora.MultiLoraTrainingWorker(config)
+    return TrainingWorkerConfig(model_type="language_model", model_config=model, engine_config=engine,
+                                optimizer_config=optim, checkpoint_config=CheckpointConfig())  # fmt: skip
+
+
+def _worker(model_path: str, agents: int):
+    import atgrpo_multilora
+
+    worker = atgrpo_multilora.MultiLoraTrainingWorker(_config(model_path, agents))
     torch.manual_seed(0)  # each adapter's lora_A draw: equal across workers built alike
     worker.reset()  # verl builds the model, the adapters and the optimizers here
     worker.set_loss_fn(_reinforce_loss)
@@ -478,6 +483,41 @@ def test_each_row_is_scored_under_its_own_agents_adapter_and_the_reference_under
     # adapters back on after the reference: the agents' scores are as before
     again = _log_probs(worker, agent_ids, seeds)
     assert all(torch.equal(a, b) for a, b in zip(again, mixed))
+
+
+def test_the_weight_sync_exports_verls_base_and_each_agents_lora_under_verls_names(verl_cpu):
+    """What plan item 2 sends to vLLM: the base as verl's own one-LoRA engine exports it, and each agent's
+    LoRA under the names verl gives its one adapter, with that agent's weights."""
+    from peft.utils.save_and_load import get_peft_model_state_dict
+    from verl.workers.engine_workers import TrainingWorker
+
+    ours = _worker(verl_cpu, 2)
+    _train(ours, [1, 1], [3, 4])
+    stock = TrainingWorker(_config(verl_cpu, 2))  # verl's engine: one adapter, 'default'
+    torch.manual_seed(0)
+    stock.reset()
+
+    base, config = ours.engine.get_per_tensor_param(base_sync_done=False)
+    stock_base, stock_config = stock.engine.get_per_tensor_param(base_sync_done=False)
+    base, stock_base = dict(base), dict(stock_base)
+    assert base.keys() == stock_base.keys() and all(torch.equal(base[k], stock_base[k]) for k in base)
+    assert not any("lora_" in k for k in base) and config == stock_config
+    assert "default" not in ours.engine.module.peft_config  # the alias verl's export reads is gone again
+
+    stock_lora, _ = stock.engine.get_per_tensor_param(base_sync_done=True)
+    stock_lora = dict(stock_lora)
+    for agent_id in (0, 1):
+        lora, lora_config = ours.engine.agent_lora_params(agent_id)
+        assert len(lora) == 2 * 7 * 2  # lora_A and lora_B of 7 linear layers in each of 2 blocks
+        assert all(".lora_A.weight" in k or ".lora_B.weight" in k for k in lora)
+        assert {k: v.shape for k, v in lora.items()} == {k: v.shape for k, v in stock_lora.items()}
+        assert lora_config == stock_config
+        plain = get_peft_model_state_dict(_one_adapter_model(verl_cpu, ours.engine, agent_id))
+        assert all(torch.equal(lora[k], plain[k]) for k in lora)
+    trained = ours.engine.agent_lora_params(1)[0]
+    assert any(not torch.equal(trained[k], ours.engine.agent_lora_params(0)[0][k]) for k in trained)
+    with pytest.raises(NotImplementedError, match="agent_lora_params"):
+        ours.engine.get_per_tensor_param(base_sync_done=True)
 
 
 # ---------------------------------------------------------------------------- as verl's trainer drives it
