@@ -29,9 +29,12 @@ Where verl 0.9.1 is in the way (lines of the 0.9.1 wheel; the smallest patch nam
 - transformer_impl.py:217-223: one FSDPCheckpointManager with one optimizer and one scheduler, so
   save/load_checkpoint keeps only the active agent's optimizer state (the module's state_dict has every
   adapter). Patch: one checkpoint manager per agent, or a manager taking a list of optimizers. Not done here.
-- transformer_impl.py:996-1008 (``get_per_tensor_param``) and engine_workers.py:728-823 (``update_weights``)
-  export the adapter named ``default`` and vLLM takes one LoRA id (rollout/vllm_rollout/utils.py
-  ``VLLM_LORA_INT_ID``): the rollout side of one LoRA per agent is plan item 2 and not here.
+- transformer_impl.py:1001 (``get_per_tensor_param``) exports the adapter named ``default``. The engine here
+  exports the base through verl's code (agent 0's LoraConfig aliased as ``default`` for the call) and each
+  agent's LoRA with ``agent_lora_params``; a one-LoRA export is refused. Sending them (plan item 2, not here):
+  engine_workers.py:785-823 ``update_weights`` sends one LoRA, vLLM's worker loads it under the one id
+  ``VLLM_LORA_INT_ID`` (rollout/vllm_rollout/utils.py:40, 248, 281-284, 372-383) and the server is started
+  with ``max_loras: 1`` (vllm_async_server.py:430) and tags every request with that id (l. 558-569, 654-660).
 - With data parallelism every rank must hold the same number of rows of each agent (FSDP's collectives run
   once per agent's sub-batch); ``_check_same_agent_rows`` raises where they differ instead of hanging.
 """
