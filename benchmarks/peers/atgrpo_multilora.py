@@ -13,8 +13,9 @@
   agent's rows under its own adapter and returns them in row order, ``no_lora_adapter`` (verl's reference
   path when the reference is the actor with adapters off, trainer/ppo/v1/trainer_base.py:1703) scores every
   row on the base; ``train_mini_batch`` updates one agent at a time on its own rows, each with as many
-  mini-batches as the whole batch would have had (PettingLLMs calls update_actor once per agent on its
-  sub-batch, multi_agents_ppo_trainer.py ~l. 568-600).
+  mini-batches as the whole batch would have had and the loss normalised over its own mini-batch
+  (PettingLLMs calls update_actor once per agent on its sub-batch, multi_agents_ppo_trainer.py
+  ~l. 568-600).
 - ``MultiLoraActorRolloutRefWorker`` is verl's ActorRolloutRefWorker with that actor, through verl's own
   class attribute ``actor_worker_cls`` (engine_workers.py:460). The number of agents is
   ``actor_rollout_ref.model.lora.agents`` (HFModelConfig.lora is a free dict, workers/config/model.py:132).
@@ -285,6 +286,11 @@ class MultiLoraTrainingWorker(TrainingWorker):
                 )
             part = _select_rows(data, rows)
             tu.assign_non_tensor(part, num_mini_batch=num_mini_batch)
+            if tu.get(data, key="global_batch_size", default=None) is not None:
+                # verl's seq-mean losses divide by the mini-batch's rows over all ranks
+                # (core_algos.py:1188); agent k's mini-batch is its own rows, as in an update of it alone
+                dp_size = self.engine.get_data_parallel_size()
+                tu.assign_non_tensor(part, global_batch_size=len(rows) // num_mini_batch * dp_size)
             self.engine.use_agent(agent_id)
             outputs[agent_id] = super().train_mini_batch(part)
         if not self.engine.is_mp_src_rank_with_outputs():

@@ -542,6 +542,8 @@ def _trainer_config(model_path: str, agents: int):
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.actor.optim.lr=0.01",
+        # seq-mean divides by the mini-batch's rows (global_batch_size): an agent's share must be its own
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
         f"trainer.v1.trainer_mode={atgrpo_multilora.TRAINER_MODE}",
         "trainer.use_v1=true",
@@ -574,20 +576,28 @@ def _ppo_batch(agent_ids, seeds, **extra):
     batch = _batch(agent_ids, seeds, **extra)
     n = len(seeds)
     batch["old_log_probs"] = torch.full((n, RESPONSE), -4.0)  # (B, R)
-    batch["advantages"] = torch.linspace(1.0, -1.0, n)[:, None].expand(n, RESPONSE).clone()  # (B, R)
+    advantage = torch.tensor([1.0 if s % 2 else -0.5 for s in seeds])  # (B,) a row's from its seed alone
+    batch["advantages"] = advantage[:, None].expand(n, RESPONSE).clone()  # (B, R)
     return batch
+
+
+def _actor(model_path: str, agents: int):
+    import atgrpo_multilora
+
+    config = _trainer_config(model_path, agents)
+    outer = atgrpo_multilora.MultiLoraActorRolloutRefWorker(config.actor_rollout_ref, role="actor")
+    torch.manual_seed(0)
+    outer.init_model()
+    return outer
 
 
 def test_verls_actor_worker_scores_and_updates_each_agent_on_its_own_adapter(verl_cpu):
     """verl's ActorRolloutRefWorker (role actor) from verl's config, its entry points as the v1 trainer calls
     them: compute_log_prob (per agent; with ``no_lora_adapter`` the reference) and update_actor with verl's
-    ppo_loss."""
+    ppo_loss, an agent's update in a mixed batch being its update on its own rows alone."""
     import atgrpo_multilora
 
-    config = _trainer_config(verl_cpu, 3)
-    outer = atgrpo_multilora.MultiLoraActorRolloutRefWorker(config.actor_rollout_ref, role="actor")
-    torch.manual_seed(0)
-    outer.init_model()
+    outer = _actor(verl_cpu, 3)
     assert isinstance(outer.actor, atgrpo_multilora.MultiLoraTrainingWorker)
     engine = outer.actor.engine
     assert engine.agents == 3 and sorted(engine.module.peft_config) == ["agent_0", "agent_1", "agent_2"]
@@ -610,3 +620,13 @@ def test_verls_actor_worker_scores_and_updates_each_agent_on_its_own_adapter(ver
     )  # base unchanged
     assert not torch.equal(scored[0], scored[1])  # agents 0 and 2 trained differently on the same tokens
     assert torch.equal(scored[2], ref_after[0])  # agent 1 untrained: lora_B zero, exactly the base
+    with_entropy = outer.compute_log_prob(_batch([2, 0, 1], [3, 3, 3], calculate_entropy=True))
+    assert with_entropy.batch_size[0] == 3 and len(with_entropy["entropy"].unbind()) == 3
+    assert all(
+        torch.equal(a, b) for a, b in zip(with_entropy["log_probs"].unbind(), scored[1::-1] + scored[2:])
+    )
+
+    # agent 2's update in that mixed batch is its update on its own rows alone, bit for bit
+    alone = _actor(verl_cpu, 3)
+    alone.update_actor(_ppo_batch([2, 2], [1, 3], mini_batch_size=2, global_batch_size=2, epochs=1))
+    assert _equal(_agent(outer.actor, 2), _agent(alone.actor, 2))
