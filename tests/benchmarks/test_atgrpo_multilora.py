@@ -272,10 +272,16 @@ def _config(model_path: str, agents: int):
                                 optimizer_config=optim, checkpoint_config=CheckpointConfig())  # fmt: skip
 
 
-def _worker(model_path: str, agents: int):
+def _worker(model_path: str, agents: int, **engine_changes):
+    import dataclasses
+
     import atgrpo_multilora
 
-    worker = atgrpo_multilora.MultiLoraTrainingWorker(_config(model_path, agents))
+    config = _config(model_path, agents)
+    if engine_changes:  # verl's configs are frozen dataclasses
+        engine = dataclasses.replace(config.engine_config, **engine_changes)
+        config = dataclasses.replace(config, engine_config=engine)
+    worker = atgrpo_multilora.MultiLoraTrainingWorker(config)
     torch.manual_seed(0)  # each adapter's lora_A draw: equal across workers built alike
     worker.reset()  # verl builds the model, the adapters and the optimizers here
     worker.set_loss_fn(_reinforce_loss)
@@ -403,6 +409,18 @@ def test_training_one_agent_leaves_every_other_agent_bit_for_bit(verl_cpu):
     assert _equal(after1[1], after2[1])
     assert after2[0][2] == after1[0][2] + 1 and after2[2][2] == after1[2][2] + 1
     assert {"agent_0/loss", "agent_2/loss"} <= set(metrics) and len(metrics["loss"]) == 2  # one step each
+
+
+def test_with_optimizer_offload_every_agents_optimizer_moves_and_the_others_stay_bit_for_bit(verl_cpu):
+    """verl moves the optimizer in and out around each update when it is offloaded (engine/base.py:323);
+    the engine moves every agent's (on CPU the moves are no-ops: this runs the code; GPU memory untested)."""
+    worker = _worker(verl_cpu, 3, optimizer_offload=True)
+    assert worker.engine.is_optimizer_offload_enabled
+    _train(worker, [0, 0], [1, 2])
+    before = [_agent(worker, k) for k in range(3)]
+    _train(worker, [1, 1], [3, 4])
+    after = [_agent(worker, k) for k in range(3)]
+    assert _equal(before[0], after[0]) and _equal(before[2], after[2]) and not _equal(before[1], after[1])
 
 
 def test_an_agents_update_is_the_same_whether_or_not_another_agent_trained_first(verl_cpu):
