@@ -198,7 +198,7 @@ def test_the_relay_job_is_job_yaml_with_its_overrides(job):
     relay = peer_job.load_job(PEERS / "relay.yaml")
     assert relay.agents == (3, 8) and relay.episodes.relay and relay.prompt.max_prompt_tokens == 1024
     # every other key is job.yaml's: mappings merged key by key (episodes keeps its turns and sizes); its rows
-    # are job.yaml's and the AT-GRPO port's (atgrpo_*), which run the relay (tests/benchmarks/test_atgrpo_peer.py)
+    # are job.yaml's and the AT-GRPO port's (atgrpo_*: they run the relay, test_atgrpo_peer.py)
     assert relay == dataclasses.replace(
         job,
         agents=(3, 8),
