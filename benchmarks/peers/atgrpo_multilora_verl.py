@@ -18,12 +18,14 @@ the actor engine's half of the weight sync. Lines are the verl 0.9.1 wheel's, un
 - **The sync, actor side.** verl's FSDP engine exports the adapter named ``default`` only
   (workers/engine/fsdp/transformer_impl.py:999-1008: ``peft_config.get("default")``, peft's
   get_peft_model_state_dict of ``default``), which the multi-LoRA actor no longer has.
-  ``MultiLoraSyncMixin.get_per_tensor_param`` (put before atgrpo_multilora.MultiLoraFSDPEngine in its bases)
-  exports every agent's adapter under its multi-adapter names with the agents' shared config; verl's worker
+  ``MultiLoraSyncMixin.get_per_tensor_param``, put before atgrpo_multilora.MultiLoraFSDPEngine in an engine
+  class's bases, exports the adapters (``base_sync_done`` True, which that engine refuses): every agent's
+  under its multi-adapter names, in one stream, with the agents' shared config. verl's worker
   (workers/engine_workers.py:786-806) then takes its LoRA path unchanged (the adapter sync, sleep level 1),
-  and the vLLM workers split the tensors per agent (atgrpo_multilora_vllm.MultiLoraWorkerExtension).
-  Supported: the adapter-only sync (``rollout.load_format`` not dummy, as run_verl.py sets it), without
-  ``layered_summon`` and without ``lora.merge``; the others raise.
+  and the vLLM workers split the tensors per agent (atgrpo_multilora_vllm.MultiLoraWorkerExtension). One
+  stream, not one sync per agent: verl's worker asks the engine once, and its vLLM call carries no agent.
+  The base export (``base_sync_done`` False: vLLM started on dummy weights) stays the engine's own.
+  Refused: ``layered_summon`` and ``lora.merge``.
 """
 
 from __future__ import annotations
@@ -64,18 +66,15 @@ class MultiLoraRelayAgentLoop(RelayAgentLoop):
 
 
 class MultiLoraSyncMixin:
-    """An FSDP engine's weight export for the rollout with one adapter per agent (``self.agents`` of them,
-    atgrpo_multilora.MultiLoraFSDPEngine's), in place of verl's FSDPEngine.get_per_tensor_param
-    (transformer_impl.py:977)."""
+    """An FSDP engine's adapter export for the rollout with one adapter per agent (``self.agents`` of them,
+    atgrpo_multilora.MultiLoraFSDPEngine's), in place of the LoRA branch of verl's
+    FSDPEngine.get_per_tensor_param (transformer_impl.py:977-1026 with ``base_sync_done``)."""
 
     agents: int
 
     def get_per_tensor_param(self, layered_summon: bool = False, base_sync_done: bool = False, **kwargs: Any):
-        if not base_sync_done:
-            raise ValueError(
-                "one LoRA per agent syncs adapters only: vLLM must load the base from disk "
-                "(rollout.load_format=safetensors, not dummy) and no checkpoint-engine backend may ask for it"
-            )
+        if not base_sync_done:  # the base weights: the engine's (atgrpo_multilora.MultiLoraFSDPEngine's)
+            return super().get_per_tensor_param(layered_summon=layered_summon, base_sync_done=False, **kwargs)
         if layered_summon:
             raise ValueError("rollout.layered_summon is not supported with one LoRA per agent")
         if self.model_config.lora.get("merge", False):

@@ -132,6 +132,44 @@ def test_the_names_vllm_gets_are_verls_one_adapter_names(peft_model, tiny_model_
     assert all(set(tensors) == verl_names for tensors in per_agent.values())
 
 
+def test_the_export_gathers_fsdp2_shards_into_full_tensors(tiny_model_dir):
+    """Under FSDP2 (the job's actor.strategy) the state dict holds DTensors; the export all-gathers each
+    (gloo, a world of one, CPU) and gives the unsharded model's tensors."""
+    import socket
+
+    import peft
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoModelForCausalLM
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already up in this process")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(1)
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, torch_dtype=torch.float32)
+        config = peft.LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+        )
+        model = peft.get_peft_model(base, config, adapter_name=ml.adapter_name(0))
+        model.add_adapter(ml.adapter_name(1), config)
+        unsharded = ml.agent_adapter_tensors(model, 2)
+        mesh = init_device_mesh("cpu", (1,))
+        for layer in model.base_model.model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        assert all(hasattr(v, "full_tensor") for k, v in model.state_dict().items() if "lora_" in k)
+        sharded = ml.agent_adapter_tensors(model, 2)
+        assert sharded.keys() == unsharded.keys()
+        assert all(type(t) is torch.Tensor and torch.equal(t, unsharded[k]) for k, t in sharded.items())
+    finally:
+        dist.destroy_process_group()
+
+
 def test_the_split_refuses_what_is_no_agents_lora_tensor():
     t = torch.zeros(1)
     for stray in (
@@ -358,7 +396,12 @@ class _Lora(dict):
 def _engine(glue, module, merge=False, cpu_offload_policy=True):
     """The mixin on an engine-shaped object: the tiny PEFT model (not FSDP-wrapped; FSDP2 puts the PEFT
     model itself in ``module`` as well), verl's staging skipped as under an FSDP2 CPU-offload policy."""
-    engine = object.__new__(type("Engine", (glue.MultiLoraSyncMixin,), {}))
+
+    class BaseExport:  # the engine's own export: the base weights (atgrpo_multilora.MultiLoraFSDPEngine's)
+        def get_per_tensor_param(self, **kwargs):
+            return "base weights", kwargs
+
+    engine = object.__new__(type("Engine", (glue.MultiLoraSyncMixin, BaseExport), {}))
     engine.module, engine.agents = module, AGENTS
     engine.model_config = types.SimpleNamespace(lora=_Lora(merge=merge))
     engine._uses_fsdp2_cpu_offload_policy, engine._is_offload_param = cpu_offload_policy, False
@@ -373,8 +416,11 @@ def test_the_actor_exports_every_agents_adapter_with_their_config(verls_vllm_loa
         reference = _single_adapter_state(peft_model, agent_id)
         assert all(torch.equal(per_agent[agent_id][n], reference[n]) for n in reference)
     assert config == peft_model.peft_config[ml.adapter_name(0)].to_dict()
-    with pytest.raises(ValueError, match="load_format"):
-        _engine(glue, peft_model).get_per_tensor_param()  # the base sync, or a checkpoint-engine backend
+    # the base sync (vLLM on dummy weights) is the engine's own export
+    assert _engine(glue, peft_model).get_per_tensor_param() == (
+        "base weights",
+        {"layered_summon": False, "base_sync_done": False},
+    )
     with pytest.raises(ValueError, match="layered_summon"):
         _engine(glue, peft_model).get_per_tensor_param(layered_summon=True, base_sync_done=True)
     with pytest.raises(ValueError, match="merge"):
@@ -567,4 +613,8 @@ def test_the_registry_loader_gives_the_multilora_replica(vllm_side, verls_vllm_l
     glue = importlib.import_module(ml.VERL_GLUE_MODULE)
     replica = glue.load_multilora_replica()
     assert replica is vllm_side.MultiLoraReplica and issubclass(replica, vllm_side.vLLMReplica)
+    from verl.workers.config import RolloutConfig
+
+    made = replica(replica_rank=0, config=RolloutConfig(name="vllm"), model_config=None, gpus_per_node=1)
+    assert made.server_class is vllm_side.MultiLoraHttpServerActor  # what launch_servers starts (l. 1377)
     assert vllm_side.MultiLoraHttpServerActor.__ray_actor_class__ is vllm_side.MultiLoraHttpServer
