@@ -430,6 +430,19 @@ def test_the_actor_exports_every_agents_adapter_with_their_config(verls_vllm_loa
 # ---------------------------------------------------------------- atgrpo_multilora_vllm, vLLM stubbed
 
 
+class _SamplingParams:
+    """vLLM's SamplingParams as far as verl's generate reads it: its keyword arguments as attributes."""
+
+    def __init__(self, max_tokens, logprobs=None, prompt_logprobs=None, extra_args=None, **kwargs):
+        self.max_tokens, self.logprobs, self.prompt_logprobs, self.extra_args = (
+            max_tokens,
+            logprobs,
+            prompt_logprobs,
+            extra_args,
+        )
+        self.others = kwargs
+
+
 class _StubVllm(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Every ``vllm`` module a stub whose unknown names are placeholder classes; LoRARequest a msgspec
     struct with vLLM's first fields (verl's TensorLoRARequest subclasses it)."""
@@ -445,6 +458,8 @@ class _StubVllm(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__getattr__ = lambda attr: (
             "0.25.0" if attr == "__version__" else type(attr, (), {"__init__": lambda self, *a, **k: None})
         )
+        if spec.name == "vllm":  # what verl's generate builds from the request's dict (l. 634)
+            module.SamplingParams = _SamplingParams
         if spec.name == "vllm.lora.request":
             import msgspec
 
@@ -618,3 +633,30 @@ def test_the_registry_loader_gives_the_multilora_replica(vllm_side, verls_vllm_l
     made = replica(replica_rank=0, config=RolloutConfig(name="vllm"), model_config=None, gpus_per_node=1)
     assert made.server_class is vllm_side.MultiLoraHttpServerActor  # what launch_servers starts (l. 1377)
     assert vllm_side.MultiLoraHttpServerActor.__ray_actor_class__ is vllm_side.MultiLoraHttpServer
+
+
+def test_verls_generate_runs_a_tagged_request_on_its_agents_lora(vllm_side):
+    """verl's own vLLMHttpServer.generate (vllm_async_server.py:558-758) on the multi-LoRA server: the
+    request's dict becomes SamplingParams with its extra_args, and the engine call that reaches vLLM carries
+    the agent's LoRA."""
+    from verl.workers.config import RolloutConfig
+
+    class Engine(_Engine):
+        async def generate(self, prompt, sampling_params, request_id, lora_request=None, priority=0):
+            self.calls.append((lora_request, sampling_params))
+            done = types.SimpleNamespace(token_ids=[5, 6], logprobs=None, finish_reason="stop")
+            yield types.SimpleNamespace(outputs=[done], num_cached_tokens=0)
+
+    vllm_engine = Engine({ml.lora_int_id(k) for k in range(AGENTS)})
+    server = _server(vllm_side)
+    server.model_config.processor = None
+    server.config = RolloutConfig(name="vllm", prompt_length=32, response_length=8, max_model_len=64)
+    server._disaggregation_role, server._pd_decode_peers, server.replica_rank = "null", [], 0
+    server._submission_paused, server._admitting, server.global_steps = False, 0, 3
+    server.engine = vllm_side.AgentLoraEngine(vllm_engine)
+    params = ml.with_agent_lora({"temperature": 1.0, "logprobs": False}, 1)
+    out = asyncio.run(server.generate(prompt_ids=[1, 2, 3], sampling_params=params, request_id="r"))
+    assert (out.token_ids, out.stop_reason, server._admitting) == ([5, 6], "completed", 0)
+    lora_request, sampling = vllm_engine.calls[0]
+    assert lora_request.lora_int_id == ml.lora_int_id(1)
+    assert sampling.extra_args == {ml.LORA_ID_ARG: ml.lora_int_id(1)} and sampling.max_tokens == 8
