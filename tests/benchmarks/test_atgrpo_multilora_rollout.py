@@ -660,3 +660,57 @@ def test_verls_generate_runs_a_tagged_request_on_its_agents_lora(vllm_side):
     lora_request, sampling = vllm_engine.calls[0]
     assert lora_request.lora_int_id == ml.lora_int_id(1)
     assert sampling.extra_args == {ml.LORA_ID_ARG: ml.lora_int_id(1)} and sampling.max_tokens == 8
+
+
+def test_a_whole_sync_through_verls_bucketed_transfer_replaces_every_agents_adapter(
+    vllm_side, verls_vllm_loader, peft_model, monkeypatch
+):
+    """The actor's export (MultiLoraSyncMixin) sent by verl's BucketedWeightSender in 4 KiB buckets (shared
+    memory, as verl's CPU fallback) and received by verl's own update_weights_from_ipc (utils.py:248) on the
+    multi-LoRA worker extension: verl gathers every bucket, then each agent's adapter is replaced under its
+    own id with peft's single-adapter tensors of that agent."""
+    import os
+    import threading
+
+    from verl.workers.rollout.vllm_rollout import bucketed_weight_transfer as transfer
+
+    glue = importlib.import_module(ml.VERL_GLUE_MODULE)
+    no_device = types.SimpleNamespace(
+        synchronize=lambda: None, empty_cache=lambda: None, ipc_collect=lambda: None
+    )
+    monkeypatch.setattr(transfer, "get_torch_device", lambda: no_device)  # CPU: no CUDA calls
+    monkeypatch.setattr(transfer, "is_support_ipc", lambda: False)
+    monkeypatch.setenv("VERL_RAY_JOB_ID", f"atgrpo-test-{os.getpid()}")  # this test's own IPC socket
+
+    calls = []
+    extension = object.__new__(vllm_side.MultiLoraWorkerExtension)  # a vLLM worker's, as far as the sync goes
+    extension.device, extension.local_rank, extension.model_runner = (
+        torch.device("cpu"),
+        0,
+        types.SimpleNamespace(),
+    )
+    extension._is_qat_model = extension._is_modelopt_qat = False
+    extension.remove_lora = lambda lora_id: calls.append(("remove", lora_id))
+    extension.add_lora = lambda request: calls.append(("add", request))
+
+    params, config = _engine(glue, peft_model).get_per_tensor_param(base_sync_done=True)
+    stream = list(params)
+    assert sum(t.nbytes for _, t in stream) > 4 * 4096  # several buckets, agents split across them
+    receiver = threading.Thread(
+        target=extension.update_weights_from_ipc,
+        kwargs={"peft_config": config, "base_sync_done": True, "use_shm": True},
+        daemon=True,  # a broken sync fails the test below instead of hanging the run
+    )
+    receiver.start()
+    sender = transfer.BucketedWeightSender(extension._get_zmq_handle(), bucket_size_mb=1, use_shm=True)
+    sender.bucket_size = 4096
+    asyncio.run(sender.async_send_weights(iter(stream)))
+    receiver.join(timeout=60)
+    assert not receiver.is_alive()
+    assert calls[0] == ("remove", 123)  # verl's own step 1 (utils.py:283), a no-op with the agents' ids
+    replaced = [(c[0], c[1] if c[0] == "remove" else c[1].lora_int_id) for c in calls[1:]]
+    assert replaced == [(step, ml.lora_int_id(k)) for k in range(AGENTS) for step in ("remove", "add")]
+    for agent_id, (_, request) in enumerate(c for c in calls if c[0] == "add"):
+        reference = _single_adapter_state(peft_model, agent_id)
+        assert request.lora_tensors.keys() == reference.keys() and request.peft_config == config
+        assert all(torch.equal(request.lora_tensors[n], reference[n]) for n in reference)
