@@ -25,12 +25,15 @@ What each class replaces (lines of the verl 0.9.1 wheel, under verl/workers/roll
   loaded already, which is why verl removes 123 first, l. 283; that removal stays, a no-op here). Base
   weights (no peft_config, or the base sync) go to verl's code as they are.
 
-Not run (no vLLM in the CPU venvs): everything here under vLLM itself. The CPU tests run this module's code
-against verl's real classes with vLLM's modules stubbed (the args override, the engine wrapper's choice of
-LoRA, the per-agent remove/add with verl's TensorLoRARequest fields), and the split names through the real
-vLLM 0.32 LoRA loader where that is installed. Open on a GPU: vLLM 0.25 serving N adapters at once
-(``max_loras`` = N, ``max_cpu_loras`` defaults to it), and verl's hijacked ``_load_adapter``
-(verl/utils/vllm/utils.py:39) taking each agent's TensorLoRARequest.
+Not run (no working vLLM in verl's CPU venv): anything inside vLLM. The CPU tests run this module against
+verl's real classes with vLLM's modules stubbed: the args override; verl's own ``generate`` on this server,
+the tagged dict reaching the engine call with the agent's LoRA; a whole sync through verl's bucketed transfer
+(shared memory) and verl's ``update_weights_from_ipc`` into the per-agent remove/add; and, where vLLM 0.32
+imports (the project's venv), vLLM's own LoRA loader building each agent's adapter from the split tensors.
+Open on a GPU: vLLM 0.25 serving N adapters at once (``max_loras`` = N; ``max_cpu_loras`` defaults to it, so
+no adapter is evicted: an evicted one would be reloaded from verl's placeholder path and fail), verl's
+hijacked ``_load_adapter`` (verl/utils/vllm/utils.py:39) taking each agent's TensorLoRARequest, and vLLM's
+worker importing this module as its extension (the PYTHONPATH that reaches verl's Ray actors).
 """
 
 from __future__ import annotations
