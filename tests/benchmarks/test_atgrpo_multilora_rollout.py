@@ -71,6 +71,14 @@ def test_each_agent_has_its_own_lora_id_never_verls_123():
         ml.agent_of_lora(123)
 
 
+def test_the_adapter_names_are_the_multi_lora_actors():
+    """The actor (plan item 1, atgrpo_adapters.py, on its own branch until merged) names agent k's adapter
+    and the agents' key; the sync reads its tensors by those names."""
+    adapters = pytest.importorskip("atgrpo_adapters", reason="the multi-LoRA actor's module (plan item 1)")
+    assert [ml.adapter_name(k) for k in range(12)] == [adapters.adapter_name(k) for k in range(12)]
+    assert ml.adapter_name(3) == "agent_3" and ml.AGENTS_KEY == "agents"
+
+
 def test_a_request_names_its_agents_lora_in_a_copy_of_the_sampling_params():
     session = {"temperature": 1.0, "extra_args": {"other": 1}}
     turn = ml.with_agent_lora(session, 2)
