@@ -30,8 +30,8 @@ GAME_KEY = "atgrpo_game"  # a dataset row's extra_info key: the game (seed and S
 TURN_KEY = "atgrpo_turn"  # an output's extra_fields keys: the turn it answers and the seat that acted
 SEAT_KEY = "atgrpo_seat"
 
-# (messages) -> (the framework's output for that turn, the reply text the next prompts carry)
-Generate = Callable[[list[dict[str, str]]], Awaitable[tuple[Any, str]]]
+# (messages, the acting seat) -> (the framework's output for that turn, the reply text the next prompts carry)
+Generate = Callable[[list[dict[str, str]], int], Awaitable[tuple[Any, str]]]
 
 
 def game_spec(game: SeatGame, seed: int) -> dict[str, int]:
@@ -78,12 +78,12 @@ class TurnRow:
 
 async def play(spec: dict[str, int], generate: Generate) -> list[TurnRow]:
     """Play the game of ``spec`` to its end, one ``generate`` call a turn, in turn order (a turn's prompt
-    needs every earlier reply). Returns one row per turn."""
+    needs every earlier reply; the seat says whose policy answers). Returns one row per turn."""
     game = make_game(spec)
     turn = game.reset(int(spec["seed"]))
     rows: list[TurnRow] = []
     while turn is not None:
-        output, reply = await generate(turn.messages)
+        output, reply = await generate(turn.messages, turn.player)
         result = game.step(reply)
         rows.append(
             TurnRow(len(rows), turn.player, turn.messages, reply, result.rewards[turn.player], output)

@@ -28,8 +28,9 @@ How this sits on verl 0.9.1 without patching it (paths under verl/, lines of the
   encode_chat's), the rest of a turn is verl's single-turn loop
   (experimental/agent_loop/single_turn_agent_loop.py).
 
-PettingLLMs' ``lora`` regime (one LoRA per agent) needs verl patches (docs/studies/issue60_plan.md, items 1-2)
-and is not here.
+PettingLLMs' ``lora`` regime (one LoRA per agent) is this loop with each turn's request on its seat's LoRA
+(``turn_sampling_params``; atgrpo_multilora_verl.py) and verl's actor, server and sync patched for N adapters
+(docs/studies/issue60_plan.md, items 1-2).
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ class RelayAgentLoop(SingleTurnAgentLoop):
         spec = dict(kwargs["extra_info"][GAME_KEY])
         single_turn = super().run
 
-        async def generate(messages: list[dict[str, str]]) -> tuple[AgentLoopOutput, str]:
-            output = await single_turn(sampling_params, priority=priority, raw_prompt=messages)
+        async def generate(messages: list[dict[str, str]], seat: int) -> tuple[AgentLoopOutput, str]:
+            params = self.turn_sampling_params(sampling_params, seat)
+            output = await single_turn(params, priority=priority, raw_prompt=messages)
             # the reply the next prompts carry, decoded as roll_ma's rollout decodes it (special tokens off)
             return output, self.tokenizer.decode(output.response_ids, skip_special_tokens=True)
 
@@ -74,6 +76,11 @@ class RelayAgentLoop(SingleTurnAgentLoop):
             # reward_extra_info: verl copies the last output's onto the others (agent_loop_tq.py:175)
             row.output.extra_fields.update({TURN_KEY: row.turn, SEAT_KEY: row.seat, "reward_extra_info": {}})
         return [row.output for row in rows]
+
+    def turn_sampling_params(self, sampling_params: dict[str, Any], seat: int) -> dict[str, Any]:
+        """The sampling params of the turn ``seat`` plays: the session's, every seat on the one shared
+        policy. atgrpo_multilora_verl.MultiLoraRelayAgentLoop names the seat's own LoRA here."""
+        return sampling_params
 
     async def ct_build_initial_tokens(self, messages: list[dict], **_: Any) -> list[int]:
         """A turn's prompt ids as roll_ma's env worker encodes them (roll_ma.envs.prompts.encode_chat: the

@@ -37,12 +37,12 @@ def _reply(turn: int, copy: int) -> str:
 
 
 def _play(spec, copy=0):
-    """Play ``spec`` with made-up replies: (the prompts asked, the rows)."""
+    """Play ``spec`` with made-up replies: (the prompts asked, the rows); each output names the seat asked."""
     seen: list[list[dict]] = []
 
-    async def generate(messages):
+    async def generate(messages, seat):
         seen.append(messages)
-        return {"turn": len(seen) - 1}, _reply(len(seen) - 1, copy)
+        return {"turn": len(seen) - 1, "seat": seat}, _reply(len(seen) - 1, copy)
 
     return seen, asyncio.run(atgrpo_game.play(spec, generate))
 
@@ -76,6 +76,7 @@ def test_a_played_game_asks_every_turn_what_seat_games_relay_asks(relay):
     turn = reference.reset(seed)
     for t, row in enumerate(rows):
         assert (row.turn, row.seat, row.messages, seen[t]) == (t, turn.player, turn.messages, turn.messages)
+        assert row.output == {"turn": t, "seat": turn.player}  # generate was told the acting seat
         step = reference.step(_reply(t, 1))
         assert row.reply == _reply(t, 1) and row.reward == step.rewards[turn.player] > 0
         turn = step.next_turn
