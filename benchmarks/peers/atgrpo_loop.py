@@ -40,7 +40,9 @@ from typing import Any
 import ray
 import torch
 import transfer_queue as tq
+from atgrpo_adapters import AGENT_COLUMN
 from atgrpo_game import GAME_KEY, SEAT_KEY, TURN_KEY, group_id, play
+from atgrpo_multilora_rollout import AGENTS_KEY
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
@@ -102,16 +104,20 @@ def reward_tokens(response_length: int, reward: float) -> torch.Tensor:
 
 
 def turn_fields(
-    prompt_uid: str, outputs: list[AgentLoopOutput], rewards: list[float]
+    prompt_uid: str, outputs: list[AgentLoopOutput], rewards: list[float], agents: int | None = None
 ) -> list[dict[str, Any]]:
-    """The fields each turn row gets over verl's: its AT-GRPO uid and its own reward."""
-    return [
-        {
-            "uid": group_id(prompt_uid, o.extra_fields[TURN_KEY], o.extra_fields[SEAT_KEY]),
-            "rm_scores": reward_tokens(len(o.response_ids), r),
-        }
-        for o, r in zip(outputs, rewards, strict=True)
-    ]
+    """The fields each turn row gets over verl's: its AT-GRPO uid and its own reward; with one LoRA per agent
+    (``agents`` set), its agent too (agent = seat), the (B,) column the multi-LoRA actor splits rows by."""
+    fields = []
+    for o, r in zip(outputs, rewards, strict=True):
+        turn, seat = o.extra_fields[TURN_KEY], o.extra_fields[SEAT_KEY]
+        row = {"uid": group_id(prompt_uid, turn, seat), "rm_scores": reward_tokens(len(o.response_ids), r)}
+        if agents is not None:
+            if not 0 <= seat < agents:
+                raise ValueError(f"seat {seat} has no adapter: model.lora.{AGENTS_KEY}={agents}")
+            row[AGENT_COLUMN] = torch.tensor(seat, dtype=torch.int64)  # stacked to (B,) by verl's put
+        fields.append(row)
+    return fields
 
 
 # An actor class at module level, as verl's AgentLoopWorkerTQ is: ray.remote(...) called at run time instead
@@ -120,7 +126,9 @@ def turn_fields(
 # The base is the plain class: Ray forbids subclassing an actor class.
 @ray.remote
 class RelayAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):
-    """verl's v1 agent-loop worker, with each relay turn row's uid and reward made the turn's own."""
+    """verl's v1 agent-loop worker, with each relay turn row's uid and reward made the turn's own, and its
+    agent written where the actor holds one LoRA per agent (``model.lora.agents``, the key the multi-LoRA
+    actor and server read: one switch for all three)."""
 
     async def _agent_loop_postprocess(self, output: Any, validate: bool, **kwargs: Any) -> None:
         outputs = output if isinstance(output, list) else [output]
@@ -134,8 +142,13 @@ class RelayAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):
         await tq.async_kv_batch_put(
             keys=keys,
             partition_id="val" if validate else "train",
-            fields=list_of_dict_to_tensordict(turn_fields(uid, outputs, rewards)),
+            fields=list_of_dict_to_tensordict(turn_fields(uid, outputs, rewards, self.lora_agents())),
         )
+
+    def lora_agents(self) -> int | None:
+        """The number of per-agent LoRAs (None: one shared policy, no agent column)."""
+        agents = (self.model_config.lora or {}).get(AGENTS_KEY)
+        return None if agents is None else int(agents)
 
 
 class RelayAgentLoopManager(AgentLoopManagerTQ):

@@ -30,12 +30,11 @@ Where verl 0.9.1 is in the way (lines of the 0.9.1 wheel; the smallest patch nam
 - transformer_impl.py:217-223: one FSDPCheckpointManager with one optimizer and one scheduler, so
   save/load_checkpoint keeps only the active agent's optimizer state (the module's state_dict has every
   adapter). Patch: one checkpoint manager per agent, or a manager taking a list of optimizers. Not done here.
-- transformer_impl.py:1001 (``get_per_tensor_param``) exports the adapter named ``default``. The engine here
-  exports the base through verl's code (agent 0's LoraConfig aliased as ``default`` for the call) and each
-  agent's LoRA with ``agent_lora_params``; a one-LoRA export is refused. Sending them (plan item 2, not here):
-  engine_workers.py:785-823 ``update_weights`` sends one LoRA, vLLM's worker loads it under the one id
-  ``VLLM_LORA_INT_ID`` (rollout/vllm_rollout/utils.py:40, 248, 281-284, 372-383) and the server is started
-  with ``max_loras: 1`` (vllm_async_server.py:430) and tags every request with that id (l. 558-569, 654-660).
+- transformer_impl.py:1001 (``get_per_tensor_param``) exports the adapter named ``default``.
+  ``MultiLoraFSDPEngine`` exports the base through verl's code (agent 0's LoraConfig aliased as ``default``
+  for the call) and refuses the one-LoRA export; ``MultiLoraSyncEngine``, the engine the worker builds, adds
+  atgrpo_multilora_sync's export of every agent's LoRA, which verl's ``update_weights``
+  (engine_workers.py:785-823) sends and atgrpo_multilora_vllm.py loads one vLLM LoRA id per agent.
 - With data parallelism every rank must hold the same number of rows of each agent (FSDP's collectives run
   once per agent's sub-batch); ``_check_same_agent_rows`` raises where they differ instead of hanging.
 """
@@ -58,6 +57,7 @@ from atgrpo_adapters import (
     rows_by_agent,
     set_agent_adapter,
 )
+from atgrpo_multilora_sync import MultiLoraSyncMixin
 from verl.single_controller.base.decorator import make_nd_compute_dataproto_dispatch_fn, register
 from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1.trainer_base import register_trainer
@@ -189,6 +189,11 @@ class MultiLoraFSDPEngine(FSDPEngineWithLMHead):
             del configs[TEMPLATE_ADAPTER]
 
 
+class MultiLoraSyncEngine(MultiLoraSyncMixin, MultiLoraFSDPEngine):
+    """The engine the multi-LoRA actor runs: MultiLoraFSDPEngine, whose adapter export (the weight sync's
+    LoRA half, refused there) is every agent's adapter in one stream (atgrpo_multilora_sync.py)."""
+
+
 def _full(t: torch.Tensor) -> torch.Tensor:
     """An FSDP2 parameter's whole tensor (a DTensor's all-gather); a plain tensor as it is."""
     return t.full_tensor() if hasattr(t, "full_tensor") else t
@@ -236,13 +241,15 @@ class MultiLoraTrainingWorker(TrainingWorker):
     """verl's TrainingWorker on ``MultiLoraFSDPEngine``: each row scored and trained under its agent's
     LoRA."""
 
+    engine_cls = MultiLoraSyncEngine  # the class verl's engine object is replaced by
+
     def __init__(self, config):
         super().__init__(config)  # builds verl's engine object (not the model: that is reset()'s job)
         if not isinstance(self.engine, FSDPEngineWithLMHead):
             raise ValueError(
                 f"the multi-LoRA actor runs on verl's FSDP LM engine, not {type(self.engine).__name__}"
             )
-        self.engine = MultiLoraFSDPEngine(
+        self.engine = self.engine_cls(
             model_config=self.model_config,
             engine_config=self.engine_config,
             optimizer_config=self.optimizer_config,

@@ -1,18 +1,23 @@
-"""PettingLLMs' AT-GRPO, ported onto verl 0.9.1, single-policy (``prompt``) regime, on the side-by-side job:
-``python -m verl.trainer.main_ppo`` with run_verl.py's overrides for the row and the relay agent loop of
-atgrpo_loop.py (a custom agent-loop manager, verl's ``agent_loop_manager_class`` hook; no verl patch).
+"""PettingLLMs' AT-GRPO, ported onto verl 0.9.1, on the side-by-side job: ``python -m verl.trainer.main_ppo``
+with run_verl.py's overrides for the row and the relay agent loop of atgrpo_loop.py (a custom agent-loop
+manager, verl's ``agent_loop_manager_class`` hook).
 
-One run plays every seat of every game (as roll_ma's runs do), ONE LoRA adapter for all seats, the seat
-named in each prompt: a row with ``adapters: shared``. Per step, verl samples the step's games
-(data.train_batch_size = games, one parquet row each, in roll_ma's (step, group) seed order), runs each
-group_size times (rollout.n), each copy a whole game of turns(N) turns whose prompts carry the earlier
-replies (SeatGame's relay, when the job has ``episodes.relay``), and trains one optimizer step on all
-turns x group_size x games rows (the job's rows_per_step), grouped for GRPO by (game, turn, seat). Step
-times are the one clock of job.py: verl's per-step console line (run_verl.STEP_LINE); verl's own timers are
-reported beside as ``phases_s``.
+One run plays every seat of every game (as roll_ma's runs do). A row with ``adapters: shared`` is the
+single-policy (``prompt``) regime: ONE LoRA adapter for all seats, the seat named in each prompt, no verl
+patch. A per-agent row is the ``lora`` regime: one LoRA, one optimizer and one vLLM LoRA id per seat, through
+verl's own hooks (atgrpo_multilora_rollout.multilora_overrides; the trainer mode of atgrpo_multilora.py,
+registered in verl's driver by VERL_USE_EXTERNAL_MODULES; docs/studies/issue60_plan.md, stage 2).
+
+Per step, verl samples the step's games (data.train_batch_size = games, one parquet row each, in roll_ma's
+(step, group) seed order), runs each group_size times (rollout.n), each copy a whole game of turns(N) turns
+whose prompts carry the earlier replies (SeatGame's relay, when the job has ``episodes.relay``), and trains
+one optimizer step on all turns x group_size x games rows (the job's rows_per_step), grouped for GRPO by
+(game, turn, seat) (a per-agent row: one optimizer step per agent, on its own rows). Step times are the one
+clock of job.py: verl's per-step console line (run_verl.STEP_LINE); verl's own timers are reported beside as
+``phases_s``.
 
     python benchmarks/peers/run_atgrpo.py --agents 3 --model /path/to/random-qwen2.5-7b \
-        --job benchmarks/peers/relay.yaml --row atgrpo_shared
+        --job benchmarks/peers/relay.yaml --row atgrpo_shared     # or --row atgrpo: one LoRA per seat
     python benchmarks/peers/run_atgrpo.py --agents 3 --model M --job J --row R --print-command   # no run
 """
 
@@ -30,6 +35,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import run_verl  # noqa: E402
 from atgrpo_game import GAME_KEY, game_spec  # noqa: E402
+from atgrpo_multilora_rollout import multilora_overrides  # noqa: E402
 from job import (  # noqa: E402
     Job,
     Row,
@@ -59,31 +65,33 @@ OWN_KEYS = (
     f"+{ARR}.rollout.agent.agent_loop_manager_class",
     "trainer.use_v1",
 )
+# one LoRA per seat (a per-agent row): verl's sync v1 trainer with the multi-LoRA actor (atgrpo_multilora.py,
+# which imports verl: its constants are written here and a test compares them), registered in the driver
+TRAINER_MODE = "atgrpo_multilora"  # atgrpo_multilora.TRAINER_MODE
+EXTERNAL_MODULES_VAR = "VERL_USE_EXTERNAL_MODULES"  # verl/__init__.py:49 imports these on verl's import
+DRIVER_MODULE = "atgrpo_multilora"  # registers TRAINER_MODE, which main_ppo looks up in its driver process
+MULTILORA_KEYS = (*multilora_overrides(1), "trainer.v1.trainer_mode")
 
 
 def check_row(job: Job, row: Row, n_agents: int | None = None, config: dict[str, Any] | None = None) -> None:
     """Refuse, before verl starts, what this port cannot run, naming the row's key; then run_verl's checks
     (verl's own config keys, sleep, micro-batches, attention)."""
     where = f"{job.source}: rows.{row.name}"
-    if not row.shared:
-        raise ValueError(
-            f"{where}.adapters={row.adapters}: this port is AT-GRPO's single-policy regime (one LoRA for "
-            "every seat); one LoRA per agent needs verl patches (docs/studies/issue60_plan.md, items 1-2): "
-            "use adapters: shared"
-        )
     if not job.grpo.norm_std:
         raise ValueError(
             f"{job.source}: grpo.norm_std=false: verl calls {ADV_ESTIMATOR} without its norm flag "
             "(verl/trainer/ppo/ray_trainer.py:251-257), so it always divides by the group's std; use "
             "norm_std: true"
         )
-    own = sorted(set(row.native) & set(OWN_KEYS))
+    own = sorted(set(row.native) & set(OWN_KEYS if row.shared else (*OWN_KEYS, *MULTILORA_KEYS)))
     if own:
         raise ValueError(
             f"{where}.native sets {', '.join(own)}, which run_atgrpo.py sets (data.max_prompt_length: the "
             "job's prompt.max_prompt_tokens, as relay prompts grow turn by turn; trainer.use_v1: only verl's "
-            "v1 trainer stores several rows per agent-loop call)"
+            "v1 trainer stores several rows per agent-loop call; the multi-LoRA keys: one LoRA per seat)"
         )
+    if not row.shared and job.lora.rank <= 0:
+        raise ValueError(f"{job.source}: lora.rank={job.lora.rank}: one LoRA per seat needs LoRA adapters")
     run_verl.check_row(job, row, n_agents, config)
 
 
@@ -97,8 +105,9 @@ def atgrpo_settings(
 ) -> dict[str, Any]:
     """The Hydra overrides of the run: run_verl's for the row (the same verl at the same settings), with
     the step counted in games and AT-GRPO's rollout and grouping."""
+    own = OWN_KEYS if row.shared else (*OWN_KEYS, *MULTILORA_KEYS)
     out = run_verl.verl_settings(
-        job, row, n_agents, model, train_file, out_dir, agent=None, taken_elsewhere=OWN_KEYS
+        job, row, n_agents, model, train_file, out_dir, agent=None, taken_elsewhere=own
     )
     turns_x_games = rows_of_run(job, n_agents, None) // job.episodes.group_size
     assert turns_x_games == games_per_step(job, n_agents) * job.turns(n_agents)
@@ -114,6 +123,8 @@ def atgrpo_settings(
         "trainer.use_v1": True,  # verl's default, written out: v0 keeps one row per agent-loop call
         "trainer.experiment_name": f"{row.name}_{n_agents}agents",
     })  # fmt: skip
+    if not row.shared:  # the lora regime: N adapters, N vLLM LoRA ids, each turn on its seat's
+        out.update({**multilora_overrides(n_agents), "trainer.v1.trainer_mode": TRAINER_MODE})
     return out
 
 
@@ -150,12 +161,16 @@ def write_train_file(job: Job, n_agents: int, path: Path) -> Path:
     return path
 
 
-def runner_env() -> dict[str, str]:
+def runner_env(shared: bool = True) -> dict[str, str]:
     """The verl process's environment: run_verl's, with this folder, benchmarks/ and the repository added
-    to PYTHONPATH, which verl's Ray actors inherit: the TaskRunner imports atgrpo_loop (the manager), the
-    agent-loop workers import it and seat_game.py, which imports roll_ma.envs.base. Added last: the caller's
-    paths (run_all: verl's staged pins first) keep their order, and no module of these folders (benchmarks/
-    common.py, say) can shadow a package verl imports."""
+    to PYTHONPATH, which verl's Ray actors inherit (and vLLM's worker processes, started by the server
+    actor): the TaskRunner imports atgrpo_loop (the manager), the agent-loop workers import it and
+    seat_game.py, which imports roll_ma.envs.base; with one LoRA per seat (``shared`` False) every verl
+    process imports atgrpo_multilora_verl (model.external_lib) and vLLM's workers atgrpo_multilora_vllm (their
+    worker extension). Added last: the caller's paths (run_all: verl's staged pins first) keep their order,
+    and no module of these folders (benchmarks/common.py, say) can shadow a package verl imports. With one
+    LoRA per seat, VERL_USE_EXTERNAL_MODULES names atgrpo_multilora too (main_ppo finds the trainer mode
+    in its own process; every process importing verl then imports it as well, which is harmless)."""
     env = {
         **os.environ,
         "HYDRA_FULL_ERROR": "1",
@@ -164,6 +179,9 @@ def runner_env() -> dict[str, str]:
     }
     paths = [str(HERE), str(HERE.parent), str(REPO)]
     env["PYTHONPATH"] = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), *paths])
+    if not shared:
+        modules = [m for m in os.environ.get(EXTERNAL_MODULES_VAR, "").split(",") if m]
+        env[EXTERNAL_MODULES_VAR] = ",".join(dict.fromkeys([*modules, DRIVER_MODULE]))  # once, caller's first
     return env
 
 
@@ -174,7 +192,17 @@ def atgrpo_passes(job: Job, row: Row) -> str:
         "replies), one vLLM request a turn, each turn rewarded by SeatGame in the agent loop"
     )
     grouping = f"advantages: verl's {ADV_ESTIMATOR} over uid = (game, turn, seat)"
-    return "; ".join([rollout, *run_verl.verl_pass_list(job, row)[1:], grouping])
+    if row.shared:
+        return "; ".join([rollout, *run_verl.verl_pass_list(job, row)[1:], grouping])
+    per_agent = [
+        rollout + ", each on its seat's own vLLM LoRA (max_loras = N)",
+        *(p.replace("the LoRA adapter off", "every agent's LoRA adapter off")
+          for p in run_verl.verl_pass_list(job, row)[1:]),
+        grouping,
+        "update: one optimizer step per agent, on that agent's rows under its own LoRA, then one sync "
+        "sending every agent's LoRA, each loaded under its own vLLM LoRA id",
+    ]  # fmt: skip
+    return "; ".join(per_agent)
 
 
 def run(job: Job, row: Row, n_agents: int, model: str, work: Path) -> dict[str, Any]:
@@ -182,7 +210,7 @@ def run(job: Job, row: Row, n_agents: int, model: str, work: Path) -> dict[str, 
     metrics_file = work / "verl_metrics.jsonl"
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo",
            *atgrpo_overrides(job, row, n_agents, model, str(train_file), str(work))]  # fmt: skip
-    env = {**runner_env(), "VERL_FILE_LOGGER_PATH": str(metrics_file)}
+    env = {**runner_env(row.shared), "VERL_FILE_LOGGER_PATH": str(metrics_file)}
     _, out, step_ends = run_logged(cmd, env, "run_atgrpo", run_verl.STEP_LINE)
     out.update(step_summary_from_ends(step_ends, job.warmup_steps, started_at=0.0))  # ends: s since launch
     if metrics_file.exists():
@@ -205,8 +233,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "row": row.name,
         "agents": args.agents,
         "agent": None,
-        "shared": True,
-        "trainer": "verl v1 (sync), relay agent loop (atgrpo_loop.py)",
+        "shared": row.shared,
+        "trainer": "verl v1 (sync), relay agent loop (atgrpo_loop.py)"
+        + ("" if row.shared else ", one LoRA per agent (atgrpo_multilora*.py)"),
         "strategy": "fsdp2",
         "settings": f"{row.name}: {row.describe()}",
         "passes": atgrpo_passes(job, row),

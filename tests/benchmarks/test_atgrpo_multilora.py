@@ -534,8 +534,21 @@ def test_the_weight_sync_exports_verls_base_and_each_agents_lora_under_verls_nam
         assert all(torch.equal(lora[k], plain[k]) for k in lora)
     trained = ours.engine.agent_lora_params(1)[0]
     assert any(not torch.equal(trained[k], ours.engine.agent_lora_params(0)[0][k]) for k in trained)
-    with pytest.raises(NotImplementedError, match="agent_lora_params"):
-        ours.engine.get_per_tensor_param(base_sync_done=True)
+    # the worker's engine adds the sync's LoRA half: every agent's adapter in one stream, under its
+    # multi-adapter names, each agent's split off as vLLM's worker splits it (atgrpo_multilora_vllm.py)
+    import atgrpo_multilora
+    from atgrpo_multilora_rollout import split_agent_adapters
+
+    assert type(ours.engine) is atgrpo_multilora.MultiLoraSyncEngine
+    exported, exported_config = ours.engine.get_per_tensor_param(base_sync_done=True)
+    per_agent = split_agent_adapters(exported)
+    assert sorted(per_agent) == [0, 1] and exported_config == stock_config
+    for agent_id in (0, 1):
+        lora = ours.engine.agent_lora_params(agent_id)[0]
+        assert per_agent[agent_id].keys() == lora.keys()
+        assert all(torch.equal(per_agent[agent_id][k], lora[k]) for k in lora)
+    with pytest.raises(NotImplementedError, match="agent_lora_params"):  # the engine without the sync's half
+        atgrpo_multilora.MultiLoraFSDPEngine.get_per_tensor_param(ours.engine, base_sync_done=True)
 
 
 # ---------------------------------------------------------------------------- as verl's trainer drives it

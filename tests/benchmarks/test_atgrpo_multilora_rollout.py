@@ -722,3 +722,66 @@ def test_a_whole_sync_through_verls_bucketed_transfer_replaces_every_agents_adap
         reference = _single_adapter_state(peft_model, agent_id)
         assert request.lora_tensors.keys() == reference.keys() and request.peft_config == config
         assert all(torch.equal(request.lora_tensors[n], reference[n]) for n in reference)
+
+
+# ------------------------------------------------------- the whole per-agent command, as a run would use it
+@pytest.fixture
+def multilora_actor():
+    """atgrpo_multilora imported before vllm_side (which drops what is imported under it afterwards): its
+    trainer mode is registered once per process, as verl's driver registers it."""
+    _verl()
+    import atgrpo_multilora
+
+    return atgrpo_multilora
+
+
+def test_the_per_agent_rows_command_is_what_a_run_uses(
+    multilora_actor, vllm_side, verls_vllm_loader, tiny_model_dir
+):
+    """run_atgrpo's whole command for row ``atgrpo`` through verl's own ppo_trainer config: the trainer mode
+    names the multi-LoRA trainer, whose worker mapping starts the multi-LoRA actor on the engine with the
+    sync's export; building the model config (as each verl process does) imports the glue (external_lib),
+    which registers the agent loop the command names and the multi-LoRA replica under the rollout's name;
+    and the vLLM server started from that model config asks vLLM for max_loras = N."""
+    import job as peer_job
+    import run_atgrpo
+    from hydra import compose, initialize_config_dir
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.trainer.ppo.utils import Role
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    relay = peer_job.load_job(PEERS / "relay.yaml")
+    n = 8
+    overrides = run_atgrpo.atgrpo_overrides(relay, relay.rows["atgrpo"], n, tiny_model_dir, "/t", "/o")
+    config_dir = Path(importlib.util.find_spec("verl").origin).parent / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+
+    trainer_cls = get_trainer_cls(cfg.trainer.v1.trainer_mode)  # main_ppo's look-up
+    assert trainer_cls is multilora_actor.MultiLoraPPOTrainer and cfg.trainer.use_v1
+    trainer = trainer_cls.__new__(trainer_cls)  # only its worker mapping: no Ray
+    trainer.config = cfg
+    trainer._init_resource_pool_mgr()
+    assert set(trainer.role_worker_mapping) == {Role.ActorRollout}  # the reference: the actor, adapters off
+    worker = trainer.role_worker_mapping[Role.ActorRollout].__ray_metadata__.modified_class
+    assert issubclass(worker, multilora_actor.MultiLoraActorRolloutRefWorker)  # Ray's subclass of it
+    assert worker.actor_worker_cls.engine_cls is multilora_actor.MultiLoraSyncEngine
+
+    sys.modules.pop(ml.VERL_GLUE_MODULE, None)
+    model = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)  # HFModelConfig.__post_init__: external_lib
+    assert multilora_actor.agents_of(model) == n and model.lora_rank == relay.lora.rank
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.agent.default_agent_loop == ml.AGENT_LOOP and rollout.name == "vllm"
+    assert _agent_loop_registry[ml.AGENT_LOOP] == {
+        "_target_": f"{ml.VERL_GLUE_MODULE}.MultiLoraRelayAgentLoop"
+    }
+    assert rollout.agent.agent_loop_manager_class == "atgrpo_loop.RelayAgentLoopManager"
+    assert RolloutReplicaRegistry.get(rollout.name) is vllm_side.MultiLoraReplica
+
+    server = object.__new__(vllm_side.MultiLoraHttpServer)
+    server.model_config = model
+    args = argparse.Namespace(max_loras=1)  # what verl's launch_server writes
+    server._set_max_loras(args)
+    assert args.max_loras == n

@@ -175,6 +175,96 @@ def test_passes_name_the_relay_rollout_and_the_grouping(relay):
     assert passes[-1] == "advantages: verl's grpo_vectorized over uid = (game, turn, seat)"
 
 
+# ---------------------------------------------------------------------------- one LoRA per seat (stage 2)
+def test_the_per_agent_row_is_atgrpo_shared_unfused_with_one_lora_per_seat(relay):
+    """Row ``atgrpo``: atgrpo_shared_unfused's settings and native keys, one adapter per agent; the runner
+    adds the multi-LoRA keys (N adapters, the glue module, its agent loop, the trainer mode), nothing else."""
+    row, unfused = relay.rows["atgrpo"], relay.rows["atgrpo_shared_unfused"]
+    assert row.framework == "atgrpo" and not row.shared and row.adapters == "per_agent"
+    assert row.settings == unfused.settings and row.native == unfused.native
+    assert row.about.startswith("PettingLLMs AT-GRPO, ported onto verl 0.9.1, lora regime")
+    arr = "actor_rollout_ref"
+    for n in (3, 8):
+        s, shared = _settings(relay, n, "atgrpo"), _settings(relay, n, "atgrpo_shared_unfused")
+        differ = {k for k in s.keys() | shared.keys() if s.get(k) != shared.get(k)}
+        assert differ == {f"+{arr}.model.lora.agents", f"{arr}.model.external_lib", "trainer.v1.trainer_mode",
+                          f"{arr}.rollout.agent.default_agent_loop", "trainer.experiment_name"}  # fmt: skip
+        assert (
+            s[f"+{arr}.model.lora.agents"] == n and s[f"{arr}.model.external_lib"] == "atgrpo_multilora_verl"
+        )
+        assert s[f"{arr}.rollout.agent.default_agent_loop"] == "atgrpo_relay_multilora"
+        assert s["trainer.v1.trainer_mode"] == "atgrpo_multilora" and s["trainer.experiment_name"] == (
+            f"atgrpo_{n}agents"
+        )
+        # the same rows a step, one optimizer step on them (per agent: the multi-LoRA actor splits them)
+        assert s[f"{arr}.actor.ppo_mini_batch_size"] * s[f"{arr}.rollout.n"] == relay.episodes.rows_per_step
+    assert s[f"{arr}.model.use_fused_kernels"] is False and s[f"{arr}.model.lora_rank"] == relay.lora.rank > 0
+    # the constants this runner writes are the modules' (those import verl; this one must not)
+    multilora = (PEERS / "atgrpo_multilora.py").read_text()
+    assert f'TRAINER_MODE = "{run_atgrpo.TRAINER_MODE}"' in multilora
+    assert run_atgrpo.DRIVER_MODULE == "atgrpo_multilora" and "@register_trainer(TRAINER_MODE)" in multilora
+    assert (PEERS / f"{s[f'{arr}.model.external_lib']}.py").is_file()
+
+
+def test_the_per_agent_rows_command_and_check(relay, capsys):
+    argv = ["--agents", "3", "--model", "M", "--job", str(PEERS / "relay.yaml"), "--row", "atgrpo"]
+    assert run_atgrpo.main([*argv, "--print-command"]) == {}
+    lines = capsys.readouterr().out.splitlines()
+    assert (
+        "+actor_rollout_ref.model.lora.agents=3" in lines
+        and "trainer.v1.trainer_mode=atgrpo_multilora" in lines
+    )
+    assert "actor_rollout_ref.model.external_lib=atgrpo_multilora_verl" in lines
+    assert [ln for ln in lines if "default_agent_loop" in ln] == [
+        "actor_rollout_ref.rollout.agent.default_agent_loop=atgrpo_relay_multilora"
+    ]
+    with pytest.raises(SystemExit) as stop:
+        run_atgrpo.main([*argv, "--check"])
+    assert stop.value.code == 0 and capsys.readouterr().out.strip() == "ok: rows.atgrpo at N = 3"
+    passes = run_atgrpo.atgrpo_passes(relay, relay.rows["atgrpo"]).split("; ")
+    assert passes[0].endswith("each on its seat's own vLLM LoRA (max_loras = N)")
+    assert passes[-1].startswith("update: one optimizer step per agent, on that agent's rows")
+    assert any("every agent's LoRA adapter off" in p for p in passes)  # the reference (kl_coef > 0)
+
+
+def test_one_lora_per_seat_names_the_trainer_module_for_verls_driver(monkeypatch):
+    """VERL_USE_EXTERNAL_MODULES: main_ppo looks the trainer mode up in its own process (the runner's child),
+    so the per-agent row's environment names atgrpo_multilora, after the caller's modules, once."""
+    monkeypatch.delenv("VERL_USE_EXTERNAL_MODULES", raising=False)
+    assert "VERL_USE_EXTERNAL_MODULES" not in run_atgrpo.runner_env()  # the shared rows: verl as it is
+    assert run_atgrpo.runner_env(shared=False)["VERL_USE_EXTERNAL_MODULES"] == "atgrpo_multilora"
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "mine,atgrpo_multilora")
+    assert run_atgrpo.runner_env(shared=False)["VERL_USE_EXTERNAL_MODULES"] == "mine,atgrpo_multilora"
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "mine")
+    assert run_atgrpo.runner_env(shared=False)["VERL_USE_EXTERNAL_MODULES"] == "mine,atgrpo_multilora"
+    assert run_atgrpo.runner_env(shared=False)["PYTHONPATH"].split(":")[-3] == str(PEERS)
+
+
+def test_run_all_plans_the_per_agent_row_as_one_run_a_n_playing_every_seat(relay, tmp_path, monkeypatch):
+    runs = run_all.plan_runs(relay, [("atgrpo", None), ("roll_ma", None)], [3, 8], 1)
+    assert runs == [("atgrpo", 3, None, False, 0), ("roll_ma", 3, None, False, 0),
+                    ("atgrpo", 8, None, False, 0), ("roll_ma", 8, None, False, 0)]  # fmt: skip
+    args = run_all.main.__globals__["argparse"].Namespace(job="relay.yaml", device="cuda", smoke=False)
+    cmd = run_all.runner_command(relay.rows["atgrpo"], 3, None, False, "M", args)
+    assert cmd[1:] == [str(PEERS / "run_atgrpo.py"), "--agents", "3", "--model", "M", "--row", "atgrpo",
+                       "--job", "relay.yaml"]  # fmt: skip
+    started = []
+
+    def fake_run_one(row, n, agent, shared, repeat, model, args, gpu=None):
+        started.append((row.name, n, agent, shared))
+        times = {"step_s": 20.0, "step_min_s": 19.0, "step_max_s": 21.0, "gpu_name": "G"}
+        return {"row": row.name, "framework": row.framework, "agents": n, "agent": agent, "shared": shared,
+                "repeat": repeat, **times}  # fmt: skip
+
+    monkeypatch.setattr(run_all, "run_one", fake_run_one)
+    summary = run_all.main(["--rows", "atgrpo", "--job", str(PEERS / "relay.yaml"), "--agents", "3",
+                            "--model", "M", "--repeats", "1", "--out-dir", str(tmp_path)])  # fmt: skip
+    assert started == [("atgrpo", 3, None, False)]  # one run, not one per agent
+    (table_row,) = summary["rows"]
+    assert (table_row["row"], table_row["adapters"], table_row["status"]) == ("atgrpo", "1 per agent", "ok")
+    assert run_all.combine(relay.rows["atgrpo"], 3, False, [summary["runs"][-1]])["runs"] == "1/1"
+
+
 def _main_error(argv, capsys) -> str:
     with pytest.raises(SystemExit):
         run_atgrpo.main(argv)
@@ -200,8 +290,13 @@ def test_rows_it_cannot_run_are_refused_in_one_line_naming_the_key(relay, tmp_pa
     def err(**kw):
         return _main_error([*base, "--job", _job_with(tmp_path, **kw)], capsys)
 
-    assert "rows.atgrpo_shared.adapters=per_agent: this port is AT-GRPO's single-policy regime" in err(
-        row_changes={"adapters": "per_agent"}
+    # a per-agent row: the multi-LoRA keys are the runner's, and it needs LoRA adapters
+    native = {**shared.native, "trainer.v1.trainer_mode": "sync"}
+    assert "rows.atgrpo_shared.native sets trainer.v1.trainer_mode, which run_atgrpo.py sets" in err(
+        row_changes={"adapters": "per_agent", "native": native}
+    )
+    assert "lora.rank=0: one LoRA per seat needs LoRA adapters" in err(
+        row_changes={"adapters": "per_agent"}, lora={**dataclasses.asdict(relay.lora), "rank": 0}
     )
     assert "grpo.norm_std=false: verl calls grpo_vectorized without its norm flag" in err(
         grpo={**dataclasses.asdict(relay.grpo), "norm_std": False}
@@ -283,10 +378,17 @@ def test_run_alls_check_before_any_run_asks_the_runner_in_verls_environment(tmp_
         "planned: atgrpo_shared_3agents_shared_r0" in out
         and "planned: atgrpo_shared_8agents_shared_r2" in out
     )
+    native = {**relay_native(), "data.max_prompt_length": 2048}
     with pytest.raises(SystemExit):
-        run_all.main([*argv, "--job", _job_with(tmp_path, row_changes={"adapters": "per_agent"})])
+        run_all.main([*argv, "--job", _job_with(tmp_path, row_changes={"native": native})])
     refused = capsys.readouterr().err
-    assert "refused before any run: atgrpo_shared at N = 3" in refused and "single-policy regime" in refused
+    assert (
+        "refused before any run: atgrpo_shared at N = 3" in refused and "which run_atgrpo.py sets" in refused
+    )
+
+
+def relay_native() -> dict:
+    return dict(peer_job.load_job(PEERS / "relay.yaml").rows["atgrpo_shared"].native)
 
 
 # ---------------------------------------------------------------------------- on verl 0.9.1, where it imports
@@ -436,9 +538,12 @@ def test_the_agent_loop_sends_seat_games_relay_prompts_one_row_a_turn(relay, tin
         _run_game(atgrpo_loop, tokenizer, spec, copy=2, prompt_length=5)
 
 
-def _stored_rows(atgrpo_loop, monkeypatch, tokenizer, spec, copies, uid="game7"):
+def _stored_rows(atgrpo_loop, monkeypatch, tokenizer, spec, copies, uid="game7", lora_agents=None):
     """What verl's TransferQueue holds after the worker stored ``copies`` sessions of one game: each key's
-    fields, later puts over earlier ones (as kv_batch_put does)."""
+    fields, later puts over earlier ones (as kv_batch_put does). ``lora_agents``: the model config's
+    ``lora.agents`` (one LoRA per seat), None for the shared policy."""
+    import types
+
     import transfer_queue as tq
 
     rows: dict[str, dict] = {}
@@ -456,6 +561,7 @@ def _stored_rows(atgrpo_loop, monkeypatch, tokenizer, spec, copies, uid="game7")
     )  # its verl state, less what a Ray actor builds
     worker.reward_loop_worker_handles, worker.distillation_enabled = None, False
     worker.processor, worker.tokenizer = None, tokenizer
+    worker.model_config = types.SimpleNamespace(lora={} if lora_agents is None else {"agents": lora_agents})
     for copy in range(copies):
         outputs, _ = _run_game(atgrpo_loop, tokenizer, spec, copy)
         kwargs = {"uid": uid, "session_id": copy, "raw_prompt": [], "global_steps": 1}
@@ -486,6 +592,27 @@ def test_the_worker_stores_a_row_a_turn_with_its_own_group_and_reward(relay, tin
         scores = row["rm_scores"]
         assert scores[-1].item() == pytest.approx(reward) and scores[:-1].abs().sum() == 0  # the turn's own
         assert len(scores) == len(row["responses"]) and row["extra_fields"][atgrpo_game.TURN_KEY] == turn
+        assert "agent_id" not in row  # one shared policy: verl's actor gets no agent column
+
+
+def test_with_one_lora_per_seat_the_worker_stores_each_rows_agent(relay, tiny_model_dir, monkeypatch):
+    """model.lora.agents set (the per-agent row): each turn row's ``agent_id`` is its seat, a 0-d int64
+    tensor a row (verl's put stacks them into the (B,) column the multi-LoRA actor splits rows by)."""
+    atgrpo_loop = _verl()
+    import torch
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    spec = atgrpo_game.game_spec(peer_job.seat_game(_small_relay(relay), 3), 99)
+    rows, _ = _stored_rows(atgrpo_loop, monkeypatch, tokenizer, spec, copies=2, lora_agents=3)
+    assert len(rows) == 2 * 3
+    for key, row in rows.items():
+        seat = (99 + int(key.rsplit("_", 1)[1])) % 3
+        agent = row["agent_id"]
+        assert agent.dtype == torch.int64 and agent.dim() == 0 and int(agent) == seat
+        assert row["uid"].endswith(f"seat{seat}")
+    with pytest.raises(ValueError, match="seat 2 has no adapter: model.lora.agents=2"):
+        _stored_rows(atgrpo_loop, monkeypatch, tokenizer, spec, copies=1, lora_agents=2)
 
 
 def test_verls_grpo_compares_one_seat_at_one_turn_across_the_copies(relay, tiny_model_dir, monkeypatch):
@@ -544,16 +671,20 @@ class FakeServer:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.calls += 1
         text = "seat says " + "7" * (1 + self.calls % 5) + "x" * (self.calls % 3)
+        lora = (sampling_params.get("extra_args") or {}).get("atgrpo_lora_int_id")  # one LoRA per seat
+        text += "" if lora is None else f" lora{lora}"
         ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
         steps = {"min_global_steps": 1, "max_global_steps": 1}
         return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids), extra_fields=steps)
 
 
-def _rollout_through_verl(model_dir: str, out_dir: str) -> None:
+def _rollout_through_verl(model_dir: str, out_dir: str, row_name: str = "atgrpo_shared") -> None:
     """Run in a fresh process (its own Ray): one step's rollout of verl 0.9.1's v1 trainer with only the LLM
     server made up - the manager loaded from run_atgrpo's override as verl's TaskRunner loads it, its
     agent-loop worker actors, verl's TransferQueue and sync replay buffer, then the trainer's advantages
-    (PPOTrainer._compute_advantage). Prints a JSON line of every stored row."""
+    (PPOTrainer._compute_advantage), the batch padded as _balance_batch pads it and fetched as verl's actor
+    worker fetches it (the KVBatchMeta -> TensorDict bridge of compute_log_prob / update_actor). Prints a
+    JSON line of every stored row, the trainer class of the row's mode and the padding rows' agents."""
     import json
     import uuid
 
@@ -563,9 +694,12 @@ def _rollout_through_verl(model_dir: str, out_dir: str) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+    from verl.trainer.ppo.v1 import get_trainer_cls
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
     from verl.utils import tensordict_utils as tu
+    from verl.utils import transferqueue_utils
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
     from verl.utils.import_utils import load_class_from_fqn
 
@@ -574,9 +708,7 @@ def _rollout_through_verl(model_dir: str, out_dir: str) -> None:
     try:
         job = _small_relay(peer_job.load_job(PEERS / "relay.yaml"))
         path = run_atgrpo.write_train_file(job, 3, Path(out_dir) / "train.parquet")
-        overrides = run_atgrpo.atgrpo_overrides(
-            job, job.rows["atgrpo_shared"], 3, model_dir, str(path), out_dir
-        )
+        overrides = run_atgrpo.atgrpo_overrides(job, job.rows[row_name], 3, model_dir, str(path), out_dir)
         overrides += ["actor_rollout_ref.rollout.agent.num_workers=2", "actor_rollout_ref.rollout.n=4"]
         with initialize_config_dir(
             config_dir=str(_package_dir("verl") / "trainer" / "config"), version_base=None
@@ -615,24 +747,45 @@ def _rollout_through_verl(model_dir: str, out_dir: str) -> None:
         trainer._compute_advantage(sampled, {})
         names = ["uid", "rm_scores", "advantages", "prompts", "responses", "extra_info"]
         got = tq.kv_batch_get(keys=sampled.keys, partition_id="train", select_fields=names)
-        columns = zip(*(list(got[n]) for n in names))
+        # the actor's batch: padded as _balance_batch pads (96 rows to a multiple of 7: 2 synthetic rows),
+        # then every field of every key, as the worker's tq bridge fetches it (compute_log_prob, update_actor)
+        padded = upsample_batch_to_divisible_size(sampled, 7, data.tokenizer.eos_token_id)
+        transferqueue_utils.TQ_INITIALIZED = True  # this process's client: tq.init() above
+        actor_batch = transferqueue_utils._meta_to_realdata(padded)
+        agents = (
+            actor_batch["agent_id"].tolist() if "agent_id" in actor_batch.keys() else [None] * len(padded)
+        )
+        columns = zip(*(list(got[n]) for n in names), agents)
         rows = {
             key: {"uid": u, "reward": float(r.sum()), "advantage": float(a[0]), "prompt": p.tolist(),
-                  "response": resp.tolist(), "game": e[atgrpo_game.GAME_KEY]}
-            for key, (u, r, a, p, resp, e) in zip(sampled.keys, columns)
+                  "response": resp.tolist(), "game": e[atgrpo_game.GAME_KEY], "agent": agent}
+            for key, (u, r, a, p, resp, e, agent) in zip(sampled.keys, columns)
         }  # fmt: skip
-        print("ROWS " + json.dumps({"games": games, "rows": rows}))
+        trainer_name = get_trainer_cls(cfg.trainer.v1.trainer_mode).__name__  # main_ppo's look-up (l. 141)
+        result = {
+            "games": games,
+            "rows": rows,
+            "trainer": trainer_name,
+            "padding_agents": agents[len(sampled) :],
+        }
+        print("ROWS " + json.dumps(result))
     finally:
         tq.close()
         ray.shutdown()
 
 
 @pytest.mark.slow
-def test_one_step_of_verls_trainer_rolls_out_the_relay_and_groups_each_turn(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("row_name", ["atgrpo_shared", "atgrpo"])
+def test_one_step_of_verls_trainer_rolls_out_the_relay_and_groups_each_turn(
+    tiny_model_dir, tmp_path, row_name
+):
     """verl 0.9.1's own rollout path with the port plugged in (only the LLM server made up; ~60 s, Ray):
     every game's copies are stored one row a turn, each prompt SeatGame relay's with the copy's earlier
     replies, each row's uid (game, turn, seat) and reward its turn's own, and verl's GRPO compares the copies
-    of a turn."""
+    of a turn. With one LoRA per seat (row ``atgrpo``, in the runner's environment: its PYTHONPATH and
+    VERL_USE_EXTERNAL_MODULES), verl's driver finds the multi-LoRA trainer mode, each turn's request names its
+    seat's LoRA, and the batch verl's actor worker fetches (all fields, synthetic padding rows included)
+    carries each row's agent = seat."""
     _verl()
     import json
     import os
@@ -643,10 +796,12 @@ def test_one_step_of_verls_trainer_rolls_out_the_relay_and_groups_each_turn(tiny
     from roll_ma.envs.prompts import chat_prompt_ids
 
     code = (
-        f"import test_atgrpo_peer as t; t._rollout_through_verl({str(tiny_model_dir)!r}, {str(tmp_path)!r})"
+        "import test_atgrpo_peer as t; "
+        f"t._rollout_through_verl({str(tiny_model_dir)!r}, {str(tmp_path)!r}, {row_name!r})"
     )
-    paths = [str(Path(__file__).parent), str(PEERS), str(PEERS.parent), str(PEERS.parents[1])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")])}
+    per_agent = row_name == "atgrpo"
+    env = run_atgrpo.runner_env(shared=not per_agent)  # the runner's: PYTHONPATH, VERL_USE_EXTERNAL_MODULES
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env["PYTHONPATH"]])
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=400)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("ROWS ")]
     assert lines, out.stderr[-3000:]
@@ -668,6 +823,8 @@ def test_one_step_of_verls_trainer_rolls_out_the_relay_and_groups_each_turn(tiny
                 tokenizer, turn.messages
             )  # SeatGame relay's, as roll_ma's
             assert row["uid"] == f"{session.split('_')[0]}/turn{t}/seat{turn.player}"
+            lora = f"lora{1000 + turn.player}"  # the server's reply names the LoRA the request asked for
+            assert (lora in reply, row["agent"]) == ((True, turn.player) if per_agent else (False, None))
             step = game.step(reply)
             assert row["reward"] == pytest.approx(step.rewards[turn.player])
             turn = step.next_turn
@@ -676,6 +833,9 @@ def test_one_step_of_verls_trainer_rolls_out_the_relay_and_groups_each_turn(tiny
     for row in rows.values():
         groups.setdefault(row["uid"], []).append(row)
     assert len(groups) == result["games"] * turns and all(len(g) == copies for g in groups.values())
+    assert result["trainer"] == ("MultiLoraPPOTrainer" if per_agent else "PPOTrainerSync")
+    first = next(iter(rows.values()))  # verl's padding rows copy the batch's first row's fields
+    assert result["padding_agents"] == [first["agent"]] * 2 and (first["agent"] is not None) == per_agent
     for group in groups.values():
         rewards = [r["reward"] for r in group]
         mean = sum(rewards) / copies

@@ -198,13 +198,13 @@ def test_the_relay_job_is_job_yaml_with_its_overrides(job):
     relay = peer_job.load_job(PEERS / "relay.yaml")
     assert relay.agents == (3, 8) and relay.episodes.relay and relay.prompt.max_prompt_tokens == 1024
     # every other key is job.yaml's: mappings merged key by key (episodes keeps its turns and sizes); its rows
-    # are job.yaml's and the AT-GRPO port's (atgrpo_*: they run the relay, test_atgrpo_peer.py)
+    # are job.yaml's and the AT-GRPO port's (atgrpo, atgrpo_*: they run the relay, test_atgrpo_peer.py)
     assert relay == dataclasses.replace(
         job,
         agents=(3, 8),
         episodes=dataclasses.replace(job.episodes, relay=True),
         prompt=dataclasses.replace(job.prompt, max_prompt_tokens=1024),
-        rows={**job.rows, **{name: row for name, row in relay.rows.items() if name.startswith("atgrpo_")}},
+        rows={**job.rows, **{name: row for name, row in relay.rows.items() if row.framework == "atgrpo"}},
     )
     game = peer_job.seat_game(relay, 3)
     assert game.relay_reply_chars == relay.episodes.relay_reply_chars == 200
