@@ -29,8 +29,13 @@ How this sits on verl 0.9.1 without patching it (paths under verl/, lines of the
   (experimental/agent_loop/single_turn_agent_loop.py).
 
 PettingLLMs' ``lora`` regime (one LoRA per agent) is this loop with each turn's request on its seat's LoRA
-(``turn_sampling_params``; atgrpo_multilora_verl.py) and verl's actor, server and sync patched for N adapters
-(docs/studies/issue60_plan.md, items 1-2).
+(``turn_sampling_params``; atgrpo_multilora_verl.py) and verl's actor, server and sync extended for N adapters
+(docs/studies/issue60_plan.md, items 1-2). Its rows carry their agent (the seat) in an ``agent_id`` column,
+written by ``RelayAgentLoopWorker`` beside uid and reward when ``model.lora.agents`` is set: verl's actor
+worker fetches every stored field of its rows (trainer/ppo/v1/replay_buffer.py:406 leaves the batch's fields
+unnamed; utils/transferqueue_utils.py:311 then selects none), so the column reaches compute_log_prob and
+update_actor as a (B,) tensor, and verl's padding rows copy it from the batch's first row
+(trainer/ppo/padding_utils.py:88).
 """
 
 from __future__ import annotations
