@@ -8,6 +8,7 @@ caller that lives on."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -29,17 +30,27 @@ AGENTS = [{"name": "alice"}, {"name": "bob"}]
 TAG = "ROLL_MA_LIFECYCLE_TEST"  # in the environment of the run's driver, hence of every process it starts
 
 
+@contextlib.contextmanager
+def _signals_of_a_terminal_job():
+    """The driver starts with the signal dispositions of a job run from a terminal, however pytest itself
+    was started: a shell's background job starts with SIGINT ignored, and ``nohup`` with SIGHUP ignored,
+    which exec keeps (Python then installs no KeyboardInterrupt; roll_ma keeps an ignored SIGHUP ignored,
+    as nohup asks)."""
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous_int if previous_int is not None else signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, previous_hup if previous_hup is not None else signal.SIG_DFL)
+
+
 def _launch(cmd: list[str], tag: str, **kwargs) -> subprocess.Popen:
     # its own session: a terminal's Ctrl-C reaches the driver and the Ray processes it started (killpg)
     env = {**os.environ, TAG: tag, "PYTHONUNBUFFERED": "1"}
-    # a shell's background job starts with SIGINT ignored, which exec keeps (and Python then installs no
-    # KeyboardInterrupt): the driver gets a terminal run's SIGINT however pytest itself was started
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
+    with _signals_of_a_terminal_job():
         return subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, **kwargs)
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 def _cli(config_dir: Path, tag: str, patch: str = "") -> subprocess.Popen:
@@ -202,8 +213,10 @@ def test_a_closed_terminal_stops_the_run_like_sigterm_leaves_nothing_and_resumes
     tag = uuid.uuid4().hex
     master, terminal = os.openpty()
     cli = [sys.executable, str(REPO / "start_pipeline.py"), "--config_path", str(config_dir), "-cn", "toy"]
-    proc = subprocess.Popen([sys.executable, "-c", ON_A_TERMINAL, *cli], cwd=REPO, start_new_session=True,
-                            env={**os.environ, TAG: tag}, stdin=terminal, stdout=terminal, stderr=terminal)
+    with _signals_of_a_terminal_job():
+        proc = subprocess.Popen([sys.executable, "-c", ON_A_TERMINAL, *cli], cwd=REPO,
+                                start_new_session=True, env={**os.environ, TAG: tag},
+                                stdin=terminal, stdout=terminal, stderr=terminal)
     os.close(terminal)
     try:
         seen = _read_terminal(master, r"step 2/8 ")  # step 1's checkpoint is written
