@@ -486,9 +486,13 @@ class _StubVllm(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 @pytest.fixture(scope="module")
 def vllm_side():
     """atgrpo_multilora_vllm imported over verl's real vLLM rollout modules, vLLM itself stubbed (an installed
-    vLLM is set aside meanwhile); every module imported for it removed afterwards."""
+    vLLM is set aside meanwhile); every module imported for it removed afterwards. The multi-LoRA actor is
+    imported first, outside that: it registers verl's trainer mode once a process (as in verl's driver), and
+    dropped and imported again by a later test it would register a second class under the same name."""
     _verl()
     import importlib.metadata as metadata
+
+    import atgrpo_multilora  # noqa: F401
 
     def vllm_bound(name):
         return name.split(".")[0] == "vllm" or name.startswith(
