@@ -15,7 +15,7 @@ the actor engine's half of the weight sync. Lines are the verl 0.9.1 wheel's, un
   turn's sampling params naming the acting seat's LoRA id (atgrpo_multilora_rollout.with_agent_lora);
   agent = seat. Registered as ``atgrpo_relay_multilora`` in each agent-loop worker, which imports this module
   when it builds its model config (experimental/agent_loop/agent_loop.py:505).
-- **The sync, actor side** is atgrpo_multilora_sync.MultiLoraSyncMixin (re-exported here): the actor's
+- **The sync, actor side** is atgrpo_multilora_sync.MultiLoraSyncMixin, not here: the actor's
   engine (atgrpo_multilora.MultiLoraSyncEngine) needs it without this module's agent loop and replica.
 """
 
@@ -25,11 +25,10 @@ from typing import Any
 
 from atgrpo_loop import RelayAgentLoop
 from atgrpo_multilora_rollout import AGENT_LOOP, with_agent_lora
-from atgrpo_multilora_sync import MultiLoraSyncMixin  # the actor's half, here beside the rollout's
 from verl.experimental.agent_loop.agent_loop import register
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-__all__ = ["MultiLoraRelayAgentLoop", "MultiLoraSyncMixin", "load_multilora_replica"]
+__all__ = ["MultiLoraRelayAgentLoop", "load_multilora_replica"]
 
 ROLLOUT_NAME = "vllm"  # the rollout name whose replica class this module replaces
 

@@ -73,6 +73,11 @@ DRIVER_MODULE = "atgrpo_multilora"  # registers TRAINER_MODE, which main_ppo loo
 MULTILORA_KEYS = (*multilora_overrides(1), "trainer.v1.trainer_mode")
 
 
+def own_keys(row: Row) -> tuple[str, ...]:
+    """The keys this runner sets for ``row``, which its native keys may not set."""
+    return OWN_KEYS if row.shared else (*OWN_KEYS, *MULTILORA_KEYS)
+
+
 def check_row(job: Job, row: Row, n_agents: int | None = None, config: dict[str, Any] | None = None) -> None:
     """Refuse, before verl starts, what this port cannot run, naming the row's key; then run_verl's checks
     (verl's own config keys, sleep, micro-batches, attention)."""
@@ -83,7 +88,7 @@ def check_row(job: Job, row: Row, n_agents: int | None = None, config: dict[str,
             "(verl/trainer/ppo/ray_trainer.py:251-257), so it always divides by the group's std; use "
             "norm_std: true"
         )
-    own = sorted(set(row.native) & set(OWN_KEYS if row.shared else (*OWN_KEYS, *MULTILORA_KEYS)))
+    own = sorted(set(row.native) & set(own_keys(row)))
     if own:
         raise ValueError(
             f"{where}.native sets {', '.join(own)}, which run_atgrpo.py sets (data.max_prompt_length: the "
@@ -105,9 +110,8 @@ def atgrpo_settings(
 ) -> dict[str, Any]:
     """The Hydra overrides of the run: run_verl's for the row (the same verl at the same settings), with
     the step counted in games and AT-GRPO's rollout and grouping."""
-    own = OWN_KEYS if row.shared else (*OWN_KEYS, *MULTILORA_KEYS)
     out = run_verl.verl_settings(
-        job, row, n_agents, model, train_file, out_dir, agent=None, taken_elsewhere=own
+        job, row, n_agents, model, train_file, out_dir, agent=None, taken_elsewhere=own_keys(row)
     )
     turns_x_games = rows_of_run(job, n_agents, None) // job.episodes.group_size
     assert turns_x_games == games_per_step(job, n_agents) * job.turns(n_agents)

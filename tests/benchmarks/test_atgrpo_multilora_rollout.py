@@ -401,7 +401,7 @@ class _Lora(dict):
         return super().get(key, default)
 
 
-def _engine(glue, module, merge=False, cpu_offload_policy=True):
+def _engine(module, merge=False, cpu_offload_policy=True):
     """The mixin on an engine-shaped object: the tiny PEFT model (not FSDP-wrapped; FSDP2 puts the PEFT
     model itself in ``module`` as well), verl's staging skipped as under an FSDP2 CPU-offload policy."""
 
@@ -409,7 +409,8 @@ def _engine(glue, module, merge=False, cpu_offload_policy=True):
         def get_per_tensor_param(self, **kwargs):
             return "base weights", kwargs
 
-    engine = object.__new__(type("Engine", (glue.MultiLoraSyncMixin, BaseExport), {}))
+    sync = importlib.import_module("atgrpo_multilora_sync")  # the actor's half of the sync (imports verl)
+    engine = object.__new__(type("Engine", (sync.MultiLoraSyncMixin, BaseExport), {}))
     engine.module, engine.agents = module, AGENTS
     engine.model_config = types.SimpleNamespace(lora=_Lora(merge=merge))
     engine._uses_fsdp2_cpu_offload_policy, engine._is_offload_param = cpu_offload_policy, False
@@ -417,22 +418,21 @@ def _engine(glue, module, merge=False, cpu_offload_policy=True):
 
 
 def test_the_actor_exports_every_agents_adapter_with_their_config(verls_vllm_loader, peft_model):
-    glue = importlib.import_module(ml.VERL_GLUE_MODULE)
-    params, config = _engine(glue, peft_model).get_per_tensor_param(layered_summon=False, base_sync_done=True)
+    params, config = _engine(peft_model).get_per_tensor_param(layered_summon=False, base_sync_done=True)
     per_agent = ml.split_agent_adapters(list(params))
     for agent_id in range(AGENTS):
         reference = _single_adapter_state(peft_model, agent_id)
         assert all(torch.equal(per_agent[agent_id][n], reference[n]) for n in reference)
     assert config == peft_model.peft_config[ml.adapter_name(0)].to_dict()
     # the base sync (vLLM on dummy weights) is the engine's own export
-    assert _engine(glue, peft_model).get_per_tensor_param() == (
+    assert _engine(peft_model).get_per_tensor_param() == (
         "base weights",
         {"layered_summon": False, "base_sync_done": False},
     )
     with pytest.raises(ValueError, match="layered_summon"):
-        _engine(glue, peft_model).get_per_tensor_param(layered_summon=True, base_sync_done=True)
+        _engine(peft_model).get_per_tensor_param(layered_summon=True, base_sync_done=True)
     with pytest.raises(ValueError, match="merge"):
-        _engine(glue, peft_model, merge=True).get_per_tensor_param(base_sync_done=True)
+        _engine(peft_model, merge=True).get_per_tensor_param(base_sync_done=True)
 
 
 # ---------------------------------------------------------------- atgrpo_multilora_vllm, vLLM stubbed
@@ -686,7 +686,6 @@ def test_a_whole_sync_through_verls_bucketed_transfer_replaces_every_agents_adap
 
     from verl.workers.rollout.vllm_rollout import bucketed_weight_transfer as transfer
 
-    glue = importlib.import_module(ml.VERL_GLUE_MODULE)
     no_device = types.SimpleNamespace(
         synchronize=lambda: None, empty_cache=lambda: None, ipc_collect=lambda: None
     )
@@ -705,7 +704,7 @@ def test_a_whole_sync_through_verls_bucketed_transfer_replaces_every_agents_adap
     extension.remove_lora = lambda lora_id: calls.append(("remove", lora_id))
     extension.add_lora = lambda request: calls.append(("add", request))
 
-    params, config = _engine(glue, peft_model).get_per_tensor_param(base_sync_done=True)
+    params, config = _engine(peft_model).get_per_tensor_param(base_sync_done=True)
     stream = list(params)
     assert sum(t.nbytes for _, t in stream) > 4 * 4096  # several buckets, agents split across them
     receiver = threading.Thread(

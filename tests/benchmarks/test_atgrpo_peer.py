@@ -48,6 +48,21 @@ def _play(spec, copy=0):
 
 
 # ---------------------------------------------------------------------------- the game and its rows
+
+def _runs_recorded(monkeypatch, step_s: float) -> list[tuple]:
+    """run_all's run_one replaced (nothing starts): each planned run recorded as (row, N, agent, shared) in
+    the list returned, its result a step of ``step_s`` [step_s - 1, step_s + 1] on GPU "G"."""
+    started: list[tuple] = []
+
+    def fake_run_one(row, n, agent, shared, repeat, model, args, gpu=None):
+        started.append((row.name, n, agent, shared))
+        times = {"step_s": step_s, "step_min_s": step_s - 1, "step_max_s": step_s + 1, "gpu_name": "G"}
+        return {"row": row.name, "framework": row.framework, "agents": n, "agent": agent, "shared": shared,
+                "repeat": repeat, **times}  # fmt: skip
+
+    monkeypatch.setattr(run_all, "run_one", fake_run_one)
+    return started
+
 def test_each_game_row_is_a_game_roll_ma_plays_in_its_order(relay):
     n = 3
     rows = run_atgrpo.game_rows(relay, n)
@@ -248,15 +263,7 @@ def test_run_all_plans_the_per_agent_row_as_one_run_a_n_playing_every_seat(relay
     cmd = run_all.runner_command(relay.rows["atgrpo"], 3, None, False, "M", args)
     assert cmd[1:] == [str(PEERS / "run_atgrpo.py"), "--agents", "3", "--model", "M", "--row", "atgrpo",
                        "--job", "relay.yaml"]  # fmt: skip
-    started = []
-
-    def fake_run_one(row, n, agent, shared, repeat, model, args, gpu=None):
-        started.append((row.name, n, agent, shared))
-        times = {"step_s": 20.0, "step_min_s": 19.0, "step_max_s": 21.0, "gpu_name": "G"}
-        return {"row": row.name, "framework": row.framework, "agents": n, "agent": agent, "shared": shared,
-                "repeat": repeat, **times}  # fmt: skip
-
-    monkeypatch.setattr(run_all, "run_one", fake_run_one)
+    started = _runs_recorded(monkeypatch, step_s=20.0)
     summary = run_all.main(["--rows", "atgrpo", "--job", str(PEERS / "relay.yaml"), "--agents", "3",
                             "--model", "M", "--repeats", "1", "--out-dir", str(tmp_path)])  # fmt: skip
     assert started == [("atgrpo", 3, None, False)]  # one run, not one per agent
@@ -340,15 +347,7 @@ def test_run_all_plans_one_run_a_row_and_runs_it_on_the_relay_job(relay, tmp_pat
     assert cmd[1] == str(PEERS / "run_atgrpo.py") and "--agent" not in cmd
     assert cmd[2:] == ["--agents", "8", "--model", "M", "--row", "atgrpo_shared", "--job", "relay.yaml"]
     # on the relay job its rows run (nothing is started here: run_one is replaced), the single-turn peers' not
-    started = []
-
-    def fake_run_one(row, n, agent, shared, repeat, model, args, gpu=None):
-        started.append((row.name, n, agent, shared))
-        times = {"step_s": 10.0, "step_min_s": 9.0, "step_max_s": 11.0, "gpu_name": "G"}
-        return {"row": row.name, "framework": row.framework, "agents": n, "agent": agent, "shared": shared,
-                "repeat": repeat, **times}  # fmt: skip
-
-    monkeypatch.setattr(run_all, "run_one", fake_run_one)
+    started = _runs_recorded(monkeypatch, step_s=10.0)
     summary = run_all.main(["--rows", "atgrpo_shared,trl_shared@8", "--job", str(PEERS / "relay.yaml"),
                             "--agents", "8", "--model", "M", "--repeats", "1",
                             "--out-dir", str(tmp_path)])  # fmt: skip
