@@ -23,14 +23,12 @@ clock of job.py: verl's per-step console line (run_verl.STEP_LINE); verl's own t
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import run_verl  # noqa: E402
@@ -68,7 +66,6 @@ OWN_KEYS = (
 # one LoRA per seat (a per-agent row): verl's sync v1 trainer with the multi-LoRA actor (atgrpo_multilora.py,
 # which imports verl: its constants are written here and a test compares them), registered in the driver
 TRAINER_MODE = "atgrpo_multilora"  # atgrpo_multilora.TRAINER_MODE
-EXTERNAL_MODULES_VAR = "VERL_USE_EXTERNAL_MODULES"  # verl/__init__.py:49 imports these on verl's import
 DRIVER_MODULE = "atgrpo_multilora"  # registers TRAINER_MODE, which main_ppo looks up in its driver process
 MULTILORA_KEYS = (*multilora_overrides(1), "trainer.v1.trainer_mode")
 
@@ -165,7 +162,7 @@ def write_train_file(job: Job, n_agents: int, path: Path) -> Path:
     return path
 
 
-def runner_env(shared: bool = True) -> dict[str, str]:
+def runner_env(shared: bool = True, modules: tuple[str, ...] = ()) -> dict[str, str]:
     """The verl process's environment: run_verl's, with this folder, benchmarks/ and the repository added
     to PYTHONPATH, which verl's Ray actors inherit (and vLLM's worker processes, started by the server
     actor): the TaskRunner imports atgrpo_loop (the manager), the agent-loop workers import it and
@@ -174,19 +171,14 @@ def runner_env(shared: bool = True) -> dict[str, str]:
     worker extension). Added last: the caller's paths (run_all: verl's staged pins first) keep their order,
     and no module of these folders (benchmarks/common.py, say) can shadow a package verl imports. With one
     LoRA per seat, VERL_USE_EXTERNAL_MODULES names atgrpo_multilora too (main_ppo finds the trainer mode
-    in its own process; every process importing verl then imports it as well, which is harmless)."""
-    env = {
-        **os.environ,
-        "HYDRA_FULL_ERROR": "1",
-        "PYTHONUNBUFFERED": "1",  # each step line reaches the pipe when printed (the step clock)
-        "RAY_DEDUP_LOGS": "0",  # Ray forwards the TaskRunner's lines as they come, never folded
-    }
-    paths = [str(HERE), str(HERE.parent), str(REPO)]
-    env["PYTHONPATH"] = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), *paths])
-    if not shared:
-        modules = [m for m in os.environ.get(EXTERNAL_MODULES_VAR, "").split(",") if m]
-        env[EXTERNAL_MODULES_VAR] = ",".join(dict.fromkeys([*modules, DRIVER_MODULE]))  # once, caller's first
-    return env
+    in its own process; every process importing verl then imports it as well, which is harmless).
+    ``modules``: the row's own (run_verl.external_modules: its attention's)."""
+    return run_verl.verl_env([*modules, *([] if shared else [DRIVER_MODULE])], with_paths=True)
+
+
+def row_env(row: Row) -> dict[str, str]:
+    """``runner_env`` for ``row``: its adapters' modules and its attention's."""
+    return runner_env(row.shared, tuple(run_verl.external_modules(row)))
 
 
 def atgrpo_passes(job: Job, row: Row) -> str:
@@ -214,7 +206,7 @@ def run(job: Job, row: Row, n_agents: int, model: str, work: Path) -> dict[str, 
     metrics_file = work / "verl_metrics.jsonl"
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo",
            *atgrpo_overrides(job, row, n_agents, model, str(train_file), str(work))]  # fmt: skip
-    env = {**runner_env(row.shared), "VERL_FILE_LOGGER_PATH": str(metrics_file)}
+    env = {**row_env(row), "VERL_FILE_LOGGER_PATH": str(metrics_file)}
     _, out, step_ends = run_logged(cmd, env, "run_atgrpo", run_verl.STEP_LINE)
     out.update(step_summary_from_ends(step_ends, job.warmup_steps, started_at=0.0))  # ends: s since launch
     if metrics_file.exists():

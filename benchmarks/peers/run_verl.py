@@ -56,6 +56,11 @@ from job import (  # noqa: E402
 
 KL_LOSS = {"k3": "low_var_kl", "k1": "kl"}  # verl's low_var_kl is k3 clamped to [-10, 10]
 ATTN_KEY = "+actor_rollout_ref.model.override_config.attn_implementation"  # a padded row: sdpa
+# packed rows through torch's varlen flash kernel (verl_varlen.py registers it in every verl process)
+VARLEN = "roll_ma_varlen"
+VARLEN_MODULE = "verl_varlen"
+EXTERNAL_MODULES_VAR = "VERL_USE_EXTERNAL_MODULES"  # verl/__init__.py:49 imports these on verl's import
+REPO = HERE.parent.parent
 
 # verl's console logger (verl/utils/logger/aggregate_logger.py, concat_dict_to_str) prints one line per
 # logged step, "step:N - key:value - ...", from the TaskRunner actor (Ray prefixes "(TaskRunnerV1 pid=..)").
@@ -122,7 +127,8 @@ def verl_settings(
     removal; ``packed``: use_remove_padding (verl 0.9.1 packs a micro-batch's rows into one sequence, its
     padding helpers fall back to torch without flash-attn), with flash-attn's varlen kernel, or with the
     attention the row's native ``+actor_rollout_ref.model.override_config.attn_implementation`` names
-    (sdpa: transformers builds the block-diagonal causal mask from the packed position ids).
+    (sdpa: transformers builds the block-diagonal causal mask from the packed position ids, quadratic in
+    the packed length; roll_ma_varlen: torch's varlen flash kernel, registered by ``verl_env``).
 
     pi_old: with ``algorithm.rollout_correction.bypass_mode: true`` (verl's documented way to skip "the
     expensive actor forward pass for old_log_prob") vLLM's log-probs of the sampled tokens are pi_old;
@@ -256,7 +262,7 @@ def check_row(job: Job, row: Row, n_agents: int | None = None, config: dict[str,
         raise ValueError(
             f"{where}.settings.attention=packed: verl's default attention for packed rows is flash-attn's "
             "varlen kernel, and flash-attn is not installed (no wheel for this torch / CUDA); name another "
-            f"in native {ATTN_KEY}: sdpa, or use padded"
+            f"in native {ATTN_KEY}: {VARLEN} (torch's varlen flash kernel) or sdpa, or use padded"
         )
 
 
@@ -324,6 +330,32 @@ def read_metrics(path: Path, warmup: int) -> dict[str, Any]:
     }
 
 
+def external_modules(row: Row) -> list[str]:
+    """The modules every verl process of ``row``'s run imports beside verl (``VERL_USE_EXTERNAL_MODULES``):
+    the attention ``roll_ma_varlen``'s registration where the row names it."""
+    return [VARLEN_MODULE] if row.native.get(ATTN_KEY) == VARLEN else []
+
+
+def verl_env(modules: list[str] | tuple[str, ...] = (), with_paths: bool = False) -> dict[str, str]:
+    """The verl process's environment: the caller's, with ``modules`` added to VERL_USE_EXTERNAL_MODULES after
+    the caller's (every process importing verl imports them), and where there are any (or ``with_paths``)
+    this folder, benchmarks/ and the repository added last to PYTHONPATH, which verl's Ray actors inherit:
+    those modules import, and no module of these folders shadows a package verl imports."""
+    env = {
+        **os.environ,
+        "HYDRA_FULL_ERROR": "1",
+        "PYTHONUNBUFFERED": "1",  # each step line reaches the pipe when printed (the step clock)
+        "RAY_DEDUP_LOGS": "0",  # Ray forwards the TaskRunner's lines as they come, never folded
+    }
+    if modules:
+        known = [m for m in os.environ.get(EXTERNAL_MODULES_VAR, "").split(",") if m]
+        env[EXTERNAL_MODULES_VAR] = ",".join(dict.fromkeys([*known, *modules]))  # once, caller's first
+    if modules or with_paths:
+        paths = [str(HERE), str(HERE.parent), str(REPO)]
+        env["PYTHONPATH"] = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), *paths])
+    return env
+
+
 def run(
     job: Job, row: Row, n_agents: int, agent: int | None, model: str, legacy: bool, work: Path
 ) -> dict[str, Any]:
@@ -333,13 +365,7 @@ def run(
     longest = longest_prompt_tokens(model, prompts)
     overrides = verl_overrides(job, row, n_agents, model, str(train_file), str(work), legacy, agent, longest)
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
-    env = {
-        **os.environ,
-        "VERL_FILE_LOGGER_PATH": str(metrics_file),
-        "HYDRA_FULL_ERROR": "1",
-        "PYTHONUNBUFFERED": "1",  # each step line reaches the pipe when printed (the step clock)
-        "RAY_DEDUP_LOGS": "0",  # Ray forwards the TaskRunner's lines as they come, never folded
-    }
+    env = {**verl_env(external_modules(row)), "VERL_FILE_LOGGER_PATH": str(metrics_file)}
     _, out, step_ends = run_logged(cmd, env, "run_verl", STEP_LINE)
     out.update(step_summary_from_ends(step_ends, job.warmup_steps, started_at=0.0))  # ends: s since launch
     if metrics_file.exists():

@@ -250,7 +250,7 @@ def verl_cpu(tmp_path_factory):
         patch.undo()
 
 
-def _config(model_path: str, agents: int):
+def _config(model_path: str, agents: int, attention: str = "sdpa"):
     """verl's TrainingWorker config for an actor with ``agents`` LoRAs; fp32 throughout and one row per
     micro-batch, so that equal work gives bit-equal results."""
     import atgrpo_multilora
@@ -260,7 +260,7 @@ def _config(model_path: str, agents: int):
     model = HFModelConfig(path=model_path, lora_rank=LORA["r"], lora_alpha=LORA["lora_alpha"],
                           target_modules="all-linear", use_remove_padding=True,
                           enable_gradient_checkpointing=False,
-                          override_config={"attn_implementation": "sdpa"},
+                          override_config={"attn_implementation": attention},
                           lora={atgrpo_multilora.AGENTS_KEY: agents})  # fmt: skip
     fp32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
     engine = FSDPEngineConfig(strategy="fsdp2", mixed_precision=fp32, use_torch_compile=False,
@@ -272,12 +272,12 @@ def _config(model_path: str, agents: int):
                                 optimizer_config=optim, checkpoint_config=CheckpointConfig())  # fmt: skip
 
 
-def _worker(model_path: str, agents: int, **engine_changes):
+def _worker(model_path: str, agents: int, attention: str = "sdpa", **engine_changes):
     import dataclasses
 
     import atgrpo_multilora
 
-    config = _config(model_path, agents)
+    config = _config(model_path, agents, attention)
     if engine_changes:  # verl's configs are frozen dataclasses
         engine = dataclasses.replace(config.engine_config, **engine_changes)
         config = dataclasses.replace(config, engine_config=engine)
@@ -501,6 +501,33 @@ def test_each_row_is_scored_under_its_own_agents_adapter_and_the_reference_under
     # adapters back on after the reference: the agents' scores are as before
     again = _log_probs(worker, agent_ids, seeds)
     assert all(torch.equal(a, b) for a, b in zip(again, mixed))
+
+
+def test_packed_micro_batches_under_roll_ma_varlen_score_each_row_as_it_scores_alone(verl_cpu, monkeypatch):
+    """relay.yaml's AT-GRPO rows and job.yaml's verl_best run verl's packed rows (use_remove_padding) through
+    roll_ma_varlen (verl_varlen.py, imported in every verl process): micro-batches of two rows of unequal
+    lengths, each packed into one sequence by verl's engine, score each row as one row a micro-batch under
+    sdpa does, under an agent's adapter and for the reference."""
+    import verl_varlen
+
+    from roll_ma.models import varlen_attention
+
+    packed_calls = []  # the rows each packed attention call saw (CPU: the per-row path of roll_ma_varlen)
+    per_row = varlen_attention._per_row_sdpa
+    monkeypatch.setattr(varlen_attention, "_per_row_sdpa",
+                        lambda q, k, v, cu, *a: packed_calls.append(len(cu) - 1) or per_row(q, k, v, cu, *a))
+    seeds, agent_ids = [7, 8, 9, 10], [0, 1, 1, 0]  # odd seeds' rows are 2 tokens shorter
+    packed = _worker(verl_cpu, 2, verl_varlen.NAME, infer_micro_batch_size_per_gpu=2)
+    alone = _worker(verl_cpu, 2)
+    assert packed.engine.module.config._attn_implementation == "roll_ma_varlen"
+    for extra in ({}, {"no_lora_adapter": True}):
+        packed_calls.clear()
+        got = _log_probs(packed, agent_ids, seeds, **extra)
+        want = _log_probs(alone, agent_ids, seeds, **extra)
+        assert packed_calls and set(packed_calls) == {2}  # every layer's call: a micro-batch's two rows
+        # a row's last entry scores the token after the row (verl's roll: packed, the next row's first)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a[:-1], b[:-1], rtol=1e-5, atol=1e-5)
 
 
 def test_the_weight_sync_exports_verls_base_and_each_agents_lora_under_verls_names(verl_cpu):

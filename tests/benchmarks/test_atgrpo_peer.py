@@ -776,7 +776,7 @@ def _rollout_through_verl(model_dir: str, out_dir: str, row_name: str = "atgrpo_
 @pytest.mark.slow
 @pytest.mark.parametrize("row_name", ["atgrpo_shared", "atgrpo"])
 def test_one_step_of_verls_trainer_rolls_out_the_relay_and_groups_each_turn(
-    tiny_model_dir, tmp_path, row_name
+    relay, tiny_model_dir, tmp_path, row_name
 ):
     """verl 0.9.1's own rollout path with the port plugged in (only the LLM server made up; ~60 s, Ray):
     every game's copies are stored one row a turn, each prompt SeatGame relay's with the copy's earlier
@@ -799,7 +799,8 @@ def test_one_step_of_verls_trainer_rolls_out_the_relay_and_groups_each_turn(
         f"t._rollout_through_verl({str(tiny_model_dir)!r}, {str(tmp_path)!r}, {row_name!r})"
     )
     per_agent = row_name == "atgrpo"
-    env = run_atgrpo.runner_env(shared=not per_agent)  # the runner's: PYTHONPATH, VERL_USE_EXTERNAL_MODULES
+    # the runner's: PYTHONPATH, VERL_USE_EXTERNAL_MODULES (the multi-LoRA driver, the rows' varlen attention)
+    env = run_atgrpo.row_env(relay.rows[row_name])
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env["PYTHONPATH"]])
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=400)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("ROWS ")]

@@ -448,11 +448,11 @@ def test_verl_overrides_take_every_setting_from_the_row(job):
     assert o[f"{arr}.rollout.free_cache_engine"] == "True"
     assert o["data.max_prompt_length"] == "137"  # native `longest`: the run's longest prompt
     assert o["algorithm.rollout_correction.bypass_mode"] == "True"
-    # verl_best (issue 60): packed rows (remove padding) through sdpa, verl's fused kernels (triton backend)
+    # verl_best (issue 60): packed rows (remove padding) through torch's varlen kernel, verl's fused kernels
     assert (o[f"{arr}.model.use_remove_padding"], o[f"{arr}.model.use_fused_kernels"]) == ("True", "True")
     assert o[f"{arr}.model.fused_kernel_options.impl_backend"] == "triton"
-    assert o[f"+{arr}.model.override_config.attn_implementation"] == "sdpa"
-    run_verl.check_row(job, best)  # packed rows with sdpa named: no flash-attn needed
+    assert o[f"+{arr}.model.override_config.attn_implementation"] == "roll_ma_varlen"
+    run_verl.check_row(job, best)  # packed rows with another attention named: no flash-attn needed
     # padded rows: sdpa from the runner, no padding removal; the verl row: its own numbers
     padded = job.rows["verl_best_padded"]
     o = _overrides(run_verl.verl_overrides(job, padded, 3, "M", "T", "O", longest_prompt=9))
@@ -542,7 +542,7 @@ def test_verl_overrides_compose_with_verls_own_config(job):
     dtypes = [arr[role]["fsdp_config"]["model_dtype"] for role in ("actor", "ref")]
     assert dtypes == ["bfloat16", "bfloat16"]
     assert arr["rollout"]["dtype"] == "bfloat16"
-    # verl_best (issue 60): packed rows through sdpa and the fused kernels, as verl's own config reads them
+    # verl_best (issue 60): packed rows through roll_ma_varlen, the fused kernels, as verl's config reads them
     best = run_verl.verl_overrides(job, job.rows["verl_best"], 3, "/m", "/t.parquet", "/o", longest_prompt=9)
     with initialize_config_dir(config_dir=str(root / "trainer" / "config"), version_base=None):
         cfg = OmegaConf.to_container(compose(config_name="ppo_trainer", overrides=best), resolve=True)
@@ -550,7 +550,7 @@ def test_verl_overrides_compose_with_verls_own_config(job):
     assert (model["use_remove_padding"], model["use_fused_kernels"], model["use_liger"]) == (True, True, True)
     assert model["fused_kernel_options"] == {"impl_backend": "triton"}
     assert model["enable_gradient_checkpointing"] is False
-    assert model["override_config"] == {"attn_implementation": "sdpa"}
+    assert model["override_config"] == {"attn_implementation": "roll_ma_varlen"}
     assert cfg["actor_rollout_ref"]["actor"]["use_fused_kernels"] is True  # the actor follows the model's
     run_verl.check_row(job, job.rows["verl_best"])  # every native key is one of this verl's
     # the shared run: one adapter, every seat's prompts of a step in one batch (= one optimizer step)
