@@ -250,9 +250,10 @@ def verl_cpu(tmp_path_factory):
         patch.undo()
 
 
-def _config(model_path: str, agents: int, attention: str = "sdpa"):
+def _config(model_path: str, agents: int, attention: str = "sdpa", fused: str | None = None):
     """verl's TrainingWorker config for an actor with ``agents`` LoRAs; fp32 throughout and one row per
-    micro-batch, so that equal work gives bit-equal results."""
+    micro-batch, so that equal work gives bit-equal results. ``fused``: verl's fused log-probs on that
+    backend (use_fused_kernels)."""
     import atgrpo_multilora
     from verl.trainer.config import CheckpointConfig
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig, TrainingWorkerConfig
@@ -261,6 +262,8 @@ def _config(model_path: str, agents: int, attention: str = "sdpa"):
                           target_modules="all-linear", use_remove_padding=True,
                           enable_gradient_checkpointing=False,
                           override_config={"attn_implementation": attention},
+                          use_fused_kernels=fused is not None,
+                          fused_kernel_options={"impl_backend": fused} if fused else {},
                           lora={atgrpo_multilora.AGENTS_KEY: agents})  # fmt: skip
     fp32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
     engine = FSDPEngineConfig(strategy="fsdp2", mixed_precision=fp32, use_torch_compile=False,
@@ -272,12 +275,13 @@ def _config(model_path: str, agents: int, attention: str = "sdpa"):
                                 optimizer_config=optim, checkpoint_config=CheckpointConfig())  # fmt: skip
 
 
-def _worker(model_path: str, agents: int, attention: str = "sdpa", **engine_changes):
+def _worker(model_path: str, agents: int, attention: str = "sdpa", fused: str | None = None,
+            **engine_changes):  # fmt: skip
     import dataclasses
 
     import atgrpo_multilora
 
-    config = _config(model_path, agents, attention)
+    config = _config(model_path, agents, attention, fused)
     if engine_changes:  # verl's configs are frozen dataclasses
         engine = dataclasses.replace(config.engine_config, **engine_changes)
         config = dataclasses.replace(config, engine_config=engine)
@@ -335,8 +339,8 @@ def _log_probs(worker, agent_ids, seeds, **extra) -> list:
     return [row.clone() for row in out["log_probs"].unbind()]  # per row (L_i,)
 
 
-def _train(worker, agent_ids, seeds):
-    return worker.train_mini_batch(_batch(agent_ids, seeds, mini_batch_size=len(seeds)))["metrics"]
+def _train(worker, agent_ids, seeds, **extra):
+    return worker.train_mini_batch(_batch(agent_ids, seeds, mini_batch_size=len(seeds), **extra))["metrics"]
 
 
 def _full(t):
@@ -528,6 +532,29 @@ def test_packed_micro_batches_under_roll_ma_varlen_score_each_row_as_it_scores_a
         # a row's last entry scores the token after the row (verl's roll: packed, the next row's first)
         for a, b in zip(got, want):
             torch.testing.assert_close(a[:-1], b[:-1], rtol=1e-5, atol=1e-5)
+
+
+def test_fused_log_probs_on_verls_torch_backend_score_each_agents_rows_as_unfused(verl_cpu, monkeypatch):
+    """relay.yaml's atgrpo row scores with verl's fused log-probs on its torch backend (use_fused_kernels,
+    impl_backend torch: the LM head and log-softmax in 512-token chunks; unfused, verl 0.9.1 without
+    flash-attn runs log_softmax once per token, torch_functional.py logprobs_from_logits_v2). Trained alike,
+    each row scores under its agent's adapter, and the reference with every adapter off, as unfused."""
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
+
+    seeds, agent_ids, scored = [7, 7, 8, 8], [0, 1, 1, 0], ({}, {"no_lora_adapter": True})
+    plain = _worker(verl_cpu, 2)  # first: building a fused worker replaces the model class's forward
+    _train(plain, [1, 1], [11, 12])
+    want = [_log_probs(plain, agent_ids, seeds, **extra) for extra in scored]
+    # (monkey_patch.py:286, for every model of the class; put back after the test)
+    monkeypatch.setattr(Qwen2ForCausalLM, "forward", Qwen2ForCausalLM.forward)
+    fused = _worker(verl_cpu, 2, fused="torch")
+    _train(fused, [1, 1], [11, 12], use_fused_kernels=True)
+    got = [_log_probs(fused, agent_ids, seeds, use_fused_kernels=True, **extra) for extra in scored]
+    for rows_got, rows_want in zip(got, want):
+        for a, b in zip(rows_got, rows_want):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    # the comparison is not vacuous: agent 1 trained scores the tokens of row 0 apart from agent 0 (the base)
+    assert not torch.allclose(got[0][1], got[0][0]) and torch.allclose(got[0][0], got[1][0])
 
 
 def test_the_weight_sync_exports_verls_base_and_each_agents_lora_under_verls_names(verl_cpu):

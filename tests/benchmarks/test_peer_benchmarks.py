@@ -1378,3 +1378,18 @@ def test_a_runner_echoes_its_launchers_lines_as_they_come(tmp_path):
     assert code is None
     assert output.splitlines()[0].startswith("[run_x] ") and "vllm server up" in output.splitlines()[1:]
     assert log.read_text() == output
+
+
+def test_verl_logprobs_script_times_verls_unfused_and_fused_log_probs_alike(tmp_path):
+    """benchmarks/peers/verl_logprobs.py in verl's environment: every path's log-probs of the same tokens
+    agree, and each pass is timed (numbers never checked)."""
+    if importlib.util.find_spec("verl") is None:
+        pytest.skip("verl is not installed (its environment: benchmarks/peers/requirements-verl.txt)")
+    out = tmp_path / "logprobs.json"
+    script = PEERS / "verl_logprobs.py"
+    args = ["--tokens", "48", "--hidden", "16", "--vocab", "50", "--repeats", "1", "--out", str(out)]
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["path"] for r in rows] == ["unfused", "fused_torch"]
+    assert all(r["forward_s"] > 0 and r["forward_backward_s"] > 0 and r["max_abs_diff"] < 1e-4 for r in rows)

@@ -85,9 +85,11 @@ def test_the_rows_naming_it_import_it_in_every_verl_process(job, relay, monkeypa
     assert run_atgrpo.row_env(sdpa)[MODULES] == "atgrpo_multilora"
     assert sdpa.native[run_verl.ATTN_KEY] == "sdpa"
     assert run_atgrpo.row_env(relay.rows["atgrpo_shared_unfused"])[MODULES] == "verl_varlen"
-    # apart from the attention, atgrpo_sdpa is the per-agent row
-    varlen = {**sdpa.native, run_verl.ATTN_KEY: run_verl.VARLEN}
-    assert dataclasses.replace(sdpa, name="atgrpo", about=per_agent.about, native=varlen) == per_agent
+    # atgrpo_sdpa is the per-agent row as it first ran: sdpa and unfused log-probs, nothing else apart
+    model = "actor_rollout_ref.model"
+    now = {**sdpa.native, run_verl.ATTN_KEY: run_verl.VARLEN, f"{model}.use_fused_kernels": True,
+           f"{model}.fused_kernel_options.impl_backend": "torch"}  # fmt: skip
+    assert dataclasses.replace(sdpa, name="atgrpo", about=per_agent.about, native=now) == per_agent
 
 
 def test_packed_rows_without_flash_attn_name_the_varlen_kernel_in_the_refusal(job):
