@@ -185,6 +185,13 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
+def warm_median_s(fn: Callable[[], Any], repeats: int) -> float:
+    """Median seconds of ``repeats`` timed calls of ``fn``, after one untimed warm-up call (the allocator,
+    kernel choices and caches settled)."""
+    fn()
+    return median([timed(fn)[0] for _ in range(repeats)])
+
+
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from common import base_parser, environment, int_list, log, median, report, setup_device, str_list, timed
+from common import base_parser, environment, int_list, log, report, setup_device, str_list, warm_median_s
 
 ATTENTIONS = ("sdpa", "roll_ma_varlen")
 PASSES = ("forward", "forward_backward")
@@ -93,10 +93,8 @@ def measure(decoder, attention: str, tokens: int, row_len: int, repeats: int, de
         torch.cuda.reset_peak_memory_stats()
     row: dict[str, Any] = {"attention": attention, "tokens": tokens, "rows": -(-tokens // row_len)}
     for name, fn in (("forward", forward), ("forward_backward", forward_backward)):
-        if name not in passes:
-            continue
-        fn()  # warm-up: kernels chosen, caches built
-        row[f"{name}_s"] = median([timed(fn)[0] for _ in range(repeats)])
+        if name in passes:
+            row[f"{name}_s"] = warm_median_s(fn, repeats)
     if device == "cuda":
         row["peak_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
     return row, forward()

@@ -31,12 +31,11 @@ from common import (
     cuda_sync,
     environment,
     log,
-    median,
     prepare_model,
     report,
     setup_device,
     str_list,
-    timed,
+    warm_median_s,
 )
 
 # variant -> (remove_padding, gradient checkpointing, train token budget, scoring token budget, a group's
@@ -177,8 +176,7 @@ def measure(strategy: Any, batch: Any, name: str, shape: Any, peak: float, repea
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         try:
-            fn()  # warm-up (allocator, kernels, the optimizer's first step)
-            seconds = median([timed(fn)[0] for _ in range(repeats)])
+            seconds = warm_median_s(fn, repeats)  # the warm-up takes the optimizer's first step too
         except torch.OutOfMemoryError:
             row[f"{pass_name}_s"] = "OOM"
             torch.cuda.empty_cache()

@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 
-from common import environment, int_list, log, median, report, str_list, timed  # noqa: E402
+from common import environment, int_list, log, report, str_list, warm_median_s  # noqa: E402
 
 PATHS = ("unfused", "fused_torch", "fused_liger")
 
@@ -91,8 +91,7 @@ def measure(path: str, tokens: int, args, weight) -> tuple[dict[str, Any], Any]:
     row: dict[str, Any] = {"path": path, "tokens": tokens}
     for name, pass_fn in (("forward", forward), ("forward_backward", forward_backward)):
         if name in args.passes:
-            pass_fn()  # warm-up
-            row[f"{name}_s"] = median([timed(pass_fn)[0] for _ in range(args.repeats)])
+            row[f"{name}_s"] = warm_median_s(pass_fn, args.repeats)
     if args.device == "cuda":
         row["peak_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
     return row, forward()

@@ -548,6 +548,8 @@ def test_fused_log_probs_on_verls_torch_backend_score_each_agents_rows_as_unfuse
     # (monkey_patch.py:286, for every model of the class; put back after the test)
     monkeypatch.setattr(Qwen2ForCausalLM, "forward", Qwen2ForCausalLM.forward)
     fused = _worker(verl_cpu, 2, fused="torch")
+    # the fused path is the one scoring: the model class now runs verl's torch-backend forward (log-probs out)
+    assert Qwen2ForCausalLM.forward.__name__ == "forward_with_torch_backend"
     _train(fused, [1, 1], [11, 12], use_fused_kernels=True)
     got = [_log_probs(fused, agent_ids, seeds, use_fused_kernels=True, **extra) for extra in scored]
     for rows_got, rows_want in zip(got, want):
