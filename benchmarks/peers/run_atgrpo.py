@@ -172,12 +172,12 @@ def runner_env(shared: bool = True, modules: tuple[str, ...] = ()) -> dict[str, 
     and no module of these folders (benchmarks/common.py, say) can shadow a package verl imports. With one
     LoRA per seat, VERL_USE_EXTERNAL_MODULES names atgrpo_multilora too (main_ppo finds the trainer mode
     in its own process; every process importing verl then imports it as well, which is harmless).
-    ``modules``: the row's own (run_verl.external_modules: its attention's)."""
+    ``modules``: the row's own (run_verl.external_modules: its attention's, its fused head's)."""
     return run_verl.verl_env([*modules, *([] if shared else [DRIVER_MODULE])], with_paths=True)
 
 
 def row_env(row: Row) -> dict[str, str]:
-    """``runner_env`` for ``row``: its adapters' modules and its attention's."""
+    """``runner_env`` for ``row``: its adapters' modules, its attention's and its fused head's."""
     return runner_env(row.shared, tuple(run_verl.external_modules(row)))
 
 
@@ -235,6 +235,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "strategy": "fsdp2",
         "settings": f"{row.name}: {row.describe()}",
         "passes": atgrpo_passes(job, row),
+        "fused_kernels": run_verl.fused_kernels(row),
+        "external_modules": run_verl.external_modules(row),  # imported into verl (VERL_USE_EXTERNAL_MODULES)
         "versions": versions(
             "verl", "torch", "transformers", "peft", "vllm", "ray", "tensordict", "transferqueue"
         ),

@@ -59,6 +59,9 @@ ATTN_KEY = "+actor_rollout_ref.model.override_config.attn_implementation"  # a p
 # packed rows through torch's varlen flash kernel (verl_varlen.py registers it in every verl process)
 VARLEN = "roll_ma_varlen"
 VARLEN_MODULE = "verl_varlen"
+# verl's fused log-probs on an untied LM head (verl_fused_head.py: the head in FSDP2's root unit, verl #7427)
+FUSED_KEY = "actor_rollout_ref.model.use_fused_kernels"
+FUSED_HEAD_MODULE = "verl_fused_head"
 EXTERNAL_MODULES_VAR = "VERL_USE_EXTERNAL_MODULES"  # verl/__init__.py:49 imports these on verl's import
 REPO = HERE.parent.parent
 
@@ -332,8 +335,15 @@ def read_metrics(path: Path, warmup: int) -> dict[str, Any]:
 
 def external_modules(row: Row) -> list[str]:
     """The modules every verl process of ``row``'s run imports beside verl (``VERL_USE_EXTERNAL_MODULES``):
-    the attention ``roll_ma_varlen``'s registration where the row names it."""
-    return [VARLEN_MODULE] if row.native.get(ATTN_KEY) == VARLEN else []
+    the attention ``roll_ma_varlen``'s registration where the row names it, and where the row takes verl's
+    fused log-probs the wrapping that lets them read an untied LM head."""
+    modules = [VARLEN_MODULE] if row.native.get(ATTN_KEY) == VARLEN else []
+    return modules + ([FUSED_HEAD_MODULE] if fused_kernels(row) else [])
+
+
+def fused_kernels(row: Row) -> bool:
+    """Whether ``row`` takes verl's fused log-probs (a YAML boolean, or the string a command line writes)."""
+    return str(row.native.get(FUSED_KEY, False)).lower() == "true"
 
 
 def verl_env(modules: list[str] | tuple[str, ...] = (), with_paths: bool = False) -> dict[str, str]:
@@ -403,7 +413,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "attention": f"{row.native.get(ATTN_KEY, 'flash_attention_2')}, packed rows (use_remove_padding)"
         if row.settings.attention == "packed"
         else "sdpa, padded",
-        "fused_kernels": row.native.get("actor_rollout_ref.model.use_fused_kernels", False),
+        "fused_kernels": fused_kernels(row),
+        "external_modules": external_modules(row),  # imported into verl (VERL_USE_EXTERNAL_MODULES)
         "passes": verl_passes(job, row),
         "versions": versions(
             "verl", "torch", "transformers", "peft", "vllm", "ray", "tensordict", "liger-kernel"

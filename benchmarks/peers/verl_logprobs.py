@@ -7,7 +7,8 @@ fused (``use_fused_kernels``: ``FusedLinearForPPO``, the LM head and log-softmax
 verl's torch backend, liger's). This times each on random hidden states and LM-head weights of the model's
 shape (no model is built), over ``--tokens`` tokens: the forward alone (a scoring pass) and the forward +
 backward into the hidden states (an update's). Run it in verl's environment (run_all's ``--sites``: verl's
-staged site-packages first on PYTHONPATH); it prints numbers and never asserts.
+staged site-packages first on PYTHONPATH); it prints numbers and never asserts. A path that fails (liger's
+backend wants CUTLASS's Python DSL on an H200) gets its error in the table; the other paths still run.
 
     python benchmarks/peers/verl_logprobs.py                                 # CPU, small shapes
     python benchmarks/peers/verl_logprobs.py --device cuda --hidden 3584 --vocab 152064 --tokens 32768,8192
@@ -110,14 +111,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         first = None
         for path in args.paths:
             log(f"{path}, {tokens} tokens")
-            row, out = measure(path, tokens, args, weight)
+            try:
+                row, out = measure(path, tokens, args, weight)
+            except Exception as exc:  # one path's failure (a backend's missing dependency) ends only its row
+                log(f"{path} failed: {type(exc).__name__}: {exc}")
+                rows.append({"path": path, "tokens": tokens, "error": f"{type(exc).__name__}: {exc}"[:200]})
+                continue
             first = out if first is None else first
             row["max_abs_diff"] = float((out.float() - first.float()).abs().max())  # against the first path
             rows.append(row)
-    columns = ["path", "tokens", "forward_s", "forward_backward_s", "peak_gb", "max_abs_diff"]
+    columns = ["path", "tokens", "forward_s", "forward_backward_s", "peak_gb", "max_abs_diff", "error"]
     notes = [
         f"hidden {args.hidden}, vocab {args.vocab}, {dtype}, median of {args.repeats}",
-        "max_abs_diff: log-probs against the first path's on the same tokens",
+        "max_abs_diff: log-probs against the first measured path's on the same tokens",
     ]
     timers = ("forward_s", "forward_backward_s")
     summary = {f"{r['path']}_{k}_{r['tokens']}": r[k] for r in rows for k in timers if k in r}

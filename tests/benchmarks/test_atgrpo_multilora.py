@@ -534,20 +534,36 @@ def test_packed_micro_batches_under_roll_ma_varlen_score_each_row_as_it_scores_a
             torch.testing.assert_close(a[:-1], b[:-1], rtol=1e-5, atol=1e-5)
 
 
-def test_fused_log_probs_on_verls_torch_backend_score_each_agents_rows_as_unfused(verl_cpu, monkeypatch):
+@pytest.fixture(scope="module")
+def untied_model(verl_cpu, tmp_path_factory):
+    """The tiny model with an LM head of its own (tie_word_embeddings false, as the 7B of the jobs)."""
+    from roll_ma.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2_untied"), tie_word_embeddings=False)
+
+
+@pytest.mark.parametrize("head", ["tied", "untied"])
+def test_fused_log_probs_on_verls_torch_backend_score_each_agents_rows_as_unfused(
+    verl_cpu, untied_model, head, monkeypatch
+):
     """relay.yaml's atgrpo row scores with verl's fused log-probs on its torch backend (use_fused_kernels,
     impl_backend torch: the LM head and log-softmax in 512-token chunks; unfused, verl 0.9.1 without
     flash-attn runs log_softmax once per token, torch_functional.py logprobs_from_logits_v2). Trained alike,
-    each row scores under its agent's adapter, and the reference with every adapter off, as unfused."""
+    each row scores under its agent's adapter, and the reference with every adapter off, as unfused: on a
+    tied head as verl ships, on an untied one (the 7B's) with verl_fused_head's wrapping."""
+    import verl.utils.fsdp_utils as fsdp_utils
+    import verl_fused_head
     from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
 
+    model = verl_cpu if head == "tied" else untied_model
+    monkeypatch.setattr(fsdp_utils, "_select_fsdp2_wrap_targets", verl_fused_head.wrap_targets_head_in_root)
     seeds, agent_ids, scored = [7, 7, 8, 8], [0, 1, 1, 0], ({}, {"no_lora_adapter": True})
-    plain = _worker(verl_cpu, 2)  # first: building a fused worker replaces the model class's forward
+    plain = _worker(model, 2)  # first: building a fused worker replaces the model class's forward
     _train(plain, [1, 1], [11, 12])
     want = [_log_probs(plain, agent_ids, seeds, **extra) for extra in scored]
     # (monkey_patch.py:286, for every model of the class; put back after the test)
     monkeypatch.setattr(Qwen2ForCausalLM, "forward", Qwen2ForCausalLM.forward)
-    fused = _worker(verl_cpu, 2, fused="torch")
+    fused = _worker(model, 2, fused="torch")
     # the fused path is the one scoring: the model class now runs verl's torch-backend forward (log-probs out)
     assert Qwen2ForCausalLM.forward.__name__ == "forward_with_torch_backend"
     _train(fused, [1, 1], [11, 12], use_fused_kernels=True)
@@ -557,6 +573,31 @@ def test_fused_log_probs_on_verls_torch_backend_score_each_agents_rows_as_unfuse
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     # the comparison is not vacuous: agent 1 trained scores the tokens of row 0 apart from agent 0 (the base)
     assert not torch.allclose(got[0][1], got[0][0]) and torch.allclose(got[0][0], got[1][0])
+
+
+def test_verls_own_fsdp2_wrapping_fails_fused_log_probs_on_an_untied_head(untied_model, monkeypatch):
+    """Why the fused rows import verl_fused_head: verl 0.9.1 wraps an untied LM head as an FSDP2 unit of its
+    own (verl PR #5516) and its fused forward reads the head's weight without calling the head, so it meets
+    the sharded DTensor: the failure the per-agent row hit on the H200 (2026-12-03). With the head in the
+    root unit (verl PR #7427's decision) the head is gathered before the forward. Should a later verl read the
+    head right, the first half of this test fails: drop verl_fused_head then."""
+    import verl.utils.fsdp_utils as fsdp_utils
+    import verl_fused_head
+    from torch.distributed.fsdp import FSDPModule
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
+
+    monkeypatch.setattr(Qwen2ForCausalLM, "forward", Qwen2ForCausalLM.forward)
+    monkeypatch.setattr(fsdp_utils, "_select_fsdp2_wrap_targets", verl_fused_head.verls_wrap_targets)
+    shipped = _worker(untied_model, 1, fused="torch")
+    assert isinstance(shipped.engine.module.get_output_embeddings(), FSDPModule)
+    with pytest.raises(RuntimeError, match="mixed torch.Tensor and DTensor"):
+        _log_probs(shipped, [0], [7], use_fused_kernels=True)
+    monkeypatch.setattr(fsdp_utils, "_select_fsdp2_wrap_targets", verl_fused_head.wrap_targets_head_in_root)
+    fixed = _worker(untied_model, 1, fused="torch")
+    module = fixed.engine.module
+    assert not isinstance(module.get_output_embeddings(), FSDPModule)  # the root unit holds it
+    assert isinstance(module.get_input_embeddings(), FSDPModule)  # the embedding keeps its own unit
+    assert _log_probs(fixed, [0], [7], use_fused_kernels=True)[0].isfinite().all()
 
 
 def test_the_weight_sync_exports_verls_base_and_each_agents_lora_under_verls_names(verl_cpu):

@@ -1393,3 +1393,28 @@ def test_verl_logprobs_script_times_verls_unfused_and_fused_log_probs_alike(tmp_
     rows = json.loads(out.read_text())["rows"]
     assert [r["path"] for r in rows] == ["unfused", "fused_torch"]
     assert all(r["forward_s"] > 0 and r["forward_backward_s"] > 0 and r["max_abs_diff"] < 1e-4 for r in rows)
+
+
+def test_verl_logprobs_script_writes_a_failing_paths_error_and_runs_the_rest(monkeypatch, capsys):
+    """A path that cannot run (liger's backend without CUTLASS's DSL on an H200, 2026-12-03: the script
+    stopped there and the paths before it were lost) writes its error in its row; the paths after it run."""
+    if importlib.util.find_spec("verl") is None:
+        pytest.skip("verl is not installed (its environment: benchmarks/peers/requirements-verl.txt)")
+    spec = importlib.util.spec_from_file_location("verl_logprobs", PEERS / "verl_logprobs.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    real = script.log_probs_fn
+
+    def log_probs_fn(path, weight):
+        if path == "fused_liger":
+            raise ImportError("cutedsl backend requires the NVIDIA CUTLASS Python DSL")
+        return real(path, weight)
+
+    monkeypatch.setattr(script, "log_probs_fn", log_probs_fn)
+    args = ["--tokens", "32", "--hidden", "8", "--vocab", "20", "--repeats", "1",
+            "--paths", "unfused,fused_liger,fused_torch"]  # fmt: skip
+    rows = script.main(args)["rows"]
+    assert [r["path"] for r in rows] == ["unfused", "fused_liger", "fused_torch"]
+    assert rows[1]["error"] == "ImportError: cutedsl backend requires the NVIDIA CUTLASS Python DSL"
+    assert "forward_s" not in rows[1] and rows[2]["forward_s"] > 0 and rows[2]["max_abs_diff"] < 1e-4
+    assert "fused_liger failed" in capsys.readouterr().err

@@ -68,20 +68,25 @@ def test_the_rows_naming_it_import_it_in_every_verl_process(job, relay, monkeypa
     monkeypatch.setenv("PYTHONPATH", "/staged/verl")
     best, padded = job.rows["verl_best"], job.rows["verl"]
     assert best.native[run_verl.ATTN_KEY] == run_verl.VARLEN
-    assert run_verl.external_modules(best) == ["verl_varlen"]
-    assert (PEERS / f"{run_verl.VARLEN_MODULE}.py").is_file()
+    # verl_best takes verl's fused log-probs too: their untied-head wrapping (verl_fused_head.py) after it
+    assert run_verl.external_modules(best) == ["verl_varlen", "verl_fused_head"]
+    assert all((PEERS / f"{m}.py").is_file() for m in (run_verl.VARLEN_MODULE, run_verl.FUSED_HEAD_MODULE))
     env = run_verl.verl_env(run_verl.external_modules(best))
-    assert env[MODULES] == "verl_varlen"
+    assert env[MODULES] == "verl_varlen,verl_fused_head"
     paths = ["/staged/verl", str(PEERS), str(PEERS.parent), str(PEERS.parents[1])]
     assert env["PYTHONPATH"].split(":") == paths
     assert run_verl.external_modules(padded) == [] and MODULES not in run_verl.verl_env([])
+    # a fused row on padded rows takes the head's wrapping alone; the key as a command line writes it counts
+    assert run_verl.external_modules(job.rows["verl_best_padded"]) == ["verl_fused_head"]
+    as_typed = dataclasses.replace(padded, native={**padded.native, run_verl.FUSED_KEY: "True"})
+    assert run_verl.external_modules(as_typed) == ["verl_fused_head"]
     assert run_verl.verl_env([])["PYTHONPATH"] == "/staged/verl"  # verl's own paths untouched
     monkeypatch.setenv(MODULES, "mine,verl_varlen")
     assert run_verl.verl_env(["verl_varlen"])[MODULES] == "mine,verl_varlen"
     monkeypatch.delenv(MODULES)
     # AT-GRPO: the per-agent row adds the multi-LoRA driver module after the attention's; atgrpo_sdpa only it
     per_agent, sdpa = relay.rows["atgrpo"], relay.rows["atgrpo_sdpa"]
-    assert run_atgrpo.row_env(per_agent)[MODULES] == "verl_varlen,atgrpo_multilora"
+    assert run_atgrpo.row_env(per_agent)[MODULES] == "verl_varlen,verl_fused_head,atgrpo_multilora"
     assert run_atgrpo.row_env(sdpa)[MODULES] == "atgrpo_multilora"
     assert sdpa.native[run_verl.ATTN_KEY] == "sdpa"
     assert run_atgrpo.row_env(relay.rows["atgrpo_shared_unfused"])[MODULES] == "verl_varlen"
