@@ -90,6 +90,7 @@ def test_the_rows_naming_it_import_it_in_every_verl_process(job, relay, monkeypa
     assert run_atgrpo.row_env(sdpa)[MODULES] == "atgrpo_multilora"
     assert sdpa.native[run_verl.ATTN_KEY] == "sdpa"
     assert run_atgrpo.row_env(relay.rows["atgrpo_shared_unfused"])[MODULES] == "verl_varlen"
+    assert run_atgrpo.row_env(relay.rows["atgrpo_unfused"])[MODULES] == "verl_varlen,atgrpo_multilora"
     # atgrpo_sdpa is the per-agent row as it first ran: sdpa and unfused log-probs, nothing else apart
     model = "actor_rollout_ref.model"
     now = {**sdpa.native, run_verl.ATTN_KEY: run_verl.VARLEN, f"{model}.use_fused_kernels": True,
