@@ -5,8 +5,9 @@ verl's fused path (``use_fused_kernels``, both backends, models/transformers/den
 ``self.lm_head.weight`` without calling the head. Since verl PR #5516 (2026-03), FSDP2 wraps an untied head
 as a unit of its own (``_select_fsdp2_wrap_targets``), so that weight is still the sharded DTensor when the
 fused path reads it: on the 7B (``tie_word_embeddings`` false) the torch backend fails at its first matmul
-("aten.mm.default got mixed torch.Tensor and DTensor", H200, 2026-12-03) and the triton backend is handed a
-DTensor (the CUDA illegal access seen there on 2026-12-03). Tied models (the 3B and smaller) never wrap it.
+("aten.mm.default got mixed torch.Tensor and DTensor", H200, 2026-12-03), and the triton backend is handed
+the DTensor (most likely the CUDA illegal access seen there that morning; not yet rerun). Tied models (the
+3B and smaller) never wrap it.
 
 This is the wrapping decision of verl PR #7427 (closed unmerged, 2026-08): the untied head stays in the root
 FSDP2 unit, which gathers it before the model's forward; the embedding keeps its own unit. Nothing else of
