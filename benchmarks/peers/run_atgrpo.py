@@ -4,9 +4,10 @@ manager, verl's ``agent_loop_manager_class`` hook).
 
 One run plays every seat of every game (as roll_ma's runs do). A row with ``adapters: shared`` is the
 single-policy (``prompt``) regime: ONE LoRA adapter for all seats, the seat named in each prompt, no verl
-patch. A per-agent row is the ``lora`` regime: one LoRA, one optimizer and one vLLM LoRA id per seat, through
-verl's own hooks (atgrpo_multilora_rollout.multilora_overrides; the trainer mode of atgrpo_multilora.py,
-registered in verl's driver by VERL_USE_EXTERNAL_MODULES; docs/studies/issue60_plan.md, stage 2).
+patch of its own (a fused row's untied-head wrapping, verl_fused_head.py, is verl_best's too). A per-agent
+row is the ``lora`` regime: one LoRA, one optimizer and one vLLM LoRA id per seat, through verl's own hooks
+(atgrpo_multilora_rollout.multilora_overrides; the trainer mode of atgrpo_multilora.py, registered in verl's
+driver by VERL_USE_EXTERNAL_MODULES; docs/studies/issue60_plan.md, stage 2).
 
 Per step, verl samples the step's games (data.train_batch_size = games, one parquet row each, in roll_ma's
 (step, group) seed order), runs each group_size times (rollout.n), each copy a whole game of turns(N) turns

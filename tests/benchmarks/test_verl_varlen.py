@@ -98,6 +98,21 @@ def test_the_rows_naming_it_import_it_in_every_verl_process(job, relay, monkeypa
     assert dataclasses.replace(sdpa, name="atgrpo", about=per_agent.about, native=now) == per_agent
 
 
+def test_a_verl_process_in_a_fused_rows_environment_imports_both_modules(job):
+    """The route the rows' modules take on the GPU: a process started in verl_best's environment that imports
+    verl (as every verl process does) has roll_ma_varlen registered and verl's FSDP2 wrap selection replaced
+    by verl_fused_head's (the tests of the modules themselves import them by hand)."""
+    import subprocess
+
+    pytest.importorskip("verl", reason="verl 0.9.1 and its pins")
+    probe = ("import verl, verl.utils.fsdp_utils as f; from transformers import AttentionInterface as A; "
+             "print(f._select_fsdp2_wrap_targets.__name__, 'roll_ma_varlen' in A._global_mapping)")
+    env = run_verl.verl_env(run_verl.external_modules(job.rows["verl_best"]))
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["wrap_targets_head_in_root", "True"]
+
+
 def test_packed_rows_without_flash_attn_name_the_varlen_kernel_in_the_refusal(job):
     if peer_job.flash_attn_installed():
         pytest.skip("flash-attn is installed: verl's own kernel runs packed rows")
