@@ -255,7 +255,9 @@ def test_released_gpu_bundles_can_be_placed_again():
     assert "HELD: Ray could not place 1 GPU bundles" in out.stdout
 
 
-def test_run_workers_shutdown_kills_every_cluster_then_releases_the_gpus():
+def test_run_workers_shutdown_kills_every_cluster_then_releases_the_gpus(ray_session):
+    # a live Ray: shutdown asks nothing of one that does not answer (ray_health.ray_responds); without the
+    # fixture this test passed only where an earlier test of the same worker had started Ray
     from roll_ma.pipelines.clusters import RunWorkers
     from roll_ma.workers.clients import EnvClient, RolloutClient, TrainClient
 
