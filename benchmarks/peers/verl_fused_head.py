@@ -7,7 +7,8 @@ as a unit of its own (``_select_fsdp2_wrap_targets``), so that weight is still t
 fused path reads it: on the 7B (``tie_word_embeddings`` false) the torch backend fails at its first matmul
 ("aten.mm.default got mixed torch.Tensor and DTensor", H200, 2026-12-03), and the triton backend is handed
 the DTensor (most likely the CUDA illegal access seen there that morning; not yet rerun). Tied models (the
-3B and smaller) never wrap it.
+3B and smaller) never wrap it. With this module the per-agent AT-GRPO row (torch backend) ran its seven steps
+on the same H200 kind that evening.
 
 This is the wrapping decision of verl PR #7427 (closed unmerged, 2026-08): the untied head stays in the root
 FSDP2 unit, which gathers it before the model's forward; the embedding keeps its own unit. Nothing else of
