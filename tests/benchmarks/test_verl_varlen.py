@@ -11,6 +11,7 @@ for exactly those rows. verl's own engine under it: tests/benchmarks/test_atgrpo
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 import sys
 from pathlib import Path
 
@@ -102,8 +103,6 @@ def test_a_verl_process_in_a_fused_rows_environment_imports_both_modules(job):
     """The route the rows' modules take on the GPU: a process started in verl_best's environment that imports
     verl (as every verl process does) has roll_ma_varlen registered and verl's FSDP2 wrap selection replaced
     by verl_fused_head's (the tests of the modules themselves import them by hand)."""
-    import subprocess
-
     pytest.importorskip("verl", reason="verl 0.9.1 and its pins")
     probe = ("import verl, verl.utils.fsdp_utils as f; from transformers import AttentionInterface as A; "
              "print(f._select_fsdp2_wrap_targets.__name__, 'roll_ma_varlen' in A._global_mapping)")
