@@ -10,7 +10,8 @@
 ``a.b`` (``agents__0__lr=1e-4`` indexes a list), a dict value merges into a section. The config is
 composed, typed and validated exactly like ``start_pipeline.py`` does (every problem at once, as a
 ``ConfigError``), and the run writes the same outputs (``metrics.jsonl``, checkpoints, plots).
-Returns the metrics of the last step.
+Returns the metrics of the last step, its number under ``"step"`` (a run already at
+``trainer.max_steps`` returns that step's metrics from ``metrics.jsonl`` without starting anything).
 
 A failure the CLI prints as a few lines is raised here as the same typed error (a ``RollMaError``:
 ``WorkerError`` for a worker's, ``PreflightError`` for a check before the actors start) whose message

@@ -333,9 +333,15 @@ def rewards_figure(rows: list[dict[str, Any]], agent_names: list[str], seats: li
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    train = {name: _series(rows, f"agent/{name}/reward") for name in agent_names}
-    panels = [("training: mean turn reward of each agent", "mean turn reward",
-               {k: v for k, v in train.items() if v}, False), *eval_panels(rows, agent_names, seats)]
+    rewards = {name: _series(rows, f"agent/{name}/reward") for name in agent_names}
+    first = ("training: mean turn reward of each agent", "mean turn reward",
+             {k: v for k, v in rewards.items() if v}, False)
+    # a run of SFT / DPO phases has no rewards: its agents' losses, one curve per agent and objective
+    losses = {f"{name} {kind}": _series(rows, f"agent/{name}/{kind}_loss") for name in agent_names
+              for kind in ("sft", "dpo")}
+    if not first[2] and any(losses.values()):
+        first = ("training: each agent's loss", "loss", {k: v for k, v in losses.items() if v}, False)
+    panels = [first, *eval_panels(rows, agent_names, seats)]
     cols = 2 if len(panels) in (2, 4) else min(len(panels), 3)
     nrows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 4.2 * nrows), squeeze=False)

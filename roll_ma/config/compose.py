@@ -128,8 +128,10 @@ def _composed(path: Path, overrides: list[str]) -> dict[str, Any]:
         try:
             cfg = compose(config_name=path.stem, overrides=search + [_addable(o, base) for o in overrides])
         except Exception as err:
-            # name the override(s) Hydra could not apply: each one tried alone on the yaml
+            # name the override(s) Hydra could not apply: each one tried alone on the yaml, else the first
+            # one that fails after the ones before it (trainer=5 trainer.output_dir=x)
             problems = [p for o in overrides for p in _alone(path, o, base)]
+            problems = problems or _conflicts(path, overrides, base)
             if problems:
                 raise ConfigError(problems) from err
             raise
@@ -147,6 +149,31 @@ def _alone(path: Path, override: str, base: Any) -> list[ConfigProblem]:
     except Exception as err:  # noqa: BLE001 - the problem of this one override
         return [composition_problem(err, override)]
     return []
+
+
+def _conflicts(path: Path, overrides: list[str], base: Any) -> list[ConfigProblem]:
+    """The first override that Hydra cannot apply after the ones before it, though it applies alone: named
+    with the earlier override that set a key above it (``trainer=5`` before ``trainer.output_dir=x``)."""
+    from hydra import compose
+
+    search = shipped_search_path(path)
+    for k in range(1, len(overrides)):
+        try:
+            compose(config_name=path.stem, overrides=search + [_addable(o, base) for o in overrides[: k + 1]])
+        except Exception as err:  # noqa: BLE001 - overrides[k] against the ones before it
+            key = _key_of(overrides[k])
+            above = [o for o in overrides[:k] if key.startswith(_key_of(o) + ".")]
+            hydra = composition_problem(err, overrides[k]).message
+            if above:
+                why = f"cannot be applied after '{above[-1]}', which replaced {_key_of(above[-1])} as a whole"
+            else:
+                why = f"cannot be applied after the overrides before it, {overrides[:k]}"
+            return [ConfigProblem(overrides[k], f"{why} ({hydra})")]
+    return []
+
+
+def _key_of(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def _composition_problems(err: BaseException, path: Path, overrides: list[str]) -> list[ConfigProblem]:

@@ -22,6 +22,12 @@ class Phase:
     dpo: DPOConfig
     lr: float | None = None
 
+    @property
+    def label(self) -> str:
+        """The name in console lines, after its objective unless the name already says it ('dpo', '1_sft',
+        'sft warmup'): a phase named as its objective would read 'dpo dpo'."""
+        return self.name if self.objective in self.name else f"{self.objective} {self.name}"
+
 
 def listed_phases(cfg: RunConfig) -> list[PhaseConfig]:
     """``cfg.phases``, or the one phase ``train.objective`` names; empty for an RL run (objective ppo)."""

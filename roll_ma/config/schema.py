@@ -326,7 +326,7 @@ class TrainConfig:
     zero_stage: int = _f(
         0, "DeepSpeed ZeRO stage (0, 1, 2)", min=0, max=2,
         max_why="ZeRO-3 is not supported: it partitions the shared base under every agent's engine; use 0, 1 "
-        "or 2 (LoRA optimizer states are small, ZeRO-2 already shards them)",
+        "or 2, as LoRA optimizer states are small and ZeRO-2 already shards them",
     )
     lr: float = _f(5e-4, "learning rate", min=0.0)
     weight_decay: float = _f(0.0, "AdamW weight decay", min=0.0)
@@ -578,8 +578,8 @@ class TrainerConfig:
     """The loop: steps, output, checkpoints, evaluation, resume."""
 
     max_steps: int = _f(100, "training steps", min=1,
-                        min_why="must be 1 or more: a run of 0 steps trains nothing (a run that resumes from "
-                                "a checkpoint trains the steps after it, up to trainer.max_steps)")
+                        min_why="must be 1 or more: a run trains the steps up to trainer.max_steps, and a "
+                                "run that resumes from a checkpoint the steps after it")
     output_dir: str = _f("outputs/run", "metrics.jsonl, checkpoints, logs and plots go here")
     save_every: int = _f(0, "checkpoint every k steps (0: only at the end)", min=0)
     keep_last: int = _f(2, "checkpoints kept", min=1)

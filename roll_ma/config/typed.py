@@ -144,9 +144,11 @@ class _Converter:
     def _check_range(self, key: str, value: float, meta: dict[str, Any]) -> Any:
         lo, hi = meta.get("min"), meta.get("max")
         if lo is not None and value < lo:
-            self.fail(key, meta.get("min_why") or f"must be >= {lo}, got {value}")
+            why = meta.get("min_why")
+            self.fail(key, f"{why} (got {value})" if why else f"must be >= {lo}, got {value}")
         if hi is not None and value > hi:
-            self.fail(key, meta.get("max_why") or f"must be <= {hi}, got {value}")
+            why = meta.get("max_why")
+            self.fail(key, f"{why} (got {value})" if why else f"must be <= {hi}, got {value}")
         return value
 
     def dataclass(self, cls: Any, raw: Any, prefix: str) -> Any:

@@ -29,6 +29,10 @@ def load_config(
     return build_config(raw, num_agents, check_env, check_local_gpus)
 
 
+def _within(key: str, parent: str) -> bool:
+    return key == parent or key.startswith((f"{parent}.", f"{parent}["))
+
+
 def build_config(
     raw: dict[str, Any],
     num_agents: int | None = None,
@@ -38,10 +42,14 @@ def build_config(
     """Type and validate a composed config dict; raises ConfigError listing every problem."""
     cfg, problems = type_config(raw, num_agents)
     try:
-        problems += validate(cfg, check_env=check_env, check_local_gpus=check_local_gpus)
+        checked = validate(cfg, check_env=check_env, check_local_gpus=check_local_gpus)
     except (TypeError, ValueError, AttributeError, KeyError):
         if not problems:  # a type problem already explains why the semantic checks could not run
             raise
+        checked = []
+    # a key with a type problem was checked at its default: what the checks say of it would mislead
+    # (agents=3: "needs at least one agent", "every agent is frozen")
+    problems += [p for p in checked if not any(_within(p.key, typed.key) for typed in problems)]
     if problems:
         raise ConfigError(problems)
     return cfg

@@ -92,7 +92,7 @@ def _check_agents(cfg: RunConfig, problems: list[ConfigProblem]) -> None:
                 f"agents[{i}].init_adapter", f"{agent.init_adapter} is not a directory holding a PEFT adapter"
             )
     rl_only = rl_loop(cfg)
-    if all(a.frozen for a in cfg.agents) and rl_only:
+    if names and all(a.frozen for a in cfg.agents) and rl_only:
         add("agents", "every agent is frozen: nothing would train; unfreeze one, or evaluate them with an "
                       "eval phase (phases: [{objective: eval}])")
 

@@ -75,7 +75,7 @@ def test_a_model_folder_with_a_cut_short_config_json_is_told_so(tmp_path, tiny_m
 @pytest.mark.parametrize(
     "override, words",
     [
-        ("trainer.max_steps=0", "trainer.max_steps: must be 1 or more: a run of 0 steps trains nothing"),
+        ("trainer.max_steps=-5", "trainer.max_steps: must be 1 or more: a run trains the steps up to"),
         ("model.path={file}", "model.path: {file} is a file, not a model folder"),
         ("model.path={folder}", "model.path: {folder} holds no config.json (it is empty)"),
         ("trainer.output_dir={file}", "trainer.output_dir: {file} is a file, not a folder"),

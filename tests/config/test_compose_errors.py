@@ -158,6 +158,14 @@ def test_an_override_that_cannot_be_read_or_applied_is_named_and_no_plus_is_advi
     assert "+key" not in problem.message and "hydra.cc" not in problem.message
 
 
+def test_an_override_that_applies_alone_but_not_after_an_earlier_one_names_the_earlier_one():
+    # each applies alone: the pair fails, named on the second with the override that replaced its parent
+    problems = _refusal(TINY, overrides=["seed=3", "trainer=5", "trainer.output_dir=/tmp/x"]).problems
+    assert [p.key for p in problems] == ["trainer.output_dir=/tmp/x"]
+    words = "cannot be applied after 'trainer=5', which replaced trainer as a whole"
+    assert problems[0].message.startswith(words)
+
+
 @pytest.mark.parametrize("override", ["agents.5.lr=1e-4", "agents.solver.lr=1e-4", "+agents.7=x"])
 def test_a_list_entry_out_of_range_or_by_name_says_lists_are_addressed_by_position(override):
     problem = _refusal(TINY, overrides=[override]).problems[0]
@@ -188,8 +196,8 @@ def test_roll_ma_train_raises_the_same_typed_error_whose_str_is_the_whole_messag
     with pytest.raises(ConfigError) as err:
         roll_ma.train(TINY, trainer__max_steps=0)
     assert str(err.value) == (
-        "invalid config (1 problem):\n  - trainer.max_steps: must be 1 or more: a run of 0 steps trains "
-        "nothing (a run that resumes from a checkpoint trains the steps after it, up to trainer.max_steps)"
+        "invalid config (1 problem):\n  - trainer.max_steps: must be 1 or more: a run trains the steps up to "
+        "trainer.max_steps, and a run that resumes from a checkpoint the steps after it (got 0)"
     )
 
 

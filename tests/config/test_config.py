@@ -66,6 +66,14 @@ def test_every_problem_is_reported_at_once():
     assert "lora.rank: must be >= 1, got 0" in found
 
 
+def test_a_key_of_the_wrong_type_is_not_also_judged_at_its_default():
+    # agents=3 is typed as no agents: "needs at least one agent" or "every agent is frozen" would mislead
+    assert problems_of("math_selfplay_tiny", ["agents=3"]) == ["agents: must be list of mapping, got int 3"]
+    found = problems_of("math_selfplay_tiny", ["agents=[]"])
+    assert "agents: needs at least one agent, e.g. agents: [{name: player}]" in found
+    assert not any("frozen" in p for p in found)
+
+
 def test_a_choice_is_taken_with_its_type_and_the_message_says_the_one_meant():
     """0 and 1 are not false and true (Python's 0 == False let share_prompt_prefix=0 through, then act as
     auto), a quoted '1' is not the number 1, and true is no sleep level."""

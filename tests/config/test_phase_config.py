@@ -40,6 +40,11 @@ def test_the_tiny_reflection_config_plans_its_phases():
     ]
     assert phases[1].sft.source == "teacher" and cfg.teacher.model.path == "builtin:tiny"
     assert all(p.agents == ["actor", "critic"] for p in phases)
+    # console lines name a phase once: 'dpo', not 'dpo dpo'; a name that does not say its objective gets it
+    assert [p.label for p in phases[1::2]] == ["sft", "dpo"]
+    two_phases = "phases=[{name: warmup, objective: sft}, {objective: dpo}]"
+    cfg = load_config("math_reflection_tiny", overrides=[two_phases])
+    assert [p.label for p in plan_phases(cfg)] == ["sft warmup", "1_dpo"]
 
 
 def test_a_single_objective_is_one_phase_and_overrides_apply():

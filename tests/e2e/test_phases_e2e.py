@@ -182,8 +182,10 @@ def test_a_file_run_logs_each_step_once_saves_where_asked_and_resumes_past_a_dam
     assert {"startup/ray", "startup/workers", "startup/train_model", "startup/rollout_engine",
             "startup/first_sync", "startup/total"} <= set(rows[0])
     assert not any(k.startswith("startup/") for r in rows[1:] for k in r)
-    last, metrics = out / "checkpoints" / "step_000004", out / "metrics.jsonl"
-    assert log.rstrip().splitlines()[-1] == f"[roll_ma] done: checkpoint {last}, metrics {metrics}"
+    last, metrics, plot = out / "checkpoints" / "step_000004", out / "metrics.jsonl", out / "rewards.png"
+    done = f"[roll_ma] done: checkpoint {last}, metrics {metrics}, plot {plot}"
+    assert log.rstrip().splitlines()[-1] == done
+    assert plot.read_bytes()[:4] == b"\x89PNG"  # the agents' SFT losses, as an RL run plots its rewards
     # copies: the files are damaged below, and safetensors reads them through a memory map
     full = {a: {k: v.clone() for k, v in adapter_tensors_at(out, 4, a).items()} for a in ("actor", "critic")}
     lines = _lines(out)

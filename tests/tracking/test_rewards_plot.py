@@ -86,6 +86,21 @@ def test_game_returns_get_their_own_axis_and_win_rates_go_to_the_seats_agent():
     plt.close(fig)
 
 
+def test_a_run_of_sft_and_dpo_phases_plots_each_agents_loss_where_rewards_would_be():
+    rows = [{"step": 0, "eval/p1@t1": 0.4},
+            *({"step": s, "agent/actor/sft_loss": 1.0 / s, "agent/critic/sft_loss": 2.0 / s} for s in (1, 2)),
+            *({"step": s, "agent/actor/dpo_loss": 0.7, "agent/critic/dpo_loss": 0.6} for s in (3, 4)),
+            {"step": 4, "eval/p1@t1": 0.5}]
+    fig = rewards_figure(rows, ["actor", "critic"])
+    panels = _panels(fig)
+    losses = panels["training: each agent's loss"]
+    labels = [line.get_label() for line in losses.get_lines()]
+    assert labels == ["actor sft", "actor dpo", "critic sft", "critic dpo"]
+    assert [list(line.get_xdata()) for line in losses.get_lines()] == [[1, 2], [3, 4], [1, 2], [3, 4]]
+    assert "training: mean turn reward of each agent" not in panels
+    plt.close(fig)
+
+
 def test_plot_rewards_writes_the_png_of_a_metrics_file(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     assert plot_rewards(metrics, tmp_path / "rewards.png", AGENTS) is None  # no line yet: no plot

@@ -155,7 +155,7 @@ def test_math_tool_tiny_trains_end_to_end_on_cpu(ray_session, tmp_path):
         )
         assert r["rollout/episodes"] == 8 and 3 <= r["rollout/episode_turns"] <= 5
     assert "eval/correct" in metrics and "eval/verifier_accuracy" in metrics
-    assert metrics["rollout/env/calls"] == rows[-1]["rollout/env/calls"]
+    assert metrics["rollout/env/calls"] == rows[-1]["rollout/env/calls"] and metrics["step"] == 2
 
 
 @pytest.mark.slow

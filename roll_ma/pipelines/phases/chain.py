@@ -37,6 +37,7 @@ from roll_ma.pipelines.phases.dpo import run_dpo_phase
 from roll_ma.pipelines.phases.sft import run_sft_phase
 from roll_ma.pipelines.session import done_line, open_session, start_session
 from roll_ma.pipelines.step_timer import startup_line
+from roll_ma.tracking import plot_rewards
 
 
 def run_eval_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> None:
@@ -103,4 +104,6 @@ def print_summary(ctx: PhaseContext, phases: list[Phase]) -> None:
             flush=True,
         )
     last = ckpt.latest_checkpoint(ctx.out_dir)  # the end of the run always writes one
-    print(done_line(last[1] if last else None, ctx.out_dir / "metrics.jsonl", None), flush=True)
+    metrics_path = ctx.out_dir / "metrics.jsonl"
+    plot = plot_rewards(metrics_path, ctx.out_dir / "rewards.png", [a.name for a in ctx.cfg.agents])
+    print(done_line(last[1] if last else None, metrics_path, plot), flush=True)

@@ -98,7 +98,7 @@ def iteration(ctx: PhaseContext, phase: Phase, it: int) -> None:
     ctx.log(metrics)
     shown = " ".join(f"{name} {int(metrics[f'dpo/pairs/{name}'])}" for name in phase.agents)
     print(
-        f"[roll_ma] dpo {phase.name} iteration {it + 1}/{d.iterations}: pairs {shown}; sampled "
+        f"[roll_ma] {phase.label} iteration {it + 1}/{d.iterations}: pairs {shown}; sampled "
         f"p1@t1={metrics.get('rollout/env/p1@t1', 0):.3f} p1@t{ctx.cfg.env.max_rounds}="
         f"{metrics.get(f'rollout/env/p1@t{ctx.cfg.env.max_rounds}', 0):.3f}",
         flush=True,
@@ -161,7 +161,7 @@ def train_on_pairs(
             if checkpoints:  # a file phase reports and checkpoints step by step
                 if (k + 1) % ctx.cfg.trainer.log_every == 0 or k + 1 == len(schedule):
                     shown = summary(metrics, phase.agents)
-                    print(f"[roll_ma] dpo {phase.name} {k + 1}/{len(schedule)}: {shown}", flush=True)
+                    print(f"[roll_ma] {phase.label} {k + 1}/{len(schedule)}: {shown}", flush=True)
                 if ctx.save_due() and k + 1 < len(schedule):
                     ctx.save(phase.index, {"started": True, "steps_done": k + 1})
     if not seen:
@@ -171,7 +171,7 @@ def train_on_pairs(
         values = [m[key] for m in seen if key in m]
         out[key] = float(np.mean(values))
     if not checkpoints:
-        print(f"[roll_ma] dpo {phase.name} step {ctx.step}: {summary(out, phase.agents)}", flush=True)
+        print(f"[roll_ma] {phase.label} step {ctx.step}: {summary(out, phase.agents)}", flush=True)
     return out
 
 

@@ -49,11 +49,11 @@ def run_sft_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> 
         ctx.log_ahead({**metrics, **counts, "phase": phase.index})
         per_agent = ", ".join(f"{key.split('/')[1]} {int(v)}" for key, v in counts.items())
         print(
-            f"[roll_ma] sft {phase.name}: {len(rows)} rows from {phase.sft.source} ({per_agent})", flush=True
+            f"[roll_ma] {phase.label}: {len(rows)} rows from {phase.sft.source} ({per_agent})", flush=True
         )
         progress = {"data_ready": True, "steps_done": 0}  # the next checkpoint records it
     if len(rows) == 0:
-        print(f"[roll_ma] sft {phase.name}: no rows to train on; the phase does nothing", flush=True)
+        print(f"[roll_ma] {phase.label}: no rows to train on; the phase does nothing", flush=True)
         return
     agent_of_row = np.asarray([int(a) for a in rows.non_tensor["agent_id"]])
     schedule = agent_schedule(
@@ -69,7 +69,7 @@ def run_sft_phase(ctx: PhaseContext, phase: Phase, progress: dict[str, Any]) -> 
             if (k + 1) % ctx.cfg.trainer.log_every == 0 or k + 1 == len(schedule):
                 losses = " ".join(f"{n} {metrics[f'agent/{n}/sft_loss']:.3f}" for n in names
                                   if f"agent/{n}/sft_loss" in metrics)
-                print(f"[roll_ma] sft {phase.name} {k + 1}/{len(schedule)}: sft_loss {losses}", flush=True)
+                print(f"[roll_ma] {phase.label} {k + 1}/{len(schedule)}: sft_loss {losses}", flush=True)
             if ctx.save_due() and k + 1 < len(schedule):  # the phase's last step: run_phases saves
                 ctx.save(phase.index, {"data_ready": True, "steps_done": k + 1})
     ctx.sync()

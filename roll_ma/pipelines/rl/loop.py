@@ -56,7 +56,7 @@ from roll_ma.tracking import eval_change_line, initial_eval_summary, plot_reward
 
 def run_rl_loop(cfg: RunConfig, plan: RunPlan, step_hook: StepHook | None = None) -> dict[str, Any]:
     """Train ``cfg.agents`` in ``cfg.env`` for ``cfg.trainer.max_steps`` steps (``plan``: the run's plan);
-    returns the last metrics.
+    returns the last step's metrics, its number under "step".
 
     ``step_hook(workers, step)``, if given, runs after each step's work and its result is added to that
     step's metrics (benchmarks use it to probe the workers; training never needs it).
@@ -77,7 +77,7 @@ def run_rl_loop(cfg: RunConfig, plan: RunPlan, step_hook: StepHook | None = None
 
         metrics: dict[str, Any] = {}
         for step in range(session.start_step + 1, cfg.trainer.max_steps + 1):
-            metrics = take_step(run, step)
+            metrics = {"step": step, **take_step(run, step)}  # as metrics.jsonl has it (and a finished run's)
             save_checkpoint_if_due(run, step)
         session.tracker.close()
         agent_names = [a.name for a in cfg.agents]
