@@ -183,6 +183,8 @@ def test_a_file_run_logs_each_step_once_saves_where_asked_and_resumes_past_a_dam
             "startup/first_sync", "startup/total"} <= set(rows[0])
     assert not any(k.startswith("startup/") for r in rows[1:] for k in r)
     last, metrics, plot = out / "checkpoints" / "step_000004", out / "metrics.jsonl", out / "rewards.png"
+    # the phase is named as its objective: its lines say "sft" once
+    assert "[roll_ma] sft 4/4: sft_loss " in log and " sft sft" not in log, log
     done = f"[roll_ma] done: checkpoint {last}, metrics {metrics}, plot {plot}"
     assert log.rstrip().splitlines()[-1] == done
     assert plot.read_bytes()[:4] == b"\x89PNG"  # the agents' SFT losses, as an RL run plots its rewards
