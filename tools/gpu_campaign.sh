@@ -244,7 +244,7 @@ PY
     rm -rf /tmp/w && mkdir -p /tmp/w /tmp/p45 && tar --exclude='./.wb*' --exclude='./.pw*' --exclude='./.whl' -cf - . | tar -xf - -C /tmp/w
     GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
     script=/tmp/p45/plan.sh; echo "cd /tmp/w" > $script
-    for item in ${PLAN:-"relay.yaml|roll_ma,trl_best|8|1|0&" "job.yaml|verl_best,trl_best_awake|1|1|1" "job.yaml|roll_ma,roll_ma_prefix|1,3|1" "job.yaml|roll_ma,trl_best|8|1" "job.yaml|openrlhf|1|1"}; do
+    for item in ${PLAN:-"relay.yaml|roll_ma,trl_best|8|1|0&" "job.yaml|verl_best,trl_best_sleep|1|1|1" "job.yaml|roll_ma,roll_ma_prefix|1,3|1" "job.yaml|roll_ma,trl_best|8|1" "job.yaml|openrlhf|1|1"}; do
       amp=""; [ "${item: -1}" = "&" ] && { amp=" &"; item=${item%&}; }
       IFS='|' read -r job rows agents repeats gpus <<< "$item"
       echo "PYTHONPATH=/tmp/w:$PYTHONPATH python benchmarks/peers/run_all.py --sites /tmp/peers --gpus ${gpus:-$GPUS} \
