@@ -1219,6 +1219,12 @@ def test_issue60_trl_rows_set_the_micro_batch_in_rows_and_sleep_from_the_row(job
         assert f"update {rows_} rows/micro-batch" in row.describe()
     # a row without update_rows keeps the token budget's micro-batch
     assert run_trl.micro_rows(best, 192, 392) == run_trl.micro_batch_rows(192, 392, 8192) == 16
+    # trl_best is the search's winner, trl_mb16_awake, wherever 16 rows divide the run's (N = 1 and 3), and
+    # trl_best_sleep (the row named trl_best before the search) differs from it in the sleep alone
+    winner = job.rows["trl_mb16_awake"]
+    assert best.settings == dataclasses.replace(winner.settings, update_rows=None)
+    assert [run_trl.micro_rows(best, job.rows_per_step(n), 392) for n in (1, 3)] == [16, 16]
+    assert job.rows["trl_best_sleep"].settings == dataclasses.replace(best.settings, sleep_rollout=True)
     # a micro-batch that does not divide the run's rows is refused, naming the key and what divides
     with pytest.raises(ValueError, match=r"rows.trl_mb16.settings.update_rows=16 does not divide this run's "
                                          r"24 rows a step \(1, 2, 3, 4, 6, 8, 12, 24 do\)"):  # fmt: skip
