@@ -699,6 +699,13 @@ if __name__ == "__main__":
     main()
 
 
+def micro_batch_rows(rows: int, row_tokens: int, budget: int) -> int:
+    """The largest divisor of ``rows`` (a peer whose micro-batches split a step evenly: TRL, DeepSpeed's
+    train_batch = micro x accumulation) whose padded size, that many rows of ``row_tokens`` tokens, fits the
+    token ``budget``; 1 when no row fits."""
+    return max((d for d in range(1, rows + 1) if rows % d == 0 and d * row_tokens <= budget), default=1)
+
+
 def refuse_update_rows(job: Job, row: Row, why: str) -> None:
     """``settings.update_rows`` sizes TRL's micro-batches; a runner whose micro-batches are token budgets
     refuses it, saying ``why``."""

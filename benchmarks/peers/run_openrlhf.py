@@ -14,18 +14,16 @@ on every path, LoRA or not), and flash-attn==2.8.3 has no binary wheel for the l
 this runner puts an import-only stand-in first on the path (``--flash-attn-shim``; every function raises)
 and runs sdpa attention without sample packing, the only paths that never call flash-attn.
 
-What stops it (read from its source; docs/benchmarks.md has the run): its actor's optimizer is
-DeepSpeed's config optimizer ``AdamW`` (utils/deepspeed/deepspeed.py:358), which DeepSpeed 0.19.6 makes a
-FusedAdam, an op it JIT-builds with nvcc; no flag of train_ppo_ray selects torch's Adam
-(``"torch_adam": true`` is a DeepSpeed config key OpenRLHF never writes) and ``--ds.adam_offload`` swaps it
-for DeepSpeedCPUAdam, another JIT build. Then its LoRA weights cannot reach vLLM: broadcast_to_vllm
-(trainer/ray/ppo_actor.py:409-490) sends the PEFT model's parameters by their PEFT names
-(``base_model.model.*``, ``lora_A``/``lora_B``, unmerged) to vLLM's ``load_weights``, which has no such
-names, to an engine started without LoRA (vllm_engine.py:263-280): OpenRLHF#1349's third blocker. The sync
-ends step 1, before its log line, so a run with LoRA ends at step 1 and the result line names the failure
-(``upstream_failure``). Had a step 2 finished, ``vllm_kl`` (its vLLM-vs-actor log-prob gap, logged when
-the row turns on ``--algo.advantage.is_correction_level``) against ``kl`` would say whether the rollouts
-came from the trained weights.
+What stops it (run on an H100, 2026-12-06; docs/benchmarks.md, "Issue 60, thirteenth lease"): step 1 runs
+(192 rows generated, the reference and update passes, its 12 micro-batches of 16 rows), then the weight sync
+fails. The actor's start, where DeepSpeed 0.19.6 JIT-builds FusedAdam with the image's nvcc, passes once
+TORCH_CUDA_ARCH_LIST names the GPU's plain capability (``plain_arch_list``: ``9.0a`` does not parse).
+broadcast_to_vllm (trainer/ray/ppo_actor.py:409-490) sends the PEFT model's parameters by their PEFT names
+(``base_model.model.*``, unmerged ``lora_A``/``lora_B`` beside the base weights) to vLLM's ``load_weights``
+on an engine started without LoRA (vllm_engine.py:263-280), which refuses the first name: OpenRLHF#1349's
+third blocker, named in the result line's ``upstream_failure``. The trained adapter never reaches
+generation, so there is no step 2 and no ``vllm_kl`` (its vLLM-vs-actor log-prob gap, logged when the row
+turns on ``--algo.advantage.is_correction_level``) to set against ``kl``.
 
     python benchmarks/peers/run_openrlhf.py --agents 3 --agent 0 --model /path/to/random-qwen2.5-7b
     python benchmarks/peers/run_openrlhf.py --agents 3 --agent 0 --model M --print-command   # no run
@@ -53,6 +51,7 @@ from job import (  # noqa: E402
     flash_attn_installed,
     gpu_identity,
     measure_and_emit,
+    micro_batch_rows,
     parse_runner_args,
     phase_medians,
     plain_sleep,
@@ -81,10 +80,10 @@ def openrlhf_args(
     ``row``'s settings; its native keys are flags added as they are (``--flag: value``, true: the flag)."""
     rows, g, gpu, s = rows_of_run(job, n_agents, None if shared else 0), job.grpo, job.gpu, row.settings
     prompts = rows // job.episodes.group_size
-    # OpenRLHF splits by rows: the most rows of the longest possible row that fit the token budget
-    micro = min(
-        rows, max(1, s.update_tokens // (job.prompt.max_prompt_tokens + job.generation.max_new_tokens))
-    )
+    # OpenRLHF splits by rows, and DeepSpeed asserts train_batch = micro x accumulation: the most rows of the
+    # longest possible row that fit the token budget and divide the step's rows
+    row_tokens = job.prompt.max_prompt_tokens + job.generation.max_new_tokens
+    micro = micro_batch_rows(rows, row_tokens, s.update_tokens)
     args = [
         "--actor.num_nodes", "1",
         "--actor.num_gpus_per_node", "1",

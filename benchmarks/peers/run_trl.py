@@ -51,6 +51,7 @@ from job import (  # noqa: E402
     gpu_identity,
     longest_prompt_tokens,
     measure_and_emit,
+    micro_batch_rows,
     parse_runner_args,
     phase_medians,
     plain_sleep,
@@ -69,12 +70,6 @@ PHASES_NOTE = (
     "inside training_step summed over the step's micro-batches (generation and scoring included, the "
     "optimizer step not)."
 )
-
-
-def micro_batch_rows(rows: int, row_tokens: int, budget: int) -> int:
-    """The largest divisor of ``rows`` (TRL's micro-batches split a step evenly) whose padded size,
-    that many rows of ``row_tokens`` tokens, fits the token ``budget``; 1 when no row fits."""
-    return max((d for d in range(1, rows + 1) if rows % d == 0 and d * row_tokens <= budget), default=1)
 
 
 def micro_rows(row: Row, rows: int, row_tokens: int) -> int:

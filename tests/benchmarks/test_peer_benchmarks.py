@@ -372,7 +372,7 @@ def test_trl_config_takes_every_setting_from_its_row(job, tmp_path, no_rendezvou
     for name in ("trl", "trl_best", "trl_is"):
         row = job.rows[name]
         s = row.settings
-        micro = run_trl.micro_batch_rows(64, prompt_tokens + job.generation.max_new_tokens, s.update_tokens)
+        micro = peer_job.micro_batch_rows(64, prompt_tokens + job.generation.max_new_tokens, s.update_tokens)
         cfg = run_trl.grpo_config(job32, row, 64, micro, "cuda", True, str(tmp_path))
         assert (cfg.gradient_checkpointing, cfg.use_liger_kernel) == (
             s.gradient_checkpointing,
@@ -383,7 +383,7 @@ def test_trl_config_takes_every_setting_from_its_row(job, tmp_path, no_rendezvou
         assert cfg.vllm_importance_sampling_correction == row.native["vllm_importance_sampling_correction"]
     # trl: 41 rows of 392 tokens fit 16384 (32 divide 64); trl_best: 20 fit 8192 (16 divide 64)
     budgets = [job.rows[n].settings.update_tokens for n in ("trl", "trl_best")]
-    assert [run_trl.micro_batch_rows(64, 392, b) for b in budgets] == [32, 16]
+    assert [peer_job.micro_batch_rows(64, 392, b) for b in budgets] == [32, 16]
     # the CPU smoke: no checkpointing, no liger (GPU-only), whatever the row says
     cpu = run_trl.grpo_config(job, job.rows["trl_best"], 16, 8, "cpu", False, str(tmp_path))
     assert (cpu.gradient_checkpointing, cpu.use_liger_kernel, cpu.use_cpu) == (False, False, True)
@@ -412,13 +412,13 @@ def test_trl_micro_batches_are_the_largest_divisor_of_the_step_in_the_rows_token
     row_tokens = 136 + job.generation.max_new_tokens
     trl, best = (job.rows[n].settings.update_tokens for n in ("trl", "trl_best"))
     assert (row_tokens, trl, best) == (392, 16384, 8192)
-    assert run_trl.micro_batch_rows(job.rows_per_step(1), row_tokens, trl) == 32  # of 192
-    assert run_trl.micro_batch_rows(job.rows_per_step(3), row_tokens, trl) == 32  # of 64
-    assert run_trl.micro_batch_rows(job.rows_per_step(8), row_tokens, trl) == 24  # of 24: all of them
-    assert run_trl.micro_batch_rows(job.rows_per_step(1), row_tokens, best) == 16  # 20 fit, 16 divide 192
-    assert run_trl.micro_batch_rows(job.rows_per_step(8), row_tokens, best) == 12  # of 24
-    assert run_trl.micro_batch_rows(192, 512 + 256, 16384) == 16  # 24 x 768 > 16384: 16, not 21
-    assert run_trl.micro_batch_rows(6, 20000, 16384) == 1  # no row fits: one row a micro-batch
+    assert peer_job.micro_batch_rows(job.rows_per_step(1), row_tokens, trl) == 32  # of 192
+    assert peer_job.micro_batch_rows(job.rows_per_step(3), row_tokens, trl) == 32  # of 64
+    assert peer_job.micro_batch_rows(job.rows_per_step(8), row_tokens, trl) == 24  # of 24: all of them
+    assert peer_job.micro_batch_rows(job.rows_per_step(1), row_tokens, best) == 16  # 20 fit, 16 divide 192
+    assert peer_job.micro_batch_rows(job.rows_per_step(8), row_tokens, best) == 12  # of 24
+    assert peer_job.micro_batch_rows(192, 512 + 256, 16384) == 16  # 24 x 768 > 16384: 16, not 21
+    assert peer_job.micro_batch_rows(6, 20000, 16384) == 1  # no row fits: one row a micro-batch
 
 
 def test_trl_passes_follow_its_config(job, tmp_path, no_rendezvous):
@@ -490,8 +490,13 @@ def test_openrlhf_arguments_take_every_setting_from_the_row(job):
 
     row = job.rows["openrlhf"]
     argv = run_openrlhf.openrlhf_args(job, row, 3, "M", "P", "O", flash_attn=False)
-    # micro-batches in rows: the most longest-possible rows (512 + 256 tokens) in 16384 tokens
-    assert value(argv, "--train.micro_batch_size") == value(argv, "--rollout.micro_batch_size") == "21"
+    # micro-batches in rows: the most longest-possible rows (512 + 256 tokens) in 16384 tokens (21) that
+    # divide the step's 64 rows: DeepSpeed asserts train_batch = micro x accumulation (21 failed on an H100)
+    assert value(argv, "--train.micro_batch_size") == value(argv, "--rollout.micro_batch_size") == "16"
+    for agents, rows, micro in ((1, 192, "16"), (8, 24, "12")):
+        argv_n = run_openrlhf.openrlhf_args(job, row, agents, "M", "P", "O", flash_attn=False)
+        sizes = (value(argv_n, "--train.batch_size"), value(argv_n, "--train.micro_batch_size"))
+        assert sizes == (str(rows), micro)
     assert {"--actor.gradient_checkpointing_enable", "--vllm.enable_sleep", "--ds.enable_sleep"} <= set(argv)
     other = _with_settings(row, gradient_checkpointing=False, sleep_rollout=False, update_tokens=3072)
     argv = run_openrlhf.openrlhf_args(job, other, 3, "M", "P", "O", flash_attn=False)
@@ -1218,7 +1223,7 @@ def test_issue60_trl_rows_set_the_micro_batch_in_rows_and_sleep_from_the_row(job
         assert cfg.vllm_enable_sleep_mode is sleep and cfg.use_liger_kernel and not cfg.gradient_checkpointing
         assert f"update {rows_} rows/micro-batch" in row.describe()
     # a row without update_rows keeps the token budget's micro-batch
-    assert run_trl.micro_rows(best, 192, 392) == run_trl.micro_batch_rows(192, 392, 8192) == 16
+    assert run_trl.micro_rows(best, 192, 392) == peer_job.micro_batch_rows(192, 392, 8192) == 16
     # trl_best is the search's winner, trl_mb16_awake, wherever 16 rows divide the run's (N = 1 and 3), and
     # trl_best_sleep (the row named trl_best before the search) differs from it in the sleep alone
     winner = job.rows["trl_mb16_awake"]
