@@ -16,8 +16,8 @@ and runs sdpa attention without sample packing, the only paths that never call f
 
 What stops it (run on an H100, 2026-12-06; docs/benchmarks.md, "Issue 60, thirteenth lease"): step 1 runs
 (192 rows generated, the reference and update passes, its 12 micro-batches of 16 rows), then the weight sync
-fails. The actor's start, where DeepSpeed 0.19.6 JIT-builds FusedAdam with the image's nvcc, passes once
-TORCH_CUDA_ARCH_LIST names the GPU's plain capability (``plain_arch_list``: ``9.0a`` does not parse).
+fails. The actor's start, where DeepSpeed 0.19.6 builds FusedAdam (a JIT build, with the image's nvcc), passes
+once TORCH_CUDA_ARCH_LIST names the GPU's plain capability (``plain_arch_list``: ``9.0a`` does not parse).
 broadcast_to_vllm (trainer/ray/ppo_actor.py:409-490) sends the PEFT model's parameters by their PEFT names
 (``base_model.model.*``, unmerged ``lora_A``/``lora_B`` beside the base weights) to vLLM's ``load_weights``
 on an engine started without LoRA (vllm_engine.py:263-280), which refuses the first name: OpenRLHF#1349's
