@@ -695,10 +695,6 @@ def main() -> None:
         )
 
 
-if __name__ == "__main__":
-    main()
-
-
 def micro_batch_rows(rows: int, row_tokens: int, budget: int) -> int:
     """The largest divisor of ``rows`` (a peer whose micro-batches split a step evenly: TRL, DeepSpeed's
     train_batch = micro x accumulation) whose padded size, that many rows of ``row_tokens`` tokens, fits the
@@ -722,3 +718,6 @@ def plain_sleep(row: Row) -> bool:
                          f"frees the KV cache alone); {row.framework} sleeps or not: use true or false")
     return bool(row.settings.sleep_rollout)
 
+
+if __name__ == "__main__":
+    main()
